@@ -1,0 +1,496 @@
+"""ggml block formats on numpy: dequantization and a row-chunked quantized matmul.
+
+Every format here is a sequence of fixed-size blocks; a block holds ``block_size``
+weights in ``type_size`` bytes. A tensor's rows (the innermost ggml dimension,
+``ne0``, i.e. the last numpy axis) are whole numbers of blocks, so block ``i``
+always lies in one row.
+
+Dequantization is fully vectorised: each block layout is a numpy structured
+dtype, the raw bytes are viewed through it (no copy), and the arithmetic is
+done on whole arrays of blocks in float32. The order and grouping of the float
+operations follows ggml's reference dequantizers (and the ``gguf`` Python
+package), so results are bit-for-bit identical to them: for example Q4_K is
+``(d * sc) * q - (dmin * m)``, rounded to float32 after every operation.
+"""
+
+import enum
+
+import numpy as np
+
+from ..errors import DTypeMismatch, ShapeMismatch, UnsupportedDType, fmt_shape
+
+QK_K = 256  # weights per super-block of the K-quants
+
+
+class GGMLType(enum.IntEnum):
+    """ggml tensor types, with the numbers GGUF files store."""
+
+    F32 = 0
+    F16 = 1
+    Q4_0 = 2
+    Q4_1 = 3
+    Q5_0 = 6
+    Q5_1 = 7
+    Q8_0 = 8
+    Q8_1 = 9
+    Q2_K = 10
+    Q3_K = 11
+    Q4_K = 12
+    Q5_K = 13
+    Q6_K = 14
+    Q8_K = 15
+    IQ2_XXS = 16
+    IQ2_XS = 17
+    IQ3_XXS = 18
+    IQ1_S = 19
+    IQ4_NL = 20
+    IQ3_S = 21
+    IQ2_S = 22
+    IQ4_XS = 23
+    I8 = 24
+    I16 = 25
+    I32 = 26
+    I64 = 27
+    F64 = 28
+    IQ1_M = 29
+    BF16 = 30
+    TQ1_0 = 34
+    TQ2_0 = 35
+    MXFP4 = 39
+
+
+# (weights per block, bytes per block) for every type a GGUF file may hold;
+# raw byte access works for all of them, dequantization for those in _KERNELS.
+BLOCK_SIZES = {
+    GGMLType.F32: (1, 4),
+    GGMLType.F16: (1, 2),
+    GGMLType.Q4_0: (32, 2 + 16),
+    GGMLType.Q4_1: (32, 2 + 2 + 16),
+    GGMLType.Q5_0: (32, 2 + 4 + 16),
+    GGMLType.Q5_1: (32, 2 + 2 + 4 + 16),
+    GGMLType.Q8_0: (32, 2 + 32),
+    GGMLType.Q8_1: (32, 4 + 4 + 32),
+    GGMLType.Q2_K: (QK_K, 16 + 64 + 2 + 2),
+    GGMLType.Q3_K: (QK_K, 32 + 64 + 12 + 2),
+    GGMLType.Q4_K: (QK_K, 2 + 2 + 12 + 128),
+    GGMLType.Q5_K: (QK_K, 2 + 2 + 12 + 32 + 128),
+    GGMLType.Q6_K: (QK_K, 128 + 64 + 16 + 2),
+    GGMLType.Q8_K: (QK_K, 4 + 256 + 32),
+    GGMLType.IQ2_XXS: (QK_K, 2 + 64),
+    GGMLType.IQ2_XS: (QK_K, 2 + 64 + 8),
+    GGMLType.IQ3_XXS: (QK_K, 2 + 96),
+    GGMLType.IQ1_S: (QK_K, 2 + 32 + 16),
+    GGMLType.IQ4_NL: (32, 2 + 16),
+    GGMLType.IQ3_S: (QK_K, 2 + 64 + 8 + 32 + 4),
+    GGMLType.IQ2_S: (QK_K, 2 + 64 + 8 + 8),
+    GGMLType.IQ4_XS: (QK_K, 2 + 2 + 4 + 128),
+    GGMLType.I8: (1, 1),
+    GGMLType.I16: (1, 2),
+    GGMLType.I32: (1, 4),
+    GGMLType.I64: (1, 8),
+    GGMLType.F64: (1, 8),
+    GGMLType.IQ1_M: (QK_K, 32 + 16 + 8),
+    GGMLType.BF16: (1, 2),
+    GGMLType.TQ1_0: (QK_K, 48 + 4 + 2),
+    GGMLType.TQ2_0: (QK_K, 64 + 2),
+    GGMLType.MXFP4: (32, 1 + 16),
+}
+
+
+def as_ggml_type(value):
+    """A GGMLType from a GGMLType, its number, or its name ('Q4_K', 'q4_k')."""
+    if isinstance(value, GGMLType):
+        return value
+    if isinstance(value, str):
+        try:
+            return GGMLType[value.upper()]
+        except KeyError:
+            pass
+    else:
+        try:
+            return GGMLType(int(value))
+        except (ValueError, TypeError):
+            pass
+    raise UnsupportedDType(f"ggml type: {value!r} is not a known ggml type", ggml_type=value)
+
+
+def tensor_nbytes(ggml_type, shape):
+    """Bytes a tensor of this type and (numpy-order) shape occupies.
+
+    Raises ShapeMismatch when the rows are not whole blocks.
+    """
+    t = as_ggml_type(ggml_type)
+    block, size = BLOCK_SIZES[t]
+    n = 1
+    for d in shape:
+        n *= int(d)
+    row = int(shape[-1]) if len(shape) else 1
+    if row % block:
+        raise ShapeMismatch(
+            f"{t.name}: row length {row} of shape {fmt_shape(shape)} is not a multiple of "
+            f"the block size {block}",
+            shape=tuple(shape), ggml_type=t,
+        )
+    return n // block * size
+
+
+# --- block layouts ---------------------------------------------------------
+
+def _blocks(*fields):
+    return np.dtype(list(fields))
+
+
+_LAYOUTS = {
+    GGMLType.Q4_0: _blocks(("d", "<f2"), ("qs", "u1", (16,))),
+    GGMLType.Q4_1: _blocks(("d", "<f2"), ("m", "<f2"), ("qs", "u1", (16,))),
+    GGMLType.Q5_0: _blocks(("d", "<f2"), ("qh", "<u4"), ("qs", "u1", (16,))),
+    GGMLType.Q5_1: _blocks(("d", "<f2"), ("m", "<f2"), ("qh", "<u4"), ("qs", "u1", (16,))),
+    GGMLType.Q8_0: _blocks(("d", "<f2"), ("qs", "i1", (32,))),
+    GGMLType.Q2_K: _blocks(("scales", "u1", (16,)), ("qs", "u1", (64,)), ("d", "<f2"), ("dmin", "<f2")),
+    GGMLType.Q3_K: _blocks(("hmask", "u1", (32,)), ("qs", "u1", (64,)), ("scales", "u1", (12,)), ("d", "<f2")),
+    GGMLType.Q4_K: _blocks(("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", (12,)), ("qs", "u1", (128,))),
+    GGMLType.Q5_K: _blocks(("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", (12,)), ("qh", "u1", (32,)),
+                           ("qs", "u1", (128,))),
+    GGMLType.Q6_K: _blocks(("ql", "u1", (128,)), ("qh", "u1", (64,)), ("scales", "i1", (16,)), ("d", "<f2")),
+}
+for _t, _dt in _LAYOUTS.items():
+    assert _dt.itemsize == BLOCK_SIZES[_t][1], _t
+
+_U8 = np.uint8
+_I8 = np.int8
+_F32 = np.float32
+_BITS8 = np.arange(8, dtype=_U8)            # one bit of each of 8 bytes
+_BITS32 = np.arange(32, dtype=np.uint32)
+_SHIFT2 = np.array([0, 2, 4, 6], dtype=_U8)  # 2-bit fields of a byte
+_N4 = np.uint8(4)
+_M1, _M3, _M15, _M63 = np.uint8(1), np.uint8(3), np.uint8(15), np.uint8(63)
+
+
+def _f16(field):
+    """An f16 field of n blocks as an (n, 1) float32 column (exact conversion)."""
+    return field.astype(_F32)[:, None]
+
+
+def _nibbles(qs, out):
+    """Split bytes (n, k) into out (n, 2, k): low nibbles, then high nibbles."""
+    np.bitwise_and(qs, _M15, out=out[:, 0])
+    np.right_shift(qs, _N4, out=out[:, 1])
+    return out
+
+
+def _deq_q4_0(b, out):
+    n = len(b)
+    q = _nibbles(b["qs"], np.empty((n, 2, 16), _U8)).reshape(n, 32).view(_I8)
+    np.subtract(q, _I8(8), out=q)
+    np.multiply(_f16(b["d"]), q, out=out)
+
+
+def _deq_q4_1(b, out):
+    n = len(b)
+    q = _nibbles(b["qs"], np.empty((n, 2, 16), _U8)).reshape(n, 32)
+    np.multiply(_f16(b["d"]), q, out=out)
+    np.add(out, _f16(b["m"]), out=out)
+
+
+def _q5_values(b):
+    """The 5-bit values of Q5_0/Q5_1 blocks, (n, 32) uint8."""
+    n = len(b)
+    q = _nibbles(b["qs"], np.empty((n, 2, 16), _U8)).reshape(n, 32)
+    hi = ((b["qh"][:, None] >> _BITS32) & np.uint32(1)).astype(_U8)
+    np.left_shift(hi, _N4, out=hi)
+    np.bitwise_or(q, hi, out=q)
+    return q
+
+
+def _deq_q5_0(b, out):
+    q = _q5_values(b).view(_I8)
+    np.subtract(q, _I8(16), out=q)
+    np.multiply(_f16(b["d"]), q, out=out)
+
+
+def _deq_q5_1(b, out):
+    np.multiply(_f16(b["d"]), _q5_values(b), out=out)
+    np.add(out, _f16(b["m"]), out=out)
+
+
+def _deq_q8_0(b, out):
+    np.multiply(b["qs"], _f16(b["d"]), out=out)
+
+
+def _deq_q2_k(b, out):
+    n = len(b)
+    sc = b["scales"]                                            # (n, 16): 16 groups of 16
+    dl = _f16(b["d"]) * (sc & _M15).astype(_F32)                # (n, 16)
+    ml = _f16(b["dmin"]) * (sc >> _N4).astype(_F32)
+    q = np.empty((n, 2, 4, 32), _U8)                            # element = half*128 + field*32 + j
+    np.right_shift(b["qs"].reshape(n, 2, 1, 32), _SHIFT2[:, None], out=q)
+    np.bitwise_and(q, _M3, out=q)
+    o = out.reshape(n, 16, 16)
+    np.multiply(dl[:, :, None], q.reshape(n, 16, 16), out=o)
+    np.subtract(o, ml[:, :, None], out=o)
+
+
+def _deq_q3_k(b, out):
+    n = len(b)
+    s = b["scales"]                                             # 16 6-bit scales in 12 bytes
+    lo = np.empty((n, 2, 8), _U8)
+    _nibbles(s[:, :8], lo)                                      # low 4 bits of scale i
+    hi = (s[:, 8:12].reshape(n, 1, 4) >> _SHIFT2[:, None]) & _M3  # (n, 4, 4): high 2 bits
+    sc = (lo.reshape(n, 16) | (hi.reshape(n, 16) << _N4)).view(_I8)
+    np.subtract(sc, _I8(32), out=sc)
+    dl = _f16(b["d"]) * sc.astype(_F32)                         # (n, 16)
+    q = np.empty((n, 2, 4, 32), _U8)                            # low 2 bits: half*128 + field*32 + j
+    np.right_shift(b["qs"].reshape(n, 2, 1, 32), _SHIFT2[:, None], out=q)
+    np.bitwise_and(q, _M3, out=q)
+    h = (b["hmask"].reshape(n, 1, 32) >> _BITS8[:, None]) & _M1  # (n, 8, 32): bit of element k*32 + j
+    q = q.reshape(n, 8, 32)
+    np.left_shift(h, np.uint8(2), out=h)
+    np.bitwise_or(q, h, out=q)                                  # value + 4 when the high bit is clear
+    qi = q.view(_I8)
+    np.subtract(qi, _I8(4), out=qi)
+    o = out.reshape(n, 16, 16)
+    np.multiply(dl[:, :, None], qi.reshape(n, 16, 16), out=o)
+
+
+def _k_scales(s):
+    """6-bit scales and mins of 8 sub-blocks packed in 12 bytes (Q4_K, Q5_K), each (n, 8) uint8."""
+    n = len(s)
+    a, b, c = s[:, 0:4], s[:, 4:8], s[:, 8:12]
+    sc = np.empty((n, 8), _U8)
+    mn = np.empty((n, 8), _U8)
+    np.bitwise_and(a, _M63, out=sc[:, :4])
+    np.bitwise_and(b, _M63, out=mn[:, :4])
+    np.bitwise_or(c & _M15, (a >> np.uint8(6)) << _N4, out=sc[:, 4:])
+    np.bitwise_or(c >> _N4, (b >> np.uint8(6)) << _N4, out=mn[:, 4:])
+    return sc, mn
+
+
+def _k_affine(b, q, out):
+    """out = (d * sc) * q - dmin * m for 8 sub-blocks of 32; q is (n, 8, 32) uint8."""
+    n = len(b)
+    sc, mn = _k_scales(b["scales"])
+    ds = _f16(b["d"]) * sc.astype(_F32)
+    dm = _f16(b["dmin"]) * mn.astype(_F32)
+    o = out.reshape(n, 8, 32)
+    np.multiply(ds[:, :, None], q, out=o)
+    np.subtract(o, dm[:, :, None], out=o)
+
+
+def _deq_q4_k(b, out):
+    n = len(b)
+    q = np.empty((n, 4, 2, 32), _U8)                            # sub-block = chunk*2 + nibble
+    qs = b["qs"].reshape(n, 4, 32)
+    np.bitwise_and(qs, _M15, out=q[:, :, 0])
+    np.right_shift(qs, _N4, out=q[:, :, 1])
+    _k_affine(b, q.reshape(n, 8, 32), out)
+
+
+def _deq_q5_k(b, out):
+    n = len(b)
+    q = np.empty((n, 4, 2, 32), _U8)
+    qs = b["qs"].reshape(n, 4, 32)
+    np.bitwise_and(qs, _M15, out=q[:, :, 0])
+    np.right_shift(qs, _N4, out=q[:, :, 1])
+    q = q.reshape(n, 8, 32)
+    h = (b["qh"][:, None, :] >> _BITS8[:, None]) & _M1         # (n, 8, 32): bit k for sub-block k
+    np.left_shift(h, _N4, out=h)
+    np.bitwise_or(q, h, out=q)
+    _k_affine(b, q, out)
+
+
+def _deq_q6_k(b, out):
+    n = len(b)
+    q = np.empty((n, 2, 2, 64), _U8)                            # element = half*128 + nibble*64 + k
+    ql = b["ql"].reshape(n, 2, 64)
+    np.bitwise_and(ql, _M15, out=q[:, :, 0])
+    np.right_shift(ql, _N4, out=q[:, :, 1])
+    h = (b["qh"].reshape(n, 2, 1, 32) >> _SHIFT2[:, None]) & _M3  # element = half*128 + field*32 + j
+    np.left_shift(h, _N4, out=h)
+    q = q.reshape(n, 256)
+    np.bitwise_or(q, h.reshape(n, 256), out=q)
+    qi = q.view(_I8)
+    np.subtract(qi, _I8(32), out=qi)
+    d = _f16(b["d"]) * b["scales"].astype(_F32)                 # (n, 16)
+    np.multiply(d[:, :, None], qi.reshape(n, 16, 16), out=out.reshape(n, 16, 16))
+
+
+_KERNELS = {
+    GGMLType.Q4_0: _deq_q4_0,
+    GGMLType.Q4_1: _deq_q4_1,
+    GGMLType.Q5_0: _deq_q5_0,
+    GGMLType.Q5_1: _deq_q5_1,
+    GGMLType.Q8_0: _deq_q8_0,
+    GGMLType.Q2_K: _deq_q2_k,
+    GGMLType.Q3_K: _deq_q3_k,
+    GGMLType.Q4_K: _deq_q4_k,
+    GGMLType.Q5_K: _deq_q5_k,
+    GGMLType.Q6_K: _deq_q6_k,
+}
+
+# plain element types: the little-endian numpy dtype of the stored values
+_PLAIN = {
+    GGMLType.F32: np.dtype("<f4"),
+    GGMLType.F16: np.dtype("<f2"),
+    GGMLType.F64: np.dtype("<f8"),
+    GGMLType.I8: np.dtype("i1"),
+    GGMLType.I16: np.dtype("<i2"),
+    GGMLType.I32: np.dtype("<i4"),
+    GGMLType.I64: np.dtype("<i8"),
+}
+
+SUPPORTED = frozenset(_KERNELS) | frozenset(_PLAIN) | {GGMLType.BF16}
+
+# blocks dequantized per step: bounds the temporaries and keeps them in cache
+_STEP_BYTES = 1 << 19
+
+
+def _as_u8(raw):
+    if isinstance(raw, np.ndarray):
+        if raw.dtype != _U8:
+            raw = raw.view(_U8) if raw.flags.c_contiguous else np.ascontiguousarray(raw).view(_U8)
+        return raw.reshape(-1)
+    return np.frombuffer(raw, dtype=_U8)
+
+
+def _dequantize_into(raw, t, out):
+    """Dequantize 1-D uint8 ``raw`` of type ``t`` into the contiguous float32 ``out``."""
+    flat = out.reshape(-1)
+    if t in _PLAIN:
+        np.copyto(flat, raw.view(_PLAIN[t]), casting="unsafe")
+        return out
+    if t == GGMLType.BF16:
+        np.left_shift(raw.view("<u2"), np.uint32(16), out=flat.view(np.uint32))
+        return out
+    kernel = _KERNELS.get(t)
+    if kernel is None:
+        raise UnsupportedDType(
+            f"dequantize: ggml type {t.name} is not supported "
+            f"(supported: {', '.join(sorted(x.name for x in SUPPORTED))})",
+            ggml_type=t,
+        )
+    block, size = BLOCK_SIZES[t]
+    if not raw.flags.c_contiguous:
+        raw = np.ascontiguousarray(raw)
+    blocks = raw.view(_LAYOUTS[t])
+    vals = flat.reshape(-1, block)
+    step = max(1, _STEP_BYTES // (block * 4))
+    for i in range(0, len(blocks), step):
+        kernel(blocks[i:i + step], vals[i:i + step])
+    return out
+
+
+def dequantize(raw, ggml_type, shape):
+    """Dequantize the raw bytes of a tensor to a new float32 array of ``shape``.
+
+    ``raw`` is a uint8 array (or any bytes-like object) holding exactly the
+    tensor's bytes; ``shape`` is in numpy order (the last axis is ggml's ``ne0``).
+    """
+    t = as_ggml_type(ggml_type)
+    shape = tuple(int(d) for d in shape)
+    raw = _as_u8(raw)
+    need = tensor_nbytes(t, shape)
+    if raw.size != need:
+        raise ShapeMismatch(
+            f"dequantize {t.name}: shape {fmt_shape(shape)} needs {need} bytes, got {raw.size}",
+            shape=shape, ggml_type=t, nbytes=raw.size,
+        )
+    out = np.empty(shape, _F32)
+    return _dequantize_into(raw, t, out)
+
+
+class QTensor:
+    """A (possibly quantized) ggml tensor kept as its raw bytes.
+
+    ``raw`` is held without copying (a view of a file's memory map, say);
+    ``shape`` is the logical numpy-order shape, (out_features, in_features)
+    for a linear layer's weight.
+    """
+
+    __slots__ = ("raw", "ggml_type", "shape", "_row_bytes")
+
+    def __init__(self, raw, ggml_type, shape):
+        t = as_ggml_type(ggml_type)
+        shape = tuple(int(d) for d in shape)
+        raw = _as_u8(raw)
+        need = tensor_nbytes(t, shape)
+        if raw.size != need:
+            raise ShapeMismatch(
+                f"QTensor {t.name}: shape {fmt_shape(shape)} needs {need} bytes, got {raw.size}",
+                shape=shape, ggml_type=t, nbytes=raw.size,
+            )
+        self.raw = raw
+        self.ggml_type = t
+        self.shape = shape
+        self._row_bytes = tensor_nbytes(t, shape[-1:]) if shape else need
+
+    @property
+    def nbytes(self):
+        return self.raw.size
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def dequantize(self):
+        """The whole tensor as a new float32 array."""
+        return dequantize(self.raw, self.ggml_type, self.shape)
+
+    def dequantize_rows(self, start, stop, out=None):
+        """Rows ``start:stop`` of a 2-D tensor as float32, into ``out`` when given."""
+        if self.ndim != 2:
+            raise ShapeMismatch(f"dequantize_rows: needs a 2-D QTensor, got shape {fmt_shape(self.shape)}",
+                                shape=self.shape)
+        start, stop = max(0, int(start)), min(self.shape[0], int(stop))
+        stop = max(start, stop)
+        if out is None:
+            out = np.empty((stop - start, self.shape[1]), _F32)
+        elif out.dtype != _F32 or out.shape != (stop - start, self.shape[1]) or not out.flags.c_contiguous:
+            raise ShapeMismatch(
+                f"dequantize_rows: out must be a C-contiguous float32 array of shape "
+                f"{fmt_shape((stop - start, self.shape[1]))}, got {out.dtype} {fmt_shape(out.shape)}",
+                shape=out.shape,
+            )
+        rb = self._row_bytes
+        return _dequantize_into(self.raw[start * rb:stop * rb], self.ggml_type, out)
+
+    def __repr__(self):
+        return f"QTensor({self.ggml_type.name}, shape={fmt_shape(self.shape)}, nbytes={self.nbytes})"
+
+
+# weight rows dequantized per GEMM: the f32 chunk stays around this many bytes
+_CHUNK_BYTES = 1 << 20
+
+
+def qmatmul(x, w, *, chunk_rows=None):
+    """``x @ dequantize(w).T`` without ever dequantizing all of ``w``.
+
+    ``x`` is float32 of shape [..., in_features]; ``w`` a 2-D QTensor of shape
+    (out_features, in_features). The weight is dequantized ``chunk_rows`` output
+    rows at a time into one reused float32 buffer, and each chunk goes through
+    one GEMM, so the extra memory is one chunk (about 1 MiB by default).
+    """
+    if not isinstance(w, QTensor):
+        raise TypeError(f"qmatmul: weight must be a QTensor, got {type(w).__name__}")
+    if w.ndim != 2:
+        raise ShapeMismatch(f"qmatmul: weight must be 2-D, got shape {fmt_shape(w.shape)}", shape=w.shape)
+    x = np.asarray(x)
+    if x.dtype != _F32:
+        raise DTypeMismatch(f"qmatmul: x must be float32, got {x.dtype}", dtype=x.dtype)
+    n_out, n_in = w.shape
+    if x.ndim == 0 or x.shape[-1] != n_in:
+        raise ShapeMismatch(
+            f"qmatmul: x of shape {fmt_shape(x.shape)} does not match weight {fmt_shape(w.shape)} "
+            f"(needs last dim {n_in})", lhs=x.shape, rhs=w.shape,
+        )
+    lead = x.shape[:-1]
+    x2 = np.ascontiguousarray(x.reshape(-1, n_in))
+    out = np.empty((x2.shape[0], n_out), _F32)
+    if chunk_rows is None:
+        chunk_rows = max(16, _CHUNK_BYTES // max(1, 4 * n_in))
+    chunk_rows = max(1, min(int(chunk_rows), n_out))
+    buf = np.empty((chunk_rows, n_in), _F32)
+    for r0 in range(0, n_out, chunk_rows):
+        r1 = min(n_out, r0 + chunk_rows)
+        wc = w.dequantize_rows(r0, r1, out=buf[:r1 - r0])
+        np.matmul(x2, wc.T, out=out[:, r0:r1])
+    return out.reshape(*lead, n_out)
