@@ -1,0 +1,411 @@
+"""A pure-Python GGUF reader over a read-only memory map.
+
+Layout (little-endian; versions 2 and 3):
+
+    magic "GGUF" | version u32 | tensor_count u64 | metadata_kv_count u64
+    metadata_kv_count x (key: string, value_type: u32, value)
+    tensor_count x (name: string, n_dims: u32, ne: u64[n_dims], ggml_type: u32, offset: u64)
+    padding to `general.alignment` (default 32)
+    tensor data; each tensor at data_start + offset, offset a multiple of the alignment
+
+A string is a u64 byte length then UTF-8 bytes; an array is element value_type
+u32, count u64, then the elements (which may be strings or arrays again).
+
+Everything read from the file is checked against the file before it is used:
+every count is bounded by the bytes left (each element takes at least one
+byte), so a malformed file raises ``FormatError`` naming the file and field,
+and never makes the reader loop or allocate without end.
+"""
+
+import enum
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import FormatError
+from .quant import BLOCK_SIZES, GGMLType, QTensor, dequantize as _dequantize
+
+GGUF_MAGIC = b"GGUF"
+SUPPORTED_VERSIONS = (2, 3)
+DEFAULT_ALIGNMENT = 32
+MAX_DIMS = 4          # GGML_MAX_DIMS
+MAX_ARRAY_DEPTH = 64  # arrays of arrays nest at most this deep
+_I64_MAX = (1 << 63) - 1
+
+
+class GGUFValueType(enum.IntEnum):
+    UINT8 = 0
+    INT8 = 1
+    UINT16 = 2
+    INT16 = 3
+    UINT32 = 4
+    INT32 = 5
+    FLOAT32 = 6
+    BOOL = 7
+    STRING = 8
+    ARRAY = 9
+    UINT64 = 10
+    INT64 = 11
+    FLOAT64 = 12
+
+
+# fixed-size value types: little-endian numpy dtype
+_SCALAR = {
+    GGUFValueType.UINT8: np.dtype("u1"),
+    GGUFValueType.INT8: np.dtype("i1"),
+    GGUFValueType.UINT16: np.dtype("<u2"),
+    GGUFValueType.INT16: np.dtype("<i2"),
+    GGUFValueType.UINT32: np.dtype("<u4"),
+    GGUFValueType.INT32: np.dtype("<i4"),
+    GGUFValueType.FLOAT32: np.dtype("<f4"),
+    GGUFValueType.BOOL: np.dtype("u1"),
+    GGUFValueType.UINT64: np.dtype("<u8"),
+    GGUFValueType.INT64: np.dtype("<i8"),
+    GGUFValueType.FLOAT64: np.dtype("<f8"),
+}
+_STRUCT = {t: struct.Struct("<" + d.char) for t, d in _SCALAR.items()}
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+# the fewest bytes one element of each kind can take: bounds counts before loops
+_MIN_STRING = 8
+_MIN_ARRAY = 4 + 8
+_MIN_KV = _MIN_STRING + 4 + 1
+_MIN_TENSOR_INFO = _MIN_STRING + 4 + 4 + 8
+
+
+@dataclass(frozen=True)
+class GGUFTensorInfo:
+    """One tensor of a GGUF file.
+
+    ``shape`` is in numpy/PyTorch order: ggml's ``ne`` reversed, so the last
+    axis is ggml's contiguous ``ne0``. ``offset`` is the absolute byte offset of
+    the tensor's data in the file (the data section's start plus the offset the
+    file stores); ``nbytes`` is its size in bytes.
+    """
+
+    name: str
+    shape: tuple
+    ggml_type: GGMLType
+    offset: int
+    nbytes: int
+
+    @property
+    def n_elements(self):
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+class _Reader:
+    """A bounds-checked cursor over the file's bytes."""
+
+    def __init__(self, buf, size, path):
+        self.buf = buf
+        self.size = size
+        self.path = path
+        self.pos = 0
+
+    def fail(self, field, problem, **details):
+        raise FormatError(f"{self.path}: GGUF {field}: {problem}", path=self.path, field=field, **details)
+
+    def need(self, n, field):
+        if n > self.size - self.pos:
+            self.fail(field, f"file truncated: needs {n} bytes at offset {self.pos}, "
+                             f"but the file ends at {self.size}", offset=self.pos)
+
+    def u32(self, field):
+        self.need(4, field)
+        (v,) = _U32.unpack_from(self.buf, self.pos)
+        self.pos += 4
+        return v
+
+    def u64(self, field):
+        self.need(8, field)
+        (v,) = _U64.unpack_from(self.buf, self.pos)
+        self.pos += 8
+        return v
+
+    def count(self, field, min_each, what):
+        """A u64 element count, checked against what the rest of the file can hold."""
+        at = self.pos
+        n = self.u64(field)
+        left = self.size - self.pos
+        if n * min_each > left:
+            self.fail(field, f"{what} count {n} (at offset {at}) is impossible: the {left} bytes left "
+                             f"in the file hold at most {left // min_each}", offset=at, count=n)
+        return n
+
+    def bytes_(self, field):
+        at = self.pos
+        n = self.u64(field + " length")
+        if n > self.size - self.pos:
+            self.fail(field, f"string length {n} (at offset {at}) runs past the end of the file "
+                             f"({self.size - self.pos} bytes left)", offset=at, length=n)
+        b = bytes(self.buf[self.pos:self.pos + n])
+        self.pos += n
+        return b
+
+    def strings(self, n, field):
+        """``n`` strings in a row (token lists run to 10^5 and more: kept tight)."""
+        buf, size, pos = self.buf, self.size, self.pos
+        unpack = _U64.unpack_from
+        out = []
+        append = out.append
+        for i in range(n):
+            if size - pos < 8:
+                self.pos = pos
+                self.need(8, f"{field}[{i}] length")
+            (k,) = unpack(buf, pos)
+            pos += 8
+            if k > size - pos:
+                self.pos = pos - 8
+                self.fail(f"{field}[{i}]", f"string length {k} (at offset {pos - 8}) runs past the end "
+                                           f"of the file ({size - pos} bytes left)", offset=pos - 8, length=k)
+            b = buf[pos:pos + k]
+            pos += k
+            try:
+                append(b.decode("utf-8"))
+            except UnicodeDecodeError:
+                append(b)
+        self.pos = pos
+        return out
+
+    def text(self, field):
+        """A string that must be UTF-8 (keys, tensor names)."""
+        at = self.pos
+        b = self.bytes_(field)
+        try:
+            return b.decode("utf-8")
+        except UnicodeDecodeError as e:
+            self.fail(field, f"string at offset {at} is not valid UTF-8 ({e.reason})", offset=at)
+
+    def value_type(self, field):
+        at = self.pos
+        t = self.u32(field)
+        try:
+            return GGUFValueType(t)
+        except ValueError:
+            self.fail(field, f"unknown value type {t} at offset {at} "
+                             f"(known: 0..{max(GGUFValueType)})", offset=at, value_type=t)
+
+    def value(self, t, field, depth=0):
+        """One value of type ``t``: python scalar, str (bytes when not UTF-8), or list."""
+        if t in _STRUCT:
+            s = _STRUCT[t]
+            self.need(s.size, field)
+            (v,) = s.unpack_from(self.buf, self.pos)
+            self.pos += s.size
+            return bool(v) if t == GGUFValueType.BOOL else v
+        if t == GGUFValueType.STRING:
+            b = self.bytes_(field)
+            try:
+                return b.decode("utf-8")
+            except UnicodeDecodeError:
+                return b
+        # ARRAY
+        if depth >= MAX_ARRAY_DEPTH:
+            self.fail(field, f"arrays nested deeper than {MAX_ARRAY_DEPTH} levels", offset=self.pos)
+        et = self.value_type(field + " element type")
+        if et in _SCALAR:
+            dt = _SCALAR[et]
+            n = self.count(field + " count", dt.itemsize, "array element")
+            arr = np.frombuffer(self.buf, dtype=dt, count=n, offset=self.pos)
+            self.pos += n * dt.itemsize
+            return (arr != 0).tolist() if et == GGUFValueType.BOOL else arr.tolist()
+        if et == GGUFValueType.STRING:
+            n = self.count(field + " count", _MIN_STRING, "array element")
+            return self.strings(n, field)
+        n = self.count(field + " count", _MIN_ARRAY, "array element")
+        out = []
+        for i in range(n):
+            sub = f"{field}[{i}]"
+            out.append(self.value(GGUFValueType.ARRAY, sub, depth + 1))
+        return out
+
+
+class GGUFFile:
+    """A GGUF file opened read-only through a memory map.
+
+    Attributes: ``path``, ``version``, ``metadata`` (key -> python value, arrays
+    as lists), ``metadata_types`` (key -> GGUFValueType of the stored value),
+    ``tensors`` (name -> GGUFTensorInfo, in file order), ``alignment``,
+    ``data_offset`` (where the tensor data section starts).
+    """
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        self._mm = None
+        with open(self.path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                raise FormatError(f"{self.path}: GGUF header.magic: file truncated: the file is empty",
+                                  path=self.path, field="header.magic")
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            self._parse(mm, size)
+        except BaseException:
+            mm.close()
+            raise
+        self._mm = mm
+        self.size = size
+
+    # --- parsing -----------------------------------------------------------
+
+    def _parse(self, mm, size):
+        r = _Reader(mm, size, self.path)
+        r.need(4, "header.magic")
+        magic = bytes(mm[0:4])
+        if magic != GGUF_MAGIC:
+            r.fail("header.magic", f"expected {GGUF_MAGIC!r}, got {magic!r}: not a GGUF file", magic=magic)
+        r.pos = 4
+        version = r.u32("header.version")
+        if version not in SUPPORTED_VERSIONS:
+            swapped = int.from_bytes(version.to_bytes(4, "little"), "big")
+            if swapped in SUPPORTED_VERSIONS or swapped == 1:
+                r.fail("header.version", f"version {swapped} in big-endian byte order: "
+                                         f"big-endian GGUF files are not supported", version=version)
+            r.fail("header.version", f"unsupported version {version} "
+                                     f"(supported: {', '.join(map(str, SUPPORTED_VERSIONS))})", version=version)
+        self.version = version
+
+        at = r.pos
+        n_tensors = r.u64("header.tensor_count")
+        n_kv = r.u64("header.metadata_kv_count")
+        left = size - r.pos
+        if n_tensors * _MIN_TENSOR_INFO > left:
+            r.fail("header.tensor_count", f"tensor_count {n_tensors} (at offset {at}) is impossible: "
+                                          f"the {left} bytes left hold at most {left // _MIN_TENSOR_INFO} "
+                                          f"tensor infos", count=n_tensors)
+        if n_kv * _MIN_KV + n_tensors * _MIN_TENSOR_INFO > left:
+            r.fail("header.metadata_kv_count", f"metadata_kv_count {n_kv} (at offset {at + 8}) is impossible: "
+                                               f"with {n_tensors} tensor infos, the {left} bytes left hold at "
+                                               f"most {(left - n_tensors * _MIN_TENSOR_INFO) // _MIN_KV} "
+                                               f"key-value pairs", count=n_kv)
+
+        metadata, types = {}, {}
+        for i in range(n_kv):
+            key_at = r.pos
+            key = r.text(f"metadata[{i}].key")
+            if key in metadata:
+                r.fail(f"metadata[{i}].key", f"duplicate key {key!r} at offset {key_at}", key=key)
+            field = f"metadata[{key!r}]"
+            t = r.value_type(field + ".value_type")
+            metadata[key] = r.value(t, field + ".value")
+            types[key] = t
+        self.metadata = metadata
+        self.metadata_types = types
+
+        alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+        if "general.alignment" in metadata:
+            t = types["general.alignment"]
+            if t != GGUFValueType.UINT32:
+                r.fail("general.alignment", f"must be of type UINT32, got {t.name}", alignment=alignment)
+            if alignment == 0 or alignment & (alignment - 1):
+                r.fail("general.alignment", f"must be a non-zero power of two, got {alignment}",
+                       alignment=alignment)
+        self.alignment = alignment
+
+        infos = []
+        names = set()
+        for i in range(n_tensors):
+            name = r.text(f"tensor_infos[{i}].name")
+            field = f"tensors[{name!r}]"
+            if name in names:
+                r.fail(field + ".name", f"duplicate tensor name {name!r}", name=name)
+            names.add(name)
+            at = r.pos
+            n_dims = r.u32(field + ".n_dims")
+            if n_dims > MAX_DIMS:
+                r.fail(field + ".n_dims", f"n_dims {n_dims} (at offset {at}) exceeds the maximum {MAX_DIMS}",
+                       n_dims=n_dims)
+            ne = []
+            for d in range(n_dims):
+                at = r.pos
+                v = r.u64(f"{field}.dims[{d}]")
+                if v > _I64_MAX:
+                    r.fail(f"{field}.dims[{d}]", f"dimension {v} (at offset {at}) is out of range", dim=v)
+                ne.append(v)
+            at = r.pos
+            code = r.u32(field + ".ggml_type")
+            try:
+                gt = GGMLType(code)
+            except ValueError:
+                r.fail(field + ".ggml_type", f"unknown ggml type {code} (at offset {at})", ggml_type=code)
+            block, tsize = BLOCK_SIZES[gt]
+            row = ne[0] if ne else 1
+            if row % block:
+                r.fail(field + ".dims[0]", f"row length {row} is not a multiple of the {gt.name} "
+                                           f"block size {block}", dim=row)
+            n = 1
+            for v in ne:
+                n *= v
+            at = r.pos
+            off = r.u64(field + ".offset")
+            if off % alignment:
+                r.fail(field + ".offset", f"offset {off} (at offset {at}) is not a multiple of the "
+                                          f"alignment {alignment}", offset=off)
+            infos.append((name, tuple(reversed(ne)), gt, off, n // block * tsize, field))
+
+        data_offset = -(-r.pos // alignment) * alignment
+        self.data_offset = data_offset
+        tensors = {}
+        for name, shape, gt, off, nbytes, field in infos:
+            start = data_offset + off
+            if start + nbytes > size:
+                r.fail(field + ".offset", f"tensor data [{start}, {start + nbytes}) lies outside the file "
+                                          f"({size} bytes)", offset=off, nbytes=nbytes)
+            tensors[name] = GGUFTensorInfo(name, shape, gt, start, nbytes)
+        self.tensors = tensors
+
+    # --- access ------------------------------------------------------------
+
+    def _info(self, name):
+        if self._mm is None:
+            raise ValueError(f"{self.path}: GGUF file is closed")
+        try:
+            return self.tensors[name]
+        except KeyError:
+            raise KeyError(f"{self.path}: no tensor named {name!r}") from None
+
+    def raw(self, name):
+        """The tensor's bytes: a read-only uint8 view of the memory map (no copy)."""
+        info = self._info(name)
+        return np.frombuffer(self._mm, dtype=np.uint8, count=info.nbytes, offset=info.offset)
+
+    def dequantize(self, name):
+        """The tensor as a new float32 array of its shape."""
+        info = self._info(name)
+        return _dequantize(self.raw(name), info.ggml_type, info.shape)
+
+    def qtensor(self, name):
+        """The tensor as a QTensor over the memory map (no copy)."""
+        info = self._info(name)
+        return QTensor(self.raw(name), info.ggml_type, info.shape)
+
+    def close(self):
+        """Release the memory map. Arrays still viewing it keep it mapped until they are freed."""
+        mm, self._mm = self._mm, None
+        if mm is not None:
+            try:
+                mm.close()
+            except BufferError:
+                pass  # views from raw() are alive; the map goes when they do
+
+    @property
+    def closed(self):
+        return self._mm is None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        state = "closed" if self.closed else f"{len(self.tensors)} tensors"
+        return f"GGUFFile({self.path!r}, v{getattr(self, 'version', '?')}, {state})"
