@@ -66,7 +66,20 @@ _SCALAR = {
     GGUFValueType.INT64: np.dtype("<i8"),
     GGUFValueType.FLOAT64: np.dtype("<f8"),
 }
-_STRUCT = {t: struct.Struct("<" + d.char) for t, d in _SCALAR.items()}
+_STRUCT = {
+    GGUFValueType.UINT8: struct.Struct("<B"),
+    GGUFValueType.INT8: struct.Struct("<b"),
+    GGUFValueType.UINT16: struct.Struct("<H"),
+    GGUFValueType.INT16: struct.Struct("<h"),
+    GGUFValueType.UINT32: struct.Struct("<I"),
+    GGUFValueType.INT32: struct.Struct("<i"),
+    GGUFValueType.FLOAT32: struct.Struct("<f"),
+    GGUFValueType.BOOL: struct.Struct("<B"),
+    GGUFValueType.UINT64: struct.Struct("<Q"),
+    GGUFValueType.INT64: struct.Struct("<q"),
+    GGUFValueType.FLOAT64: struct.Struct("<d"),
+}
+assert all(_STRUCT[t].size == d.itemsize for t, d in _SCALAR.items())
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 # the fewest bytes one element of each kind can take: bounds counts before loops

@@ -1,0 +1,55 @@
+# The two commands a newcomer needs: `make demo` and `make test`. Each sets up what it
+# needs on a fresh machine: a virtual environment, pip packages and, when run as root,
+# Debian's lavapipe (mesa-vulkan-drivers) and chromium.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.ember-installed
+export XDG_RUNTIME_DIR ?= /tmp/ember-xdg-$(shell id -u)
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: demo test setup system-deps models web bench wheel clean
+
+demo: setup models
+	$(PY) -m ember.cli demo
+
+test: setup
+	@mkdir -p $(XDG_RUNTIME_DIR) && chmod 700 $(XDG_RUNTIME_DIR)
+	$(PY) -m pytest -q
+
+setup: system-deps $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,bench]'
+	touch $(STAMP)
+
+# Root on a Debian machine without lavapipe or chromium: install them. Elsewhere, say
+# what is missing and go on (tests then skip those devices, or fail under CI=true).
+system-deps:
+	@missing=""; \
+	ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || missing="$$missing mesa-vulkan-drivers"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else echo "note: not root, cannot install$$missing (WebGPU/browser tests will skip)"; fi; \
+	fi
+
+models: setup
+	$(PY) build_scripts/fetch_models.py
+
+web: setup
+	$(PY) build_scripts/build_web.py
+
+bench: setup
+	$(PY) benchmarks/ops_cpu.py
+
+wheel: setup
+	$(PY) -m build --wheel --outdir dist .
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache

@@ -1,0 +1,1 @@
+"""Backends: the small primitive set each device implements (see base.Backend)."""

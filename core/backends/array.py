@@ -1,0 +1,298 @@
+"""The array backend: numpy on the CPU, cupy on NVIDIA GPUs, one class parametrized by `xp`.
+
+A storage is a flat 1-D array of the dtype's storage type (bf16 keeps its raw bits in
+uint16). A tensor's view is built from its layout without copying; ops compute on those
+views directly. f16 and bf16 compute in f32 and round back, because numpy's f16 loops
+are slow and bf16 does not exist there.
+"""
+from .. import dtype as dt
+from ..errors import DimOutOfRange, UnsupportedDType, fmt_shape
+from ..ops import BINARY, COMPARE, INT_DIV, UNARY
+from .base import Backend
+
+
+class ArrayBackend(Backend):
+    fused = frozenset({"softmax", "log_softmax", "layer_norm", "rms_norm"})
+
+    def __init__(self, xp, name):
+        self.xp = xp
+        self.name = name
+        self._is_numpy = xp.__name__ == "numpy"
+        self._errstate = getattr(xp, "errstate", None)
+
+    # --- views and conversions ----------------------------------------------------------
+    def view(self, storage, layout):
+        """The strided array that `layout` reads from `storage`, without a copy."""
+        xp = self.xp
+        shape = layout.shape
+        if layout.offset == 0 and layout.numel == storage.size and layout.is_contiguous():
+            return storage.reshape(shape)
+        item = storage.itemsize
+        strides = tuple(s * item for s in layout.strides)
+        if layout.numel == 0:
+            return xp.empty(shape, storage.dtype)
+        if self._is_numpy:
+            return xp.ndarray(shape, storage.dtype, buffer=storage,
+                              offset=layout.offset * item, strides=strides)
+        return xp.lib.stride_tricks.as_strided(storage[layout.offset:], shape, strides)
+
+    def load(self, storage, layout, dtype):
+        """The view in its compute dtype: f16 and bf16 widen to f32."""
+        x = self.view(storage, layout)
+        if dtype is dt.bf16:
+            return bf16_to_f32(self.xp, x)
+        if dtype is dt.f16:
+            return x.astype(self.xp.float32)
+        return x
+
+    def store(self, array, dtype):
+        """A flat contiguous storage of `dtype` holding `array` (narrowing f32 if needed)."""
+        xp = self.xp
+        if dtype is dt.bf16:
+            if array.dtype != xp.uint16:
+                array = f32_to_bf16(xp, xp.asarray(array, dtype=xp.float32))
+        else:
+            array = xp.asarray(array, dtype=dtype.numpy_name)
+        return xp.ascontiguousarray(array).reshape(-1)
+
+    def from_host(self, data, dtype, shape, copy=True):
+        xp = self.xp
+        storage_type = dtype.numpy_name
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            import numpy
+            host = numpy.frombuffer(data, dtype=storage_type)
+        else:
+            host = data
+        arr = xp.asarray(host, dtype=storage_type)
+        flat = xp.ascontiguousarray(arr).reshape(-1)
+        if copy and (flat is host or getattr(flat, "base", None) is not None):
+            flat = flat.copy()
+        return flat
+
+    def to_numpy(self, storage, layout, dtype):
+        x = self.view(storage, layout)
+        if dtype is dt.bf16:
+            x = bf16_to_f32(self.xp, x)
+        return x if self._is_numpy else self.xp.asnumpy(x)
+
+    def to_bytes(self, storage, layout, dtype):
+        x = self.view(storage, layout)
+        if not self._is_numpy:
+            x = self.xp.asnumpy(x)
+        import numpy
+        return numpy.ascontiguousarray(x).tobytes()
+
+    def full(self, shape, value, dtype):
+        xp = self.xp
+        n = 1
+        for d in shape:
+            n *= d
+        if dtype is dt.bf16:
+            value = int(f32_to_bf16(xp, xp.asarray([value], dtype=xp.float32))[0])
+        return xp.full((n,), value, dtype=dtype.numpy_name)
+
+    def copy_strided(self, storage, layout, dtype):
+        return self.xp.ascontiguousarray(self.view(storage, layout)).reshape(-1)
+
+    def copy_into(self, dst, dst_layout, src, src_layout, dtype):
+        self.view(dst, dst_layout)[...] = self.view(src, src_layout)
+
+    def cast(self, storage, layout, src_dtype, dst_dtype):
+        x = self.load(storage, layout, src_dtype)
+        return self.store(x, dst_dtype)
+
+    # --- elementwise -------------------------------------------------------------------------
+    def _quiet(self):
+        # Overflow to inf, log(0) and integer division by zero give IEEE/numpy results
+        # without warnings, as they would on a GPU.
+        return self._errstate(all="ignore") if self._errstate else _Null()
+
+    def unary(self, op, storage, layout, dtype, params=()):
+        x = self.load(storage, layout, dtype)
+        with self._quiet():
+            y = UNARY[op].array(self.xp, x, *params)
+        return self.store(y, dtype)
+
+    def binary(self, op, a, la, b, lb, dtype):
+        x = self.load(a, la, dtype)
+        y = self.load(b, lb, dtype) if lb is not None else b
+        row = INT_DIV if (op == "div" and dtype.is_int) else BINARY[op]
+        with self._quiet():
+            z = row.array(self.xp, x, y)
+        return self.store(z, dtype)
+
+    def compare(self, op, a, la, b, lb, dtype):
+        x = self.load(a, la, dtype)
+        y = self.load(b, lb, dtype) if lb is not None else b
+        with self._quiet():
+            z = COMPARE[op].array(self.xp, x, y)
+        return self.store(z, dt.u8)
+
+    def where(self, cond, lc, a, la, b, lb, dtype):
+        c = self.view(cond, lc)
+        x = self.view(a, la)
+        y = self.view(b, lb)
+        return self.store(self.xp.where(c != 0, x, y), dtype)
+
+    # --- reductions -----------------------------------------------------------------------
+    def reduce(self, op, storage, layout, dims, dtype):
+        xp = self.xp
+        x = self.load(storage, layout, dtype)
+        axis = tuple(dims)
+        if op in ("argmax", "argmin"):
+            fn = xp.argmax if op == "argmax" else xp.argmin
+            return self.store(fn(x, axis=axis[0], keepdims=True), dt.i64)
+        compute = x.dtype
+        with self._quiet():
+            if op == "sum":
+                y = xp.sum(x, axis=axis, keepdims=True, dtype=compute)
+            elif op == "prod":
+                y = xp.prod(x, axis=axis, keepdims=True, dtype=compute)
+            elif op == "mean":
+                n = 1
+                for d in axis:
+                    n *= layout.shape[d]
+                y = xp.sum(x, axis=axis, keepdims=True, dtype=compute) / max(n, 1)
+                if n == 0:
+                    y = y * float("nan")
+            elif op == "max":
+                y = xp.max(x, axis=axis, keepdims=True)
+            elif op == "min":
+                y = xp.min(x, axis=axis, keepdims=True)
+            else:
+                raise ValueError(f"reduce: unknown op {op!r}")
+        return self.store(y, dtype)
+
+    def cumsum(self, storage, layout, dim, dtype):
+        x = self.load(storage, layout, dtype)
+        return self.store(self.xp.cumsum(x, axis=dim, dtype=x.dtype), dtype)
+
+    # --- matmul ---------------------------------------------------------------------------
+    def matmul(self, a, la, b, lb, dtype):
+        xp = self.xp
+        x = self.load(a, la, dtype)
+        w = self.load(b, lb, dtype)
+        batch = la.shape[:-2]
+        if batch and all(s == 0 or n == 1 for s, n in zip(lb.strides[:-2], batch)):
+            # A weight shared across the batch: one large GEMM instead of one per row.
+            w2 = w[(0,) * len(batch)]
+            x2 = x.reshape(-1, la.shape[-1])
+            y = _blasable(xp, x2) @ _blasable(xp, w2)
+            y = y.reshape(batch + (la.shape[-2], lb.shape[-1]))
+        else:
+            y = xp.matmul(_blasable(xp, x), _blasable(xp, w))
+        return self.store(y, dtype)
+
+    # --- indexing ---------------------------------------------------------------------------
+    def _check_ids(self, ids, size, op, dim):
+        if ids.size == 0:
+            return
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= size:
+            bad = lo if lo < 0 else hi
+            raise DimOutOfRange(
+                f"{op}: index {bad} out of range for dim {dim} of size {size}",
+                op=op, index=bad, size=size)
+
+    def index_select(self, storage, layout, ids, lids, dim, dtype):
+        x = self.view(storage, layout)
+        idx = self.view(ids, lids)
+        self._check_ids(idx, layout.shape[dim], "index_select", dim)
+        return self.store(self.xp.take(x, idx, axis=dim), dtype)
+
+    def gather(self, storage, layout, ids, lids, dim, dtype):
+        x = self.view(storage, layout)
+        idx = self.view(ids, lids)
+        self._check_ids(idx, layout.shape[dim], "gather", dim)
+        # torch.gather reads only the leading part of the other dims.
+        crop = tuple(slice(0, n) if d != dim else slice(None) for d, n in enumerate(lids.shape))
+        return self.store(self.xp.take_along_axis(x[crop], idx.astype(self.xp.int64), axis=dim),
+                          dtype)
+
+    def scatter_add(self, dst, ldst, ids, lids, src, lsrc, dim, dtype):
+        xp = self.xp
+        out = self.load(dst, ldst, dtype).copy()
+        idx = self.view(ids, lids).astype(xp.int64)
+        self._check_ids(idx, ldst.shape[dim], "scatter_add", dim)
+        values = self.load(src, lsrc, dtype)[tuple(slice(0, n) for n in lids.shape)]
+        coords = list(xp.indices(lids.shape, sparse=True))
+        coords[dim] = idx
+        add_at = getattr(xp, "add").at if self._is_numpy else xp.add.at
+        add_at(out, tuple(coords), values)
+        return self.store(out, dtype)
+
+    # --- fused fast paths ----------------------------------------------------------------
+    def softmax(self, storage, layout, dim, dtype, log=False):
+        xp = self.xp
+        x = self.load(storage, layout, dtype)
+        with self._quiet():
+            shifted = x - xp.max(x, axis=dim, keepdims=True)
+            e = xp.exp(shifted)
+            s = xp.sum(e, axis=dim, keepdims=True)
+            if log:
+                y = shifted - xp.log(s)
+            else:
+                e /= s
+                y = e
+        return self.store(y, dtype)
+
+    def layer_norm(self, storage, layout, w, lw, b, lb, eps, dtype, rms=False):
+        """Normalize over the last dim; w and b (or None) are 1-D."""
+        xp = self.xp
+        x = self.load(storage, layout, dtype)
+        with self._quiet():
+            if rms:
+                xc = x
+                var = xp.mean(x * x, axis=-1, keepdims=True)
+            else:
+                xc = x - xp.mean(x, axis=-1, keepdims=True)
+                var = xp.mean(xc * xc, axis=-1, keepdims=True)
+            y = xc * (1.0 / xp.sqrt(var + eps))
+            if w is not None:
+                y *= self.load(w, lw, dtype)
+            if b is not None:
+                y += self.load(b, lb, dtype)
+        return self.store(y, dtype)
+
+
+class _Null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _blasable(xp, x):
+    """Make the last two dims BLAS-friendly; numpy's matmul falls back to a slow loop
+    for operands whose inner matrices have no unit stride."""
+    if x.ndim < 2:
+        return x
+    item = x.itemsize
+    s0, s1 = x.strides[-2], x.strides[-1]
+    n0, n1 = x.shape[-2], x.shape[-1]
+    if (s1 == item and s0 >= max(n1, 1) * item) or (s0 == item and s1 >= max(n0, 1) * item):
+        return x
+    return xp.ascontiguousarray(x)
+
+
+def bf16_to_f32(xp, bits):
+    """Widen raw bf16 bits (uint16) to f32 exactly."""
+    return (bits.astype(xp.uint32) << 16).view(xp.float32)
+
+
+def f32_to_bf16(xp, x):
+    """Round f32 to bf16 bits, to nearest even, keeping NaN a NaN."""
+    u = xp.ascontiguousarray(x, dtype=xp.float32).view(xp.uint32)
+    rounded = (u + (0x7FFF + ((u >> 16) & 1))) >> 16
+    nan = (u & 0x7FFFFFFF) > 0x7F800000
+    out = xp.where(nan, (u >> 16) | 0x40, rounded)
+    return out.astype(xp.uint16)
+
+
+def check_numeric_kind(op, dtype, kinds):
+    if dtype.kind not in kinds:
+        raise UnsupportedDType(f"{op}: not defined for dtype {dtype.name}", op=op, dtype=dtype)
+
+
+__all__ = ["ArrayBackend", "bf16_to_f32", "f32_to_bf16", "fmt_shape"]

@@ -1,0 +1,139 @@
+"""Devices are explicit: an op on tensors of two devices raises DeviceMismatch."""
+from .errors import DeviceError
+
+
+class Device:
+    """A place tensors live: a kind ('cpu', 'wgpu', 'webgpu', 'cuda'), an index and its backend."""
+
+    _cache = {}
+
+    def __init__(self, kind, index, backend):
+        self.kind = kind
+        self.index = index
+        self.backend = backend
+
+    def __repr__(self):
+        return f"Device({self})"
+
+    def __str__(self):
+        return self.kind if self.kind == "cpu" else f"{self.kind}:{self.index}"
+
+    def __eq__(self, other):
+        if isinstance(other, str):
+            other = Device.parse(other)
+        return isinstance(other, Device) and (self.kind, self.index) == (other.kind, other.index)
+
+    def __hash__(self):
+        return hash((self.kind, self.index))
+
+    # --- constructors ------------------------------------------------------------------------
+    @classmethod
+    def _get(cls, kind, index, make):
+        key = (kind, index)
+        dev = cls._cache.get(key)
+        if dev is None:
+            dev = cls(kind, index, make())
+            cls._cache[key] = dev
+        return dev
+
+    @classmethod
+    def cpu(cls):
+        def make():
+            try:
+                import numpy
+            except ImportError as exc:
+                raise DeviceError(
+                    "Device.cpu() needs numpy, which cannot be imported here "
+                    f"({exc}); install it with `pip install numpy`, or use Device.webgpu() "
+                    "in a browser", device="cpu") from None
+            from .backends.array import ArrayBackend
+            return ArrayBackend(numpy, "cpu")
+        return cls._get("cpu", 0, make)
+
+    @classmethod
+    def cuda(cls, index=0):
+        def make():
+            try:
+                import cupy
+            except ImportError as exc:
+                raise DeviceError(
+                    f"Device.cuda({index}) needs cupy ({exc}); install ember[cuda] on a "
+                    "machine with an NVIDIA GPU and CUDA", device="cuda") from None
+            try:
+                count = cupy.cuda.runtime.getDeviceCount()
+            except Exception as exc:  # cupy raises its own runtime errors
+                raise DeviceError(f"Device.cuda({index}): no CUDA device ({exc})",
+                                  device="cuda") from None
+            if not 0 <= index < count:
+                raise DeviceError(f"Device.cuda({index}): only {count} CUDA device(s) here",
+                                  device="cuda")
+            cupy.cuda.Device(index).use()
+            from .backends.array import ArrayBackend
+            return ArrayBackend(cupy, f"cuda:{index}")
+        return cls._get("cuda", index, make)
+
+    @classmethod
+    def wgpu(cls, index=0):
+        """A native WebGPU device through wgpu-py (Vulkan, Metal, DX12, or lavapipe)."""
+        def make():
+            try:
+                from .backends.webgpu.native import open_native_backend
+            except ImportError as exc:
+                raise DeviceError(
+                    f"Device.wgpu({index}) needs the wgpu package ({exc}); "
+                    "`pip install wgpu`", device="wgpu") from None
+            return open_native_backend(index)
+        return cls._get("wgpu", index, make)
+
+    @classmethod
+    def webgpu(cls):
+        """The browser's WebGPU device, inside Pyodide."""
+        def make():
+            try:
+                from .backends.webgpu.browser import open_browser_backend
+            except ImportError as exc:
+                raise DeviceError(
+                    f"Device.webgpu() runs inside a browser under Pyodide ({exc}); "
+                    "natively use Device.wgpu()", device="webgpu") from None
+            return open_browser_backend()
+        return cls._get("webgpu", 0, make)
+
+    @classmethod
+    def best(cls):
+        """The fastest device that opens here: cuda, then WebGPU, then the CPU."""
+        import sys
+        order = [cls.webgpu] if sys.platform == "emscripten" else [cls.cuda, cls.wgpu]
+        for make in order:
+            try:
+                return make()
+            except DeviceError:
+                continue
+        return cls.cpu()
+
+    @classmethod
+    def parse(cls, spec):
+        """'cpu', 'cuda', 'cuda:1', 'wgpu', 'wgpu:0', 'webgpu', 'best', or a Device."""
+        if isinstance(spec, Device):
+            return spec
+        if spec is None:
+            return cls.cpu()
+        text = str(spec).strip().lower()
+        kind, _, idx = text.partition(":")
+        index = int(idx) if idx else 0
+        if kind == "cpu":
+            return cls.cpu()
+        if kind == "cuda":
+            return cls.cuda(index)
+        if kind in ("wgpu", "gpu"):
+            return cls.wgpu(index)
+        if kind == "webgpu":
+            return cls.webgpu()
+        if kind == "best":
+            return cls.best()
+        raise DeviceError(
+            f"device: unknown device {spec!r} (expected cpu, cuda[:N], wgpu[:N], webgpu, best)",
+            device=spec)
+
+
+def as_device(device):
+    return Device.parse(device)

@@ -1,0 +1,280 @@
+"""Composite ops written once from primitives: padding, convolutions, pooling, resizing.
+
+Convolutions are im2col + matmul: the windows are a strided *view* of the padded input
+(Layout with the kernel offsets as extra dims), made contiguous once, then one GEMM per
+group (batched over images), so every backend gets them from copy_strided and matmul.
+"""
+import math
+
+from . import dtype as dt
+from .errors import ShapeMismatch, UnsupportedDType, fmt_shape
+from .layout import Layout
+from .shape import normalize_dim
+from .tensor import Tensor, full, tensor
+
+
+def _pair(value, op, name):
+    if isinstance(value, int):
+        return (value, value)
+    value = tuple(value)
+    if len(value) != 2:
+        raise ValueError(f"{op}: {name} must be an int or a pair, got {value}")
+    return value
+
+
+def _check_rank(op, x, rank):
+    if x.ndim != rank:
+        raise ShapeMismatch(f"{op}: expects a {rank}-d input, got {fmt_shape(x.shape)}",
+                            op=op, shape=x.shape)
+
+
+def pad(x, pad, mode="constant", value=0.0):
+    """PyTorch's F.pad: `pad` lists (before, after) pairs from the last dim backwards.
+    Negative amounts crop. Modes: constant, replicate."""
+    pad = list(pad)
+    if len(pad) % 2 or len(pad) // 2 > x.ndim:
+        raise ShapeMismatch(
+            f"pad: {len(pad)} padding values do not fit a tensor of shape {fmt_shape(x.shape)}",
+            op="pad", shape=x.shape)
+    amounts = {}
+    for i in range(len(pad) // 2):
+        amounts[x.ndim - 1 - i] = (int(pad[2 * i]), int(pad[2 * i + 1]))
+    # Crop first, so only non-negative amounts remain.
+    for d, (before, after) in amounts.items():
+        if before < 0 or after < 0:
+            start = max(0, -before)
+            length = x.shape[d] - start - max(0, -after)
+            if length < 0:
+                raise ShapeMismatch(f"pad: cropping more than dim {d} of {fmt_shape(x.shape)}",
+                                    op="pad", shape=x.shape)
+            x = x.narrow(d, start, length)
+            amounts[d] = (max(0, before), max(0, after))
+    if all(b == 0 and a == 0 for b, a in amounts.values()):
+        return x
+    if mode == "constant":
+        shape = list(x.shape)
+        for d, (before, after) in amounts.items():
+            shape[d] += before + after
+        storage = x.backend.full(shape, x._scalar("pad", value), x.dtype)
+        region = Layout(shape)
+        for d, (before, _) in amounts.items():
+            region = region.narrow(d, before, x.shape[d])
+        if x.numel():
+            x.backend.copy_into(storage, region, x.storage, x.layout, x.dtype)
+        return x._new(storage, tuple(shape))
+    if mode == "replicate":
+        for d, (before, after) in amounts.items():
+            n = x.shape[d]
+            if n == 0:
+                raise ShapeMismatch(f"pad: replicate needs a non-empty dim {d}", op="pad")
+            ids = [min(max(i - before, 0), n - 1) for i in range(n + before + after)]
+            x = x.index_select(d, tensor(ids, dtype=dt.i64, device=x.device))
+        return x
+    raise ValueError(f"pad: unknown mode {mode!r} (constant, replicate)")
+
+
+def _windows(x, kh, kw, stride, dilation, op):
+    """A (N, C, OH, OW, KH, KW) view of the sliding windows over x (N, C, H, W)."""
+    n, c, h, w = x.shape
+    sh, sw = stride
+    dh, dw = dilation
+    oh = (h - dh * (kh - 1) - 1) // sh + 1
+    ow = (w - dw * (kw - 1) - 1) // sw + 1
+    if oh <= 0 or ow <= 0:
+        raise ShapeMismatch(
+            f"{op}: kernel {kh}x{kw} (dilation {dh}x{dw}) larger than the padded input "
+            f"{fmt_shape(x.shape)}", op=op, shape=x.shape)
+    s = x.layout.strides
+    layout = Layout((n, c, oh, ow, kh, kw),
+                    (s[0], s[1], s[2] * sh, s[3] * sw, s[2] * dh, s[3] * dw), x.layout.offset)
+    return x._view(layout)
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    op = "conv2d"
+    _check_rank(op, x, 4)
+    _check_rank(op, weight, 4)
+    x._check_same(op, weight)
+    n, c, _, _ = x.shape
+    o, cg, kh, kw = weight.shape
+    if groups < 1 or c != cg * groups or o % groups:
+        raise ShapeMismatch(
+            f"{op}: input {fmt_shape(x.shape)} and weight {fmt_shape(weight.shape)} do not agree "
+            f"with groups={groups} (need in_channels {c} = {cg} x groups, out_channels {o} "
+            f"divisible by groups)", op=op, shapes=(x.shape, weight.shape))
+    ph, pw = _pair(padding, op, "padding")
+    if ph or pw:
+        x = pad(x, (pw, pw, ph, ph))
+    win = _windows(x, kh, kw, _pair(stride, op, "stride"), _pair(dilation, op, "dilation"), op)
+    oh, ow = win.shape[2], win.shape[3]
+    # cols: (N, G, Cg*KH*KW, OH*OW), so weight @ cols lands directly in NCHW order.
+    cols = win.reshape(n, groups, cg, oh, ow, kh, kw).permute(0, 1, 2, 5, 6, 3, 4)
+    cols = cols.contiguous().reshape(n, groups, cg * kh * kw, oh * ow)
+    wmat = weight.reshape(groups, o // groups, cg * kh * kw)
+    out = wmat.matmul(cols).reshape(n, o, oh, ow)
+    if bias is not None:
+        out = out + bias.reshape(1, o, 1, 1)
+    return out
+
+
+def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    _check_rank("conv1d", x, 3)
+    _check_rank("conv1d", weight, 3)
+    out = conv2d(x.unsqueeze(2), weight.unsqueeze(2), bias, (1, stride), (0, padding),
+                 (1, dilation), groups)
+    return out.squeeze(2)
+
+
+def _flip(x, dims):
+    for d in dims:
+        n = x.shape[d]
+        x = x.index_select(d, tensor(list(range(n - 1, -1, -1)), dtype=dt.i64, device=x.device))
+    return x
+
+
+def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1):
+    """The adjoint of conv2d: dilate the input by `stride`, pad, and convolve with the
+    flipped, channel-swapped kernel."""
+    op = "conv_transpose2d"
+    _check_rank(op, x, 4)
+    _check_rank(op, weight, 4)
+    x._check_same(op, weight)
+    n, c, h, w = x.shape
+    cin, cog, kh, kw = weight.shape
+    if c != cin or c % groups:
+        raise ShapeMismatch(
+            f"{op}: input {fmt_shape(x.shape)} and weight {fmt_shape(weight.shape)} do not agree "
+            f"(weight dim 0 must equal in_channels {c}, divisible by groups={groups})",
+            op=op, shapes=(x.shape, weight.shape))
+    sh, sw = _pair(stride, op, "stride")
+    ph, pw = _pair(padding, op, "padding")
+    oph, opw = _pair(output_padding, op, "output_padding")
+    dh, dw = _pair(dilation, op, "dilation")
+    if sh > 1 or sw > 1:
+        hd, wd = (h - 1) * sh + 1, (w - 1) * sw + 1
+        storage = x.backend.full((n, c, hd, wd), 0, x.dtype)
+        dst = Layout((n, c, hd, wd)).slice(2, 0, hd, sh).slice(3, 0, wd, sw)
+        x.backend.copy_into(storage, dst, x.storage, x.layout, x.dtype)
+        x = x._new(storage, (n, c, hd, wd))
+    eh, ew = dh * (kh - 1) - ph, dw * (kw - 1) - pw
+    x = pad(x, (ew, ew + opw, eh, eh + oph))
+    w2 = weight.reshape(groups, cin // groups, cog, kh, kw).transpose(1, 2)
+    w2 = _flip(w2.reshape(groups * cog, cin // groups, kh, kw), (2, 3))
+    return conv2d(x, w2, bias, 1, 0, (dh, dw), groups)
+
+
+def conv_transpose1d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1):
+    _check_rank("conv_transpose1d", x, 3)
+    _check_rank("conv_transpose1d", weight, 3)
+    out = conv_transpose2d(x.unsqueeze(2), weight.unsqueeze(2), bias, (1, stride), (0, padding),
+                           (0, output_padding), groups, (1, dilation))
+    return out.squeeze(2)
+
+
+def _pool_windows(x, kernel_size, stride, padding, dilation, fill, op):
+    _check_rank(op, x, 4)
+    kh, kw = _pair(kernel_size, op, "kernel_size")
+    stride = _pair(stride if stride is not None else (kh, kw), op, "stride")
+    ph, pw = _pair(padding, op, "padding")
+    if ph > kh // 2 or pw > kw // 2:
+        raise ShapeMismatch(f"{op}: padding {ph}x{pw} must be at most half the kernel {kh}x{kw}",
+                            op=op)
+    if ph or pw:
+        x = pad(x, (pw, pw, ph, ph), value=fill)
+    return _windows(x, kh, kw, stride, _pair(dilation, op, "dilation"), op)
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1):
+    fill = -math.inf if x.dtype.is_float else _min_int(x.dtype)
+    return _pool_windows(x, kernel_size, stride, padding, dilation, fill, "max_pool2d").max((-2, -1))
+
+
+def avg_pool2d(x, kernel_size, stride=None, padding=0, count_include_pad=True):
+    if not x.dtype.is_float:
+        raise UnsupportedDType(f"avg_pool2d: needs a float input, got {x.dtype.name}",
+                               op="avg_pool2d", dtype=x.dtype)
+    total = _pool_windows(x, kernel_size, stride, padding, 1, 0.0, "avg_pool2d").sum((-2, -1))
+    kh, kw = _pair(kernel_size, "avg_pool2d", "kernel_size")
+    if count_include_pad or not padding:
+        return total * (1.0 / (kh * kw))
+    ones = full((1, 1) + x.shape[2:], 1.0, x.dtype, x.device)
+    counts = _pool_windows(ones, kernel_size, stride, padding, 1, 0.0, "avg_pool2d").sum((-2, -1))
+    return total / counts
+
+
+def _out_size(x, size, scale_factor, op):
+    h, w = x.shape[2], x.shape[3]
+    if size is not None:
+        oh, ow = _pair(size, op, "size")
+        return (oh, ow), (h / oh, w / ow)
+    if scale_factor is None:
+        raise ValueError(f"{op}: give size or scale_factor")
+    fh, fw = _pair(scale_factor, op, "scale_factor") if not isinstance(scale_factor, float) \
+        else (scale_factor, scale_factor)
+    return (int(math.floor(h * fh)), int(math.floor(w * fw))), (1.0 / fh, 1.0 / fw)
+
+
+def upsample_nearest2d(x, size=None, scale_factor=None):
+    _check_rank("upsample_nearest2d", x, 4)
+    (oh, ow), (rh, rw) = _out_size(x, size, scale_factor, "upsample_nearest2d")
+    for d, (out, ratio) in ((2, (oh, rh)), (3, (ow, rw))):
+        n = x.shape[d]
+        ids = [min(int(math.floor(i * ratio)), n - 1) for i in range(out)]
+        x = x.index_select(d, tensor(ids, dtype=dt.i64, device=x.device))
+    return x
+
+
+def interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=False):
+    """Resize a 4-d NCHW tensor: mode 'nearest' or 'bilinear' (align_corners like PyTorch)."""
+    if mode == "nearest":
+        return upsample_nearest2d(x, size, scale_factor)
+    if mode != "bilinear":
+        raise ValueError(f"interpolate: unknown mode {mode!r} (nearest, bilinear)")
+    _check_rank("interpolate", x, 4)
+    if not x.dtype.is_float:
+        raise UnsupportedDType(f"interpolate: bilinear needs a float input, got {x.dtype.name}",
+                               op="interpolate", dtype=x.dtype)
+    (oh, ow), ratios = _out_size(x, size, scale_factor, "interpolate")
+    for d, out, ratio in ((2, oh, ratios[0]), (3, ow, ratios[1])):
+        n = x.shape[d]
+        lo, hi, frac = [], [], []
+        for i in range(out):
+            if align_corners:
+                src = i * (n - 1) / (out - 1) if out > 1 else 0.0
+            else:
+                src = max((i + 0.5) * ratio - 0.5, 0.0)
+            i0 = min(int(math.floor(src)), n - 1)
+            lo.append(i0)
+            hi.append(min(i0 + 1, n - 1))
+            frac.append(src - i0)
+        shape = [1, 1, 1, 1]
+        shape[d] = out
+        wt = tensor(frac, dtype=x.dtype, device=x.device).reshape(shape)
+        a = x.index_select(d, tensor(lo, dtype=dt.i64, device=x.device))
+        b = x.index_select(d, tensor(hi, dtype=dt.i64, device=x.device))
+        x = a * (1.0 - wt) + b * wt
+    return x
+
+
+def embedding(ids, weight):
+    """Rows of `weight` for each id: the shape of ids plus the embedding dim."""
+    if weight.ndim != 2:
+        raise ShapeMismatch(f"embedding: weight must be 2-d, got {fmt_shape(weight.shape)}",
+                            op="embedding", shape=weight.shape)
+    return weight.index_select(0, ids)
+
+
+def linear(x, weight, bias=None):
+    out = x.matmul(weight.t())
+    return out + bias if bias is not None else out
+
+
+def _min_int(dtype):
+    return {"u8": 0, "u32": 0, "i32": -(2 ** 31), "i64": -(2 ** 63)}[dtype.name]
+
+
+__all__ = ["pad", "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "max_pool2d",
+           "avg_pool2d", "upsample_nearest2d", "interpolate", "embedding", "linear",
+           "normalize_dim", "Tensor"]

@@ -1,0 +1,138 @@
+"""Ops as data: one row per elementwise op, with its array form and its WGSL expression.
+
+A new elementwise op is one row here; the CPU backend evaluates `array` with the array
+module `xp` (numpy or cupy), and the WebGPU backend pastes `wgsl` into a kernel template.
+Array forms keep f32 as f32: they use Python floats (which never promote) and `x*x*x`
+rather than `x**3` (whose denormal path is slow in numpy).
+WGSL forms use `x` (and `p0`, `p1` for scalar parameters) or `a`, `b`; helper functions
+such as `erf_f` live in shaders/prelude.wgsl.
+"""
+import math
+
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+INV_SQRT_2 = 1.0 / math.sqrt(2.0)
+TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+class UnaryOp:
+    __slots__ = ("name", "array", "wgsl", "kinds", "nparams")
+
+    def __init__(self, name, array, wgsl, kinds="f", nparams=0):
+        self.name = name
+        self.array = array      # array(xp, x, *params) -> same dtype as x
+        self.wgsl = wgsl        # expression in x, p0, p1
+        self.kinds = kinds      # dtype kinds accepted: "f", "fi" (signed), "fiu" (any)
+        self.nparams = nparams
+
+
+class BinaryOp:
+    __slots__ = ("name", "array", "wgsl", "kinds")
+
+    def __init__(self, name, array, wgsl, kinds="fiu"):
+        self.name = name
+        self.array = array      # array(xp, a, b)
+        self.wgsl = wgsl        # expression in a, b
+        self.kinds = kinds
+
+
+def _erfc_tail(xp, ax):
+    # Chebyshev-fitted erfc for |x| (fractional error < 1.2e-7), from the classic
+    # Numerical Recipes form; every constant is a Python float so f32 stays f32.
+    t = 1.0 / (1.0 + 0.5 * ax)
+    poly = -1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (
+        -0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (
+            -0.82215223 + t * 0.17087277))))))))
+    return t * xp.exp(poly - ax * ax)
+
+
+def erf_array(xp, x):
+    """Vectorized erf, accurate to f32: Taylor series near 0 (relative accuracy), erfc beyond."""
+    ax = xp.abs(x)
+    far = xp.sign(x) * (1.0 - _erfc_tail(xp, xp.minimum(ax, 10.0)))
+    x2 = x * x
+    near = TWO_OVER_SQRT_PI * x * (1.0 + x2 * (-1.0 / 3 + x2 * (0.1 + x2 * (
+        -1.0 / 42 + x2 * (1.0 / 216 + x2 * (-1.0 / 1320))))))
+    return xp.where(ax < 0.5, near, far)
+
+
+def gelu_erf_array(xp, x):
+    # Inside GELU only the absolute error of erf matters, so the one-branch erfc form
+    # is enough and halves the work.
+    z = x * INV_SQRT_2
+    az = xp.minimum(xp.abs(z), 10.0)
+    e = xp.sign(z) * (1.0 - _erfc_tail(xp, az))
+    return (0.5 * x) * (1.0 + e)
+
+
+def gelu_tanh_array(xp, x):
+    inner = SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))
+    return (0.5 * x) * (1.0 + xp.tanh(inner))
+
+
+def _sigmoid(xp, x):
+    # tanh form: no overflow warning for large |x|, one transcendental.
+    return 0.5 * xp.tanh(0.5 * x) + 0.5
+
+
+def _round_half_even(xp, x):
+    return xp.round(x)
+
+
+UNARY = {op.name: op for op in [
+    UnaryOp("neg", lambda xp, x: -x, "-x", "fi"),
+    UnaryOp("abs", lambda xp, x: xp.abs(x), "abs(x)", "fiu"),
+    UnaryOp("exp", lambda xp, x: xp.exp(x), "exp(x)"),
+    UnaryOp("log", lambda xp, x: xp.log(x), "log(x)"),
+    UnaryOp("sqrt", lambda xp, x: xp.sqrt(x), "sqrt(x)"),
+    UnaryOp("rsqrt", lambda xp, x: 1.0 / xp.sqrt(x), "inverseSqrt(x)"),
+    UnaryOp("sin", lambda xp, x: xp.sin(x), "sin(x)"),
+    UnaryOp("cos", lambda xp, x: xp.cos(x), "cos(x)"),
+    UnaryOp("tanh", lambda xp, x: xp.tanh(x), "tanh(x)"),
+    UnaryOp("sigmoid", _sigmoid, "0.5 * tanh(0.5 * x) + 0.5"),
+    UnaryOp("relu", lambda xp, x: xp.maximum(x, 0), "max(x, T(0))", "fiu"),
+    UnaryOp("gelu", gelu_erf_array, "gelu_erf(x)"),
+    UnaryOp("gelu_tanh", gelu_tanh_array, "gelu_tanh(x)"),
+    UnaryOp("quick_gelu", lambda xp, x: x * _sigmoid(xp, 1.702 * x),
+            "x * (0.5 * tanh(0.851 * x) + 0.5)"),
+    UnaryOp("silu", lambda xp, x: x * _sigmoid(xp, x), "x * (0.5 * tanh(0.5 * x) + 0.5)"),
+    UnaryOp("sign", lambda xp, x: xp.sign(x), "sign(x)", "fi"),
+    UnaryOp("floor", lambda xp, x: xp.floor(x), "floor(x)"),
+    UnaryOp("ceil", lambda xp, x: xp.ceil(x), "ceil(x)"),
+    UnaryOp("round", _round_half_even, "round(x)"),
+    UnaryOp("square", lambda xp, x: x * x, "x * x", "fiu"),
+    UnaryOp("reciprocal", lambda xp, x: 1.0 / x, "T(1) / x"),
+    UnaryOp("erf", erf_array, "erf_f(x)"),
+    UnaryOp("clamp", lambda xp, x, lo, hi: xp.clip(x, lo, hi), "clamp(x, p0, p1)", "fiu", 2),
+    UnaryOp("pow_scalar", lambda xp, x, p: xp.power(x, p), "pow(x, p0)", "f", 1),
+    UnaryOp("affine", lambda xp, x, mul, add: x * mul + add, "x * p0 + p1", "fiu", 2),
+]}
+
+
+def _int_div(xp, a, b):
+    return xp.floor_divide(a, b)
+
+
+BINARY = {op.name: op for op in [
+    BinaryOp("add", lambda xp, a, b: a + b, "a + b"),
+    BinaryOp("sub", lambda xp, a, b: a - b, "a - b"),
+    BinaryOp("mul", lambda xp, a, b: a * b, "a * b"),
+    # Integer division floors, like Python's // (ember never promotes ints to floats).
+    BinaryOp("div", lambda xp, a, b: a / b, "a / b"),
+    BinaryOp("maximum", lambda xp, a, b: xp.maximum(a, b), "max(a, b)"),
+    BinaryOp("minimum", lambda xp, a, b: xp.minimum(a, b), "min(a, b)"),
+    BinaryOp("pow", lambda xp, a, b: xp.power(a, b), "pow(a, b)", "f"),
+]}
+INT_DIV = BinaryOp("div", _int_div, "a / b")
+
+COMPARE = {op.name: op for op in [
+    BinaryOp("eq", lambda xp, a, b: a == b, "a == b"),
+    BinaryOp("ne", lambda xp, a, b: a != b, "a != b"),
+    BinaryOp("lt", lambda xp, a, b: a < b, "a < b"),
+    BinaryOp("le", lambda xp, a, b: a <= b, "a <= b"),
+    BinaryOp("gt", lambda xp, a, b: a > b, "a > b"),
+    BinaryOp("ge", lambda xp, a, b: a >= b, "a >= b"),
+]}
+
+# Reductions over a set of dims; argmax/argmin take one dim and return i64.
+REDUCE = ("sum", "mean", "max", "min", "prod", "argmax", "argmin")
+KIND_NAMES = {"f": "float", "fi": "float or signed int", "fiu": "any"}

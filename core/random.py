@@ -1,0 +1,89 @@
+"""Seeded random tensors. Numbers are drawn on the host (numpy's PCG64, or Python's
+Mersenne Twister where numpy is absent) and uploaded, so a seed gives the same values
+on every device of one host."""
+from . import dtype as dt
+from .tensor import _device, _shape_args, tensor
+
+
+class Generator:
+    def __init__(self, seed=None):
+        self.manual_seed(seed)
+
+    def manual_seed(self, seed):
+        self.seed = seed
+        try:
+            import numpy
+            self._np = numpy.random.Generator(numpy.random.PCG64(seed))
+            self._py = None
+        except ImportError:
+            import random as pyrandom
+            self._np = None
+            self._py = pyrandom.Random(seed)
+        return self
+
+    def normal(self, shape, mean=0.0, std=1.0):
+        n = 1
+        for d in shape:
+            n *= d
+        if self._np is not None:
+            import numpy
+            return (self._np.standard_normal(n, dtype=numpy.float32) * numpy.float32(std)
+                    + numpy.float32(mean)).reshape(shape)
+        return [self._py.gauss(mean, std) for _ in range(n)]
+
+    def uniform(self, shape, low=0.0, high=1.0):
+        n = 1
+        for d in shape:
+            n *= d
+        if self._np is not None:
+            import numpy
+            u = self._np.random(n, dtype=numpy.float32)
+            return (u * numpy.float32(high - low) + numpy.float32(low)).reshape(shape)
+        return [self._py.uniform(low, high) for _ in range(n)]
+
+    def integers(self, shape, low, high):
+        n = 1
+        for d in shape:
+            n *= d
+        if self._np is not None:
+            return self._np.integers(low, high, size=n).reshape(shape)
+        return [self._py.randrange(low, high) for _ in range(n)]
+
+
+default_generator = Generator(0)
+
+
+def manual_seed(seed):
+    default_generator.manual_seed(seed)
+    return default_generator
+
+
+def _make(values, shape, dtype, device):
+    t = tensor(values, dtype=dt.f32 if dtype is None else dtype, device=_device(device))
+    return t.reshape(shape)
+
+
+def randn(*shape, generator=None, dtype=dt.f32, device=None):
+    shape = _shape_args(shape)
+    g = generator or default_generator
+    return _make(g.normal(shape), shape, dt.as_dtype(dtype), device)
+
+
+def rand(*shape, generator=None, dtype=dt.f32, device=None):
+    shape = _shape_args(shape)
+    g = generator or default_generator
+    return _make(g.uniform(shape), shape, dt.as_dtype(dtype), device)
+
+
+def randint(low, high, shape, generator=None, dtype=dt.i64, device=None):
+    shape = tuple(shape)
+    g = generator or default_generator
+    return _make(g.integers(shape, low, high), shape, dt.as_dtype(dtype), device)
+
+
+def randn_like(t, generator=None):
+    return randn(*t.shape, generator=generator, dtype=t.dtype, device=t.device)
+
+
+def rand_like(t, generator=None):
+    return rand(*t.shape, generator=generator, dtype=t.dtype, device=t.device)

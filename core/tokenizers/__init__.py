@@ -1,0 +1,1 @@
+"""Pure-Python tokenizer.json reader."""

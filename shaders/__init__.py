@@ -1,0 +1,1 @@
+"""WGSL kernel sources, read with importlib.resources by the WebGPU backend."""

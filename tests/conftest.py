@@ -1,0 +1,48 @@
+"""The one `device` fixture: every op test body runs on every device available here.
+
+Devices: cpu always; wgpu when wgpu-py finds an adapter (lavapipe in CI); cuda when cupy
+finds a GPU. Under CI=true the wgpu device is required: a missing adapter fails the run.
+"""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from helpers import ON_CI  # noqa: E402
+
+import ember  # noqa: E402
+
+_opened = {}
+
+
+def _try_open(kind):
+    if kind not in _opened:
+        try:
+            _opened[kind] = (ember.Device.parse(kind), None)
+        except ember.DeviceError as exc:
+            _opened[kind] = (None, str(exc))
+    return _opened[kind]
+
+
+def _device_kinds():
+    kinds = ["cpu", "wgpu"]
+    if os.environ.get("EMBER_TEST_CUDA"):
+        kinds.append("cuda")
+    return kinds
+
+
+@pytest.fixture(scope="session", params=_device_kinds())
+def device(request):
+    dev, why = _try_open(request.param)
+    if dev is None:
+        if ON_CI and request.param != "cuda":
+            pytest.fail(f"device {request.param} is required under CI=true but did not open: {why}")
+        pytest.skip(f"device {request.param} is not available here: {why}")
+    return dev
+
+
+@pytest.fixture(scope="session")
+def cpu():
+    return ember.Device.cpu()
