@@ -562,6 +562,26 @@ class Tensor:
     def masked_fill(self, mask, value):
         return where(mask, self._scalar_tensor("masked_fill", value), self)
 
+    def copy_(self, src):
+        """Write `src` (broadcast to this shape) into this tensor's elements, in place.
+
+        `self` may be a view (a narrow of a preallocated KV cache, say): only the
+        elements it reads change, so a cache grows without re-allocation.
+        """
+        if not isinstance(src, Tensor):
+            raise TypeError(f"copy_: src must be a Tensor, got {type(src).__name__}")
+        self._check_same("copy_", src)
+        try:
+            src_layout = src.layout.broadcast_to(self.shape, "copy_")
+        except ShapeMismatch:
+            raise ShapeMismatch(
+                f"copy_: src {_describe(src)} cannot be broadcast to the destination "
+                f"{_describe(self)}", op="copy_", shapes=(src.shape, self.shape)) from None
+        if self.numel():
+            self.backend.copy_into(self.storage, self.layout, src.storage, src_layout,
+                                   self.dtype)
+        return self
+
     # --- reductions -------------------------------------------------------------------------
     def _reduce(self, op, dim, keepdim):
         dims = normalize_dims(dim, self.ndim, op, self.shape)
