@@ -357,9 +357,9 @@ class Tensor:
     # --- elementwise ------------------------------------------------------------------------
     def _unary(self, op, *params):
         row = UNARY[op]
-        self._require_kind(op, row.kinds)
         if self.dtype.is_int and op in _INT_IDENTITY:
-            return self
+            return self  # rounding an integer changes nothing (as in PyTorch)
+        self._require_kind(op, row.kinds)
         params = tuple(self._scalar(op, p) for p in params)
         return self._new(self.backend.unary(op, self.storage, self.layout, self.dtype, params),
                          self.shape)
