@@ -17,6 +17,7 @@ from .tensor import (Tensor, arange, cat, default_device, eye, from_numpy, full,
                      zeros, zeros_like)
 from .random import Generator, manual_seed, rand, rand_like, randint, randn, randn_like
 from . import functional
+from . import io  # safetensors needs no numpy at import time
 from .functional import (avg_pool2d, conv1d, conv2d, conv_transpose1d, conv_transpose2d,
                          embedding, interpolate, linear, max_pool2d, pad, upsample_nearest2d)
 
