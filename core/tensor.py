@@ -585,6 +585,9 @@ class Tensor:
     # --- reductions -------------------------------------------------------------------------
     def _reduce(self, op, dim, keepdim):
         dims = normalize_dims(dim, self.ndim, op, self.shape)
+        if self.ndim == 0 and dims:
+            # dim 0 / -1 of a 0-d tensor is allowed (as in PyTorch): reduce one element.
+            return self.unsqueeze(0)._reduce(op, 0, False)
         if op in ("max", "min", "argmax", "argmin"):
             for d in dims:
                 if self.shape[d] == 0:
@@ -634,6 +637,8 @@ class Tensor:
         if unbiased is not None:
             correction = 1 if unbiased else 0
         dims = normalize_dims(dim, self.ndim, "var", self.shape)
+        if self.ndim == 0 and dims:
+            return self.unsqueeze(0).var(0, False, correction)
         n = numel([self.shape[d] for d in dims])
         centered = self - self.mean(dims, keepdim=True)
         total = centered.square().sum(dims, keepdim=keepdim)
@@ -661,6 +666,8 @@ class Tensor:
         if self.ndim == 0:
             return self.unsqueeze(0)._softmax(0, log).reshape(())
         dim = normalize_dim(dim, self.ndim, op, self.shape)
+        if self.numel() == 0:
+            return self.contiguous()  # nothing to normalize (a max over it would fail)
         if self.backend.has_fused("softmax"):
             return self._new(self.backend.softmax(self.storage, self.layout, dim, self.dtype, log=log),
                              self.shape)

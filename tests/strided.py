@@ -133,9 +133,12 @@ class F32Guard(np.ndarray):
         for i in inputs:
             if isinstance(i, (np.ndarray, np.generic)) and i.dtype == np.float64:
                 raise AssertionError(f"{ufunc.__name__} got a float64 operand")
-        plain = [i.view(np.ndarray) if isinstance(i, F32Guard) else i for i in inputs]
+        def plain(a):
+            return a.view(np.ndarray) if isinstance(a, F32Guard) else a
+        if "out" in kwargs:
+            kwargs["out"] = tuple(plain(o) for o in kwargs["out"])
         with np.errstate(all="ignore"):
-            out = getattr(ufunc, method)(*plain, **kwargs)
+            out = getattr(ufunc, method)(*[plain(i) for i in inputs], **kwargs)
         if isinstance(out, np.ndarray):
             assert out.dtype != np.float64, f"{ufunc.__name__} produced float64"
             return out.view(F32Guard)
