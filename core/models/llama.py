@@ -1,0 +1,302 @@
+"""Llama-family causal language models: Llama 2/3, Mistral, Qwen2, Gemma, Phi-3.
+
+One implementation; `LlamaConfig` switches carry the differences (see llama_config.py).
+Weights come through a VarBuilder with Hugging Face names, from safetensors or from a
+GGUF file (gguf_llama.py maps its names and may hand out quantized weights, which
+become `QuantLinear` layers).
+
+    model = LlamaForCausalLM.from_pretrained("path/to/model", device=ember.Device.cpu())
+    cache = model.new_cache(batch=1, max_len=256)
+    logits = model(ids, cache=cache, last_only=True)      # [batch, 1, vocab]
+"""
+import numpy as np
+
+from .. import dtype as dt
+from ..device import as_device
+from ..errors import EmberError, ShapeMismatch, fmt_shape
+from ..io.quant import QTensor
+from ..nn import Embedding, Linear, Module, ModuleList, RmsNorm, VarBuilder, get_activation
+from ..tensor import Tensor, from_numpy, tensor
+from .kv_cache import KVCache
+from .llama_config import LlamaConfig
+from .quant_layers import QuantEmbedding, QuantLinear
+from .rope import RotaryEmbedding
+
+# What transformers adds for a masked position: the most negative f32, so a row that is
+# masked everywhere (a padding query) softmaxes to uniform instead of NaN.
+MASKED = float(np.finfo(np.float32).min)
+
+
+def linear(vb, in_features, out_features, bias):
+    """A Linear, or a QuantLinear when the source hands out a quantized weight."""
+    w = vb.get((out_features, in_features), "weight")
+    b = vb.get((out_features,), "bias") if bias else None
+    if isinstance(w, QTensor):
+        return QuantLinear(w, b)
+    layer = Linear(in_features, out_features, bias=bias)
+    layer.weight, layer.bias = w, b
+    return layer
+
+
+def rms_norm(vb, dim, eps, plus_one):
+    norm = RmsNorm(dim, eps)
+    w = vb.get((dim,), "weight")
+    norm.weight = w + 1.0 if plus_one else w   # Gemma scales by (1 + w), in f32 like HF
+    return norm
+
+
+class Attention(Module):
+    def __init__(self, cfg, vb, layer_idx):
+        super().__init__()
+        self.n_heads = cfg.num_attention_heads
+        self.n_kv = cfg.num_key_value_heads
+        self.head_dim = cfg.head_dim
+        self.window = cfg.window_for_layer(layer_idx)
+        self.layer_idx = layer_idx
+        h, hd = cfg.hidden_size, cfg.head_dim
+        qkv_bias = cfg.attention_bias or cfg.qkv_bias
+        if cfg.fused_qkv:
+            self.qkv_proj = linear(vb.pp("qkv_proj"), h, (self.n_heads + 2 * self.n_kv) * hd, qkv_bias)
+        else:
+            self.q_proj = linear(vb.pp("q_proj"), h, self.n_heads * hd, qkv_bias)
+            self.k_proj = linear(vb.pp("k_proj"), h, self.n_kv * hd, qkv_bias)
+            self.v_proj = linear(vb.pp("v_proj"), h, self.n_kv * hd, qkv_bias)
+        self.o_proj = linear(vb.pp("o_proj"), self.n_heads * hd, h, cfg.attention_bias)
+        self.scale = float(hd) ** -0.5
+
+    def project(self, x):
+        if hasattr(self, "qkv_proj"):
+            qkv = self.qkv_proj(x)
+            nq, nk = self.n_heads * self.head_dim, self.n_kv * self.head_dim
+            return qkv.narrow(-1, 0, nq), qkv.narrow(-1, nq, nk), qkv.narrow(-1, nq + nk, nk)
+        return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+
+    def forward(self, x, rope, cos, sin, cache, masks):
+        b, t, _ = x.shape
+        hd, nh, nkv = self.head_dim, self.n_heads, self.n_kv
+        q, k, v = self.project(x)
+        q = rope.rotate(q.reshape(b, t, nh, hd).transpose(1, 2), cos, sin)
+        k = rope.rotate(k.reshape(b, t, nkv, hd).transpose(1, 2), cos, sin)
+        v = v.reshape(b, t, nkv, hd).transpose(1, 2)
+        if cache is not None:
+            k, v = cache.update(self.layer_idx, k, v)
+        length = k.shape[2]
+        g = nh // nkv
+        # Grouped-query attention without repeating k/v: the g query heads that share a
+        # kv head become g*t rows of one matmul against it.
+        scores = q.reshape(b, nkv, g * t, hd).matmul(k.transpose(-1, -2)) * self.scale
+        mask = masks.get(self.window)
+        if mask is not None:
+            scores = (scores.reshape(b, nkv, g, t, length) + mask).reshape(b, nkv, g * t, length)
+        out = scores.softmax(-1).matmul(v)                       # [b, nkv, g*t, hd]
+        out = out.reshape(b, nh, t, hd).transpose(1, 2).reshape(b, t, nh * hd)
+        return self.o_proj(out)
+
+
+class MLP(Module):
+    def __init__(self, cfg, vb):
+        super().__init__()
+        h, i = cfg.hidden_size, cfg.intermediate_size
+        self.inter = i
+        if cfg.fused_gate_up:
+            self.gate_up_proj = linear(vb.pp("gate_up_proj"), h, 2 * i, cfg.mlp_bias)
+        else:
+            self.gate_proj = linear(vb.pp("gate_proj"), h, i, cfg.mlp_bias)
+            self.up_proj = linear(vb.pp("up_proj"), h, i, cfg.mlp_bias)
+        self.down_proj = linear(vb.pp("down_proj"), i, h, cfg.mlp_bias)
+        self._act = get_activation(cfg.hidden_act)
+
+    def forward(self, x):
+        if hasattr(self, "gate_up_proj"):
+            gu = self.gate_up_proj(x)
+            gate, up = gu.narrow(-1, 0, self.inter), gu.narrow(-1, self.inter, self.inter)
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down_proj(self._act(gate) * up)
+
+
+class DecoderLayer(Module):
+    def __init__(self, cfg, vb, layer_idx):
+        super().__init__()
+        eps, plus = cfg.rms_norm_eps, cfg.norm_plus_one
+        self.input_layernorm = rms_norm(vb.pp("input_layernorm"), cfg.hidden_size, eps, plus)
+        self.self_attn = Attention(cfg, vb.pp("self_attn"), layer_idx)
+        self.post_attention_layernorm = rms_norm(vb.pp("post_attention_layernorm"),
+                                                 cfg.hidden_size, eps, plus)
+        self.mlp = MLP(cfg, vb.pp("mlp"))
+
+    def forward(self, x, rope, cos, sin, cache, masks):
+        x = x + self.self_attn(self.input_layernorm(x), rope, cos, sin, cache, masks)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaForCausalLM(Module):
+    def __init__(self, cfg, vb, device=None):
+        super().__init__()
+        self.config = cfg
+        self.device = as_device(device if device is not None else (vb.device or "cpu"))
+        m = vb.pp("model")
+        emb = m.pp("embed_tokens").get((cfg.vocab_size, cfg.hidden_size), "weight")
+        if isinstance(emb, QTensor):
+            self.embed_tokens = QuantEmbedding(emb, self.device)
+        else:
+            self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size)
+            self.embed_tokens.weight = emb
+        self.layers = ModuleList(*[DecoderLayer(cfg, m.pp(f"layers.{i}"), i)
+                                   for i in range(cfg.num_hidden_layers)])
+        self.norm = rms_norm(m.pp("norm"), cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_plus_one)
+        if cfg.tie_word_embeddings or not vb.contains("lm_head.weight"):
+            if isinstance(emb, QTensor):
+                self.lm_head = QuantLinear(emb, None)
+            else:
+                self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+                self.lm_head.weight = emb
+        else:
+            self.lm_head = linear(vb.pp("lm_head"), cfg.hidden_size, cfg.vocab_size, False)
+        self._rope = None
+
+    # --- construction ---------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(cls, path, device=None, dtype=dt.f32):
+        """A model directory holding config.json and safetensors weights."""
+        device = as_device(device) if device is not None else as_device("cpu")
+        cfg = LlamaConfig.from_file(path)
+        vb = VarBuilder.from_dir(path, dtype=dtype, device=device)
+        return cls(cfg, vb, device)
+
+    @property
+    def dtype(self):
+        w = self.norm.weight
+        return w.dtype
+
+    def new_cache(self, batch=1, max_len=None):
+        """A KV cache for `batch` sequences of at most `max_len` positions."""
+        cfg = self.config
+        max_len = int(max_len or cfg.max_position_embeddings)
+        return KVCache(cfg.num_hidden_layers, batch, cfg.num_key_value_heads, max_len,
+                       cfg.head_dim, self.dtype, self.device)
+
+    def rope(self, max_len):
+        """Rotary tables covering max_len positions (rebuilt only when a longer one is asked)."""
+        if self._rope is None or self._rope.max_len < max_len:
+            cfg = self.config
+            object.__setattr__(self, "_rope", RotaryEmbedding(
+                cfg.head_dim, max_len, cfg.rope_theta, cfg.rope_scaling, cfg.rotary_dim,
+                cfg.rope_interleaved, self.device, self.dtype))
+        return self._rope
+
+    # --- forward --------------------------------------------------------------------------
+    def forward(self, input_ids, cache=None, attention_mask=None, last_only=False):
+        """Logits for `input_ids` [batch, t] appended after what `cache` holds.
+
+        attention_mask (host 0/1, [batch, cache length + t]) marks real tokens; left
+        padding is 0. Positions count real tokens only, as transformers does. With
+        `last_only` only the last position's logits are computed: [batch, 1, vocab].
+        """
+        ids = self._ids(input_ids)
+        b, t = ids.shape
+        past = cache.length if cache is not None else 0
+        if cache is not None and cache.batch != b:
+            raise ShapeMismatch(f"forward: input batch {b} does not match the cache's batch "
+                                f"{cache.batch}", op="llama.forward", shapes=(ids.shape,))
+        total = past + t
+        key_mask = None
+        if attention_mask is not None:
+            key_mask = np.asarray(attention_mask, dtype=bool)
+            if key_mask.shape != (b, total):
+                raise ShapeMismatch(
+                    f"forward: attention_mask has shape {fmt_shape(key_mask.shape)}, expected "
+                    f"[{b}, {total}] (cache length {past} + {t} new tokens)",
+                    op="llama.forward", shapes=(key_mask.shape,))
+        rope = self.rope(cache.max_len if cache is not None else total)
+        positions = self._positions(key_mask, b, past, t)
+        cos, sin = rope.tables(positions, t)
+        masks = self._masks(b, t, past, key_mask)
+
+        x = self.embed_tokens(ids)
+        if self.config.embed_scale is not None:
+            x = x * float(np.float32(self.config.embed_scale))
+        for layer in self.layers:
+            x = layer(x, rope, cos, sin, cache, masks)
+        if cache is not None:
+            cache.advance(t)
+        if last_only and t > 1:
+            x = x.narrow(1, t - 1, 1)
+        return self.lm_head(self.norm(x))
+
+    def _ids(self, input_ids):
+        if isinstance(input_ids, Tensor):
+            ids = input_ids if input_ids.device == self.device else input_ids.to(self.device)
+            ids = ids if ids.dtype is dt.i64 else ids.to(dt.i64)
+        else:
+            ids = tensor(np.asarray(input_ids, dtype=np.int64), dtype=dt.i64, device=self.device)
+        if ids.ndim == 1:
+            ids = ids.reshape(1, -1)
+        if ids.ndim != 2 or ids.shape[1] == 0:
+            raise ShapeMismatch(f"forward: input_ids must be [batch, seq] with seq > 0, got "
+                                f"{fmt_shape(ids.shape)}", op="llama.forward", shapes=(ids.shape,))
+        return ids
+
+    def _positions(self, key_mask, b, past, t):
+        """An int start when every row uses past..past+t-1, else a [b, t] i64 tensor."""
+        if key_mask is None or key_mask.all():
+            return past
+        pos = np.cumsum(key_mask, axis=1, dtype=np.int64) - 1
+        pos = np.where(key_mask, pos, 1)[:, past:]       # padding slots: any valid row
+        return from_numpy(np.ascontiguousarray(pos)).to(self.device)
+
+    def _masks(self, b, t, past, key_mask):
+        """Additive masks [b, 1, 1, t, past+t] by sliding window (None: full attention);
+        a window whose mask would allow everything maps to None and costs nothing."""
+        total = past + t
+        windows = {layer.self_attn.window for layer in self.layers}
+        q = past + np.arange(t)[:, None]
+        k = np.arange(total)[None, :]
+        out = {}
+        for w in windows:
+            allowed = k <= q
+            if w is not None:
+                allowed = allowed & (k > q - w)
+            allowed = np.broadcast_to(allowed, (b, t, total))
+            if key_mask is not None:
+                allowed = allowed & key_mask[:, None, :]
+            if allowed.all():
+                out[w] = None
+                continue
+            add = np.where(allowed, np.float32(0), np.float32(MASKED)).astype(np.float32)
+            m = from_numpy(np.ascontiguousarray(add.reshape(b, 1, 1, t, total))).to(self.device)
+            out[w] = m if self.dtype is dt.f32 else m.to(self.dtype)
+        return out
+
+    def num_parameters(self):
+        n = 0
+        seen = set()
+        for _, m in self.named_modules():
+            for value in list(m._params.values()) + [getattr(m, "weight", None)]:
+                if value is None or id(value) in seen:
+                    continue
+                seen.add(id(value))
+                n += int(np.prod(value.shape))
+        return n
+
+    def weight_bytes(self):
+        """Bytes held by the weights (quantized ones at their packed size)."""
+        total, seen = 0, set()
+        for _, m in self.named_modules():
+            for value in list(m._params.values()) + [getattr(m, "weight", None)]:
+                if value is None or id(value) in seen:
+                    continue
+                seen.add(id(value))
+                if isinstance(value, QTensor):
+                    total += value.nbytes
+                elif isinstance(value, Tensor):
+                    total += value.numel() * value.dtype.itemsize
+        return total
+
+
+def load_model(path, device=None, dtype=dt.f32):
+    """LlamaForCausalLM from a directory (config.json + safetensors)."""
+    return LlamaForCausalLM.from_pretrained(path, device, dtype)
+
+
+__all__ = ["LlamaConfig", "LlamaForCausalLM", "KVCache", "load_model", "EmberError"]

@@ -1,0 +1,117 @@
+"""Rotary position embeddings: frequency tables (default, linear, dynamic NTK, llama3
+scaling) and their application in the two layouts checkpoints use.
+
+- "half" (Hugging Face Llama/Mistral/Qwen2/Gemma/Phi-3): a head's first and second halves
+  form the (x, y) pairs, so the rotation partner of element i is i ± d/2.
+- "interleaved" (Meta's original, llama.cpp's GGUF llama): pairs are adjacent elements.
+
+Rotation is written as  x * cos + swap(x) * sin_signed,  where swap exchanges the two
+elements of each pair (one gather over a size-2 axis) and sin_signed carries the minus
+sign of the first partner; that is four tensor ops, each one pass over memory.
+Tables are computed once on the host, in float32 as transformers does, for every
+position the cache can hold.
+"""
+import math
+
+import numpy as np
+
+from .. import dtype as dt
+from ..errors import EmberError
+from ..tensor import from_numpy, tensor
+
+
+def inverse_frequencies(rot_dim, theta, scaling=None, seq_len=None):
+    """The rot_dim/2 inverse frequencies in float32, after any rope scaling."""
+    exponents = np.arange(0, rot_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(rot_dim)
+    inv = (np.float32(1.0) / (np.float32(theta) ** exponents)).astype(np.float32)
+    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+    if kind in (None, "default"):
+        return inv, 1.0
+    factor = float(scaling.get("factor", 1.0))
+    if kind == "linear":
+        return (inv / np.float32(factor)).astype(np.float32), 1.0
+    if kind == "dynamic":
+        original = int(scaling.get("original_max_position_embeddings") or scaling["max_position_embeddings"])
+        if seq_len is not None and seq_len > original:
+            base = theta * ((factor * seq_len / original) - (factor - 1)) ** (rot_dim / (rot_dim - 2))
+            return inverse_frequencies(rot_dim, base)[0], 1.0
+        return inv, 1.0
+    if kind == "llama3":
+        low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+        old = float(scaling["original_max_position_embeddings"])
+        low_wavelen, high_wavelen = old / low, old / high
+        wavelen = (2 * math.pi / inv).astype(np.float32)
+        scaled = np.where(wavelen > low_wavelen, inv / np.float32(factor), inv).astype(np.float32)
+        smooth = ((old / wavelen - low) / (high - low)).astype(np.float32)
+        smoothed = (1 - smooth) * scaled / np.float32(factor) + smooth * scaled
+        medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+        return np.where(medium, smoothed, scaled).astype(np.float32), 1.0
+    raise EmberError(f"rope: rope_type {kind!r} is not supported (default, linear, dynamic, "
+                     "llama3)", op="rope", rope_type=kind)
+
+
+class RotaryEmbedding:
+    """cos/sin tables for positions [0, max_len) on a device, and `apply(x, positions)`.
+
+    x is [batch, heads, seq, head_dim]; positions is either an int (the first position,
+    the same for every row: the tables are narrowed, a view) or a [batch, seq] integer
+    Tensor (left-padded batches: rows are gathered).
+    """
+
+    def __init__(self, head_dim, max_len, theta=10000.0, scaling=None, rot_dim=None,
+                 interleaved=False, device=None, dtype=dt.f32):
+        self.head_dim = head_dim
+        self.rot_dim = rot_dim or head_dim
+        if self.rot_dim % 2 or self.rot_dim > head_dim:
+            raise EmberError(f"rope: rotary dim {self.rot_dim} must be even and at most the head "
+                             f"dim {head_dim}", op="rope")
+        self.max_len = max_len
+        self.interleaved = interleaved
+        inv, attention_scale = inverse_frequencies(self.rot_dim, theta, scaling, seq_len=max_len)
+        pos = np.arange(max_len, dtype=np.float32)
+        freqs = np.outer(pos, inv).astype(np.float32)                 # [max_len, rot/2]
+        cos = np.cos(freqs) * np.float32(attention_scale)
+        sin = np.sin(freqs) * np.float32(attention_scale)
+        if interleaved:
+            cos2 = np.repeat(cos, 2, axis=1)
+            sin2 = np.stack([-sin, sin], axis=-1).reshape(max_len, self.rot_dim)
+        else:
+            cos2 = np.concatenate([cos, cos], axis=1)
+            sin2 = np.concatenate([-sin, sin], axis=1)
+        self.cos = from_numpy(np.ascontiguousarray(cos2, dtype=np.float32)).to(device)
+        self.sin = from_numpy(np.ascontiguousarray(sin2, dtype=np.float32)).to(device)
+        if dtype is not dt.f32:
+            self.cos, self.sin = self.cos.to(dtype), self.sin.to(dtype)
+        self._swap = tensor([1, 0], dtype=dt.i64, device=device)
+
+    def tables(self, positions, seq_len):
+        """(cos, sin) shaped to broadcast against [batch, heads, seq, rot_dim]."""
+        if isinstance(positions, int):
+            if positions < 0 or positions + seq_len > self.max_len:
+                raise EmberError(f"rope: positions {positions}..{positions + seq_len - 1} exceed "
+                                 f"the {self.max_len} the cache was built for", op="rope")
+            cos = self.cos.narrow(0, positions, seq_len)
+            sin = self.sin.narrow(0, positions, seq_len)
+            return cos.reshape(1, 1, seq_len, self.rot_dim), sin.reshape(1, 1, seq_len, self.rot_dim)
+        b, t = positions.shape
+        cos = self.cos.index_select(0, positions).reshape(b, 1, t, self.rot_dim)
+        sin = self.sin.index_select(0, positions).reshape(b, 1, t, self.rot_dim)
+        return cos, sin
+
+    def rotate(self, x, cos, sin):
+        """Rotate the first rot_dim features of x [b, h, t, head_dim]."""
+        if self.rot_dim < self.head_dim:
+            rot = x.narrow(-1, 0, self.rot_dim)
+            rest = x.narrow(-1, self.rot_dim, self.head_dim - self.rot_dim)
+            from ..tensor import cat
+            return cat([self._rotate(rot, cos, sin), rest], dim=-1)
+        return self._rotate(x, cos, sin)
+
+    def _rotate(self, x, cos, sin):
+        lead = x.shape[:-1]
+        d = self.rot_dim
+        if self.interleaved:
+            swapped = x.reshape(lead + (d // 2, 2)).index_select(-1, self._swap)
+        else:
+            swapped = x.reshape(lead + (2, d // 2)).index_select(-2, self._swap)
+        return x * cos + swapped.reshape(lead + (d,)) * sin
