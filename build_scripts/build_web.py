@@ -1,0 +1,165 @@
+"""Build the browser bundle (`make web`): one directory that works from localhost with no
+network at all.
+
+    web/bundle/
+      index.html, playground.js, ember-client.js, worker.js, style.css   (from web/static)
+      pyodide/        the pinned npm pyodide core: pyodide.mjs, pyodide.asm.{mjs,wasm},
+                      python_stdlib.zip, pyodide-lock.json
+      wheels/ember-<version>-py3-none-any.whl     (pure Python; numpy/wgpu are skipped
+                      under Pyodide by their `sys_platform != 'emscripten'` markers)
+      manifest.json   wheel path, Pyodide version, and a hash of the sources it came from
+
+The bundle is assembled in a temporary directory and swapped in whole, so a server never
+sees half of one. `--if-stale` rebuilds only when the sources' hash changed.
+"""
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WEB = ROOT / "web"
+BUNDLE = WEB / "bundle"
+PYODIDE_PKG = WEB / "node_modules" / "pyodide"
+PYODIDE_FILES = ["pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip",
+                 "pyodide-lock.json", "pyodide.js"]
+# What the wheel and pages are made of: a change here makes the bundle stale.
+SOURCES = ["core", "shaders", "web/static", "web/__init__.py", "web/page_runtime.py",
+           "web/server.py", "pyproject.toml", "web/package-lock.json"]
+
+
+def source_hash():
+    h = hashlib.sha256()
+    for top in SOURCES:
+        base = ROOT / top
+        files = [base] if base.is_file() else sorted(
+            p for p in base.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+            and p.suffix != ".pyc")
+        for path in files:
+            h.update(str(path.relative_to(ROOT)).encode() + b"\0")
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def ensure_pyodide():
+    """Install the npm pyodide package pinned by web/package-lock.json (`npm ci`)."""
+    want = json.loads((WEB / "package.json").read_text())["dependencies"]["pyodide"]
+    pkg_json = PYODIDE_PKG / "package.json"
+    if pkg_json.is_file() and json.loads(pkg_json.read_text())["version"] == want:
+        return want
+    npm = shutil.which("npm")
+    if npm is None:
+        raise SystemExit("build_web: npm is needed to install the pinned pyodide package "
+                         "(apt-get install npm), or copy node_modules/pyodide into web/")
+    print(f"build_web: npm ci --prefix web (pyodide@{want})", flush=True)
+    subprocess.run([npm, "ci", "--prefix", str(WEB), "--no-audit", "--no-fund"], check=True)
+    return want
+
+
+# What the wheel is built from; copied first so a stale build/ directory in the checkout
+# (or a colleague's concurrent `make wheel`) cannot leak old files into the wheel.
+WHEEL_SOURCES = ["pyproject.toml", "README.md", "LICENSE", "core", "shaders", "web"]
+_NOT_IN_WHEEL = shutil.ignore_patterns("node_modules", "bundle", ".bundle-*", ".old-*",
+                                       "__pycache__", "*.pyc", "*.egg-info")
+
+
+def build_wheel(outdir):
+    """The pure-Python ember wheel, built with the running interpreter's setuptools from a
+    clean copy of the sources."""
+    src = Path(outdir) / "src"
+    src.mkdir()
+    for name in WHEEL_SOURCES:
+        path = ROOT / name
+        if path.is_dir():
+            shutil.copytree(path, src / name, ignore=_NOT_IN_WHEEL)
+        elif path.is_file():
+            shutil.copy2(path, src / name)
+    cmd = [sys.executable, "-m", "build", "--wheel", "--outdir", str(outdir), str(src)]
+    try:
+        import setuptools
+        # setuptools >= 70.1 writes wheels itself: build in place, fast and offline.
+        if tuple(int(x) for x in setuptools.__version__.split(".")[:2]) >= (70, 1):
+            cmd[4:4] = ["--no-isolation", "--skip-dependency-check"]
+    except (ImportError, ValueError):
+        pass
+    print("build_web: " + " ".join(cmd[1:]), flush=True)
+    done = subprocess.run(cmd, cwd=src, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"build_web: building the wheel failed:\n{done.stdout[-4000:]}")
+    wheels = sorted(Path(outdir).glob("ember-*-py3-none-any.whl"))
+    if len(wheels) != 1:
+        raise SystemExit(f"build_web: expected one pure-Python ember wheel in {outdir}, "
+                         f"found {[w.name for w in wheels]}")
+    return wheels[0]
+
+
+def build(bundle=BUNDLE):
+    version = ensure_pyodide()
+    digest = source_hash()
+    bundle = Path(bundle)
+    bundle.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".bundle-", dir=bundle.parent))
+    try:
+        shutil.copytree(WEB / "static", tmp, dirs_exist_ok=True)
+        (tmp / "pyodide").mkdir()
+        for name in PYODIDE_FILES:
+            shutil.copy2(PYODIDE_PKG / name, tmp / "pyodide" / name)
+        (tmp / "wheels").mkdir()
+        with tempfile.TemporaryDirectory() as wheel_dir:
+            wheel = build_wheel(wheel_dir)
+            shutil.copy2(wheel, tmp / "wheels" / wheel.name)
+        manifest = {"wheel": f"wheels/{wheel.name}", "pyodide": version, "sources": digest}
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        os.chmod(tmp, 0o755)
+        old = None
+        if bundle.exists():
+            old = bundle.with_name(f".old-{bundle.name}-{os.getpid()}")
+            bundle.rename(old)
+        tmp.rename(bundle)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    size = sum(p.stat().st_size for p in bundle.rglob("*") if p.is_file())
+    print(f"build_web: bundle at {bundle} ({size / 1e6:.1f} MB, {wheel.name}, "
+          f"pyodide {version}, sources {digest})", flush=True)
+    return bundle
+
+
+def is_stale(bundle=BUNDLE):
+    manifest = Path(bundle) / "manifest.json"
+    if not manifest.is_file():
+        return True
+    try:
+        return json.loads(manifest.read_text()).get("sources") != source_hash()
+    except (ValueError, OSError):
+        return True
+
+
+def ensure_bundle(bundle=BUNDLE):
+    """Build the bundle when it is missing or older than the sources; returns its path."""
+    return build(bundle) if is_stale(bundle) else Path(bundle)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=str(BUNDLE), help="bundle directory (default web/bundle)")
+    parser.add_argument("--if-stale", action="store_true",
+                        help="only rebuild when the sources changed since the last build")
+    args = parser.parse_args(argv)
+    if args.if_stale and not is_stale(args.out):
+        print(f"build_web: {args.out} is up to date", flush=True)
+        return 0
+    build(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""`ember serve`: serve the browser bundle (the playground and demos) on localhost.
+
+    ember serve [--host 127.0.0.1] [--port 8000] [--bundle DIR] [--rebuild]
+
+The bundle is built first (`make web` does the same) when it is missing, or when
+--rebuild is given; building needs a source checkout, npm and the `build` package.
+"""
+import sys
+from pathlib import Path
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser("serve", help="serve the browser playground on localhost",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks one)")
+    p.add_argument("--bundle", default=None,
+                   help="bundle directory (default: web/bundle, built if missing)")
+    p.add_argument("--rebuild", action="store_true", help="rebuild the bundle before serving")
+    p.set_defaults(func=run)
+    return p
+
+
+def _build_script():
+    """build_scripts/build_web.py of the checkout this ember runs from, or None."""
+    from ember.web.server import bundle_dir
+    script = bundle_dir().parent.parent / "build_scripts" / "build_web.py"
+    return script if script.is_file() else None
+
+
+def ensure_bundle(bundle=None, rebuild=False):
+    from ember.errors import EmberError
+    from ember.web.server import bundle_dir
+    path = Path(bundle) if bundle else bundle_dir()
+    if (path / "index.html").is_file() and (path / "manifest.json").is_file() and not rebuild:
+        return path
+    script = _build_script()
+    if script is None:
+        raise EmberError(f"ember serve: no bundle at {path}, and no build_scripts/build_web.py "
+                         "to build one (run `make web` in an ember source checkout, or pass "
+                         "--bundle DIR)")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("ember_build_web", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    print(f"ember serve: building the bundle into {path}", file=sys.stderr, flush=True)
+    return module.build(path)
+
+
+def run(args):
+    from ember.web.server import make_server
+    path = ensure_bundle(args.bundle, args.rebuild)
+    try:
+        server = make_server(path, args.host, args.port, quiet=False)
+    except OSError as exc:
+        print(f"ember serve: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}",
+              file=sys.stderr, flush=True)
+        return 1
+    host, port = server.server_address[:2]
+    shown = f"[{host}]" if ":" in host else host
+    print(f"ember serve: {path} on http://{shown}:{port}/  (Ctrl+C stops)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
+def main(argv=None):
+    """Run `serve` alone (python -m ember.cli.serve), without the other subcommands."""
+    import argparse
+    parser = argparse.ArgumentParser(prog="ember")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["serve"] + list(sys.argv[1:] if argv is None else argv))
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""`ember serve`: MIME types, isolation headers, localhost binding, and no file outside the
+bundle however the path is spelled (encoded `..`, backslashes, absolute paths, symlinks)."""
+import http.client
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from ember.web.server import resolve_request_path, serve_in_thread
+
+SECRET = "the-secret-outside-the-bundle"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    base = tmp_path_factory.mktemp("serve")
+    (base / "secret.txt").write_text(SECRET)
+    root = base / "bundle"
+    (root / "pyodide").mkdir(parents=True)
+    (root / "sub").mkdir()
+    (root / "index.html").write_text("<!doctype html><title>t</title>")
+    (root / "pyodide" / "pyodide.asm.wasm").write_bytes(b"\0asm\1\0\0\0")
+    (root / "pyodide" / "pyodide.mjs").write_text("export const x = 1;")
+    (root / "worker.js").write_text("self.x = 1;")
+    (root / "manifest.json").write_text('{"wheel": "w.whl"}')
+    (root / "ember-0.1.0-py3-none-any.whl").write_bytes(b"PK\x05\x06" + b"\0" * 18)
+    (root / "sub" / "index.html").write_text("sub index")
+    os.symlink(base / "secret.txt", root / "link-out.txt")
+    os.symlink(base, root / "dir-out")
+    os.symlink(root / "worker.js", root / "link-in.js")
+    server, url = serve_in_thread(root)
+    host, port = server.server_address[:2]
+    yield {"root": root, "host": host, "port": port}
+    server.shutdown()
+    server.server_close()
+
+
+def get(site, path, method="GET"):
+    conn = http.client.HTTPConnection(site["host"], site["port"], timeout=30)
+    conn.putrequest(method, path, skip_host=False, skip_accept_encoding=True)
+    conn.endheaders()
+    resp = conn.getresponse()
+    body = resp.read()
+    conn.close()
+    return resp.status, dict((k.lower(), v) for k, v in resp.getheaders()), body
+
+
+@pytest.mark.parametrize("path, mime", [
+    ("/pyodide/pyodide.asm.wasm", "application/wasm"),
+    ("/pyodide/pyodide.mjs", "text/javascript"),
+    ("/worker.js", "text/javascript"),
+    ("/manifest.json", "application/json"),
+    ("/ember-0.1.0-py3-none-any.whl", "application/zip"),
+    ("/index.html", "text/html"),
+])
+def test_mime_types(site, path, mime):
+    status, headers, body = get(site, path)
+    assert status == 200
+    assert headers["content-type"].split(";")[0] == mime
+    assert body == (site["root"] / path.lstrip("/")).read_bytes()
+
+
+def test_root_and_directories_serve_their_index(site):
+    assert get(site, "/")[2] == (site["root"] / "index.html").read_bytes()
+    assert get(site, "/sub/")[2] == b"sub index"
+
+
+def test_cross_origin_isolation_headers(site):
+    _, headers, _ = get(site, "/index.html")
+    assert headers["cross-origin-opener-policy"] == "same-origin"
+    assert headers["cross-origin-embedder-policy"] == "require-corp"
+
+
+def test_head_sends_no_body(site):
+    status, headers, body = get(site, "/worker.js", method="HEAD")
+    assert status == 200 and body == b""
+    assert int(headers["content-length"]) == len((site["root"] / "worker.js").read_bytes())
+
+
+def test_symlink_inside_the_bundle_is_served(site):
+    status, _, body = get(site, "/link-in.js")
+    assert status == 200 and body == b"self.x = 1;"
+
+
+@pytest.mark.parametrize("path", [
+    "/../secret.txt",
+    "/%2e%2e/secret.txt",
+    "/%2E%2E/secret.txt",
+    "/..%2fsecret.txt",
+    "/%2e%2e%2fsecret.txt",
+    "/sub/..%2f..%2fsecret.txt",
+    "/sub/%2e%2e/%2e%2e/secret.txt",
+    "/..%5csecret.txt",
+    "/..\\secret.txt",
+    "/%252e%252e/secret.txt",          # double-encoded: decoded once, stays a literal name
+    "//../secret.txt",
+    "/./../secret.txt",
+    "/link-out.txt",                   # a symlink in the bundle pointing out of it
+    "/dir-out/secret.txt",             # a directory symlink pointing out of it
+    "/dir-out/",
+    "/secret.txt%00.html",
+    "/C:/secret.txt",
+    "/no-such-file.js",
+])
+def test_nothing_outside_the_bundle(site, path):
+    status, _, body = get(site, path)
+    assert status == 404
+    assert SECRET.encode() not in body
+
+
+def test_absolute_paths_stay_inside_the_bundle(site):
+    # "/etc/passwd" means bundle/etc/passwd, which does not exist; an encoded leading
+    # slash must not turn it into the real /etc/passwd.
+    for path in ("/etc/passwd", "/%2fetc%2fpasswd", "//etc/passwd", "/%2F%2Fetc/passwd"):
+        status, _, body = get(site, path)
+        assert status == 404, path
+        assert b"root:" not in body
+
+
+def test_resolver_refuses_outside_paths_directly(site):
+    root = str(site["root"])
+    assert resolve_request_path(root, "/index.html") == os.path.realpath(
+        os.path.join(root, "index.html"))
+    for bad in ("/../secret.txt", "/%2e%2e/secret.txt", "/link-out.txt", "/a/../../x"):
+        assert resolve_request_path(root, bad) is None
+
+
+def _start_cli(*args):
+    cmd = [sys.executable, "-m", "ember.cli.serve", *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    line = proc.stdout.readline()
+    match = re.search(r"http://(\S+):(\d+)/", line)
+    if not match:
+        proc.kill()
+        rest = proc.stdout.read()
+        pytest.fail(f"ember serve printed no URL: {line}{rest}")
+    return proc, match.group(1), int(match.group(2))
+
+
+def test_cli_serves_the_bundle_on_localhost_by_default(site):
+    proc, host, port = _start_cli("--port", "0", "--bundle", str(site["root"]))
+    try:
+        assert host == "127.0.0.1"
+        status, headers, body = get({"host": host, "port": port}, "/pyodide/pyodide.asm.wasm")
+        assert status == 200 and headers["content-type"] == "application/wasm"
+        assert get({"host": host, "port": port}, "/%2e%2e/secret.txt")[0] == 404
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_cli_without_a_bundle_or_build_script_says_so(tmp_path, monkeypatch):
+    from ember.cli import serve
+    from ember.errors import EmberError
+    monkeypatch.setattr(serve, "_build_script", lambda: None)
+    with pytest.raises(EmberError, match="no bundle at .*make web"):
+        serve.ensure_bundle(tmp_path / "missing")
+
+
+def test_cli_refuses_a_busy_port(site):
+    proc, host, port = _start_cli("--port", "0", "--bundle", str(site["root"]))
+    try:
+        second = subprocess.run(
+            [sys.executable, "-m", "ember.cli.serve", "--port", str(port),
+             "--bundle", str(site["root"])], capture_output=True, text=True, timeout=120)
+        assert second.returncode != 0
+        assert f"cannot listen on 127.0.0.1:{port}" in second.stderr
+        assert "Address already in use" in second.stderr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
