@@ -1,0 +1,260 @@
+"""BERT encoder (absolute positions, token types, padding mask), written like candle-transformers'
+bert.rs: a config read from config.json, modules named like the checkpoint, `forward`.
+
+Inference layout: hidden states stay 2-D (batch*tokens, hidden) between layers, so every
+Linear is one GEMM; Q, K and V are one fused GEMM whose weight is built once after loading
+(with 1/sqrt(head_dim) folded into the query rows); attention runs as batched matmuls on
+(batch, heads, tokens, head_dim) views of that GEMM's output, without copies.
+"""
+import dataclasses
+import json
+import math
+
+from .. import dtype as dt
+from ..errors import FormatError, ShapeMismatch, fmt_shape
+from ..nn import Dropout, Embedding, LayerNorm, Linear, Module, ModuleList, get_activation
+from ..tensor import arange, cat
+
+
+@dataclasses.dataclass
+class BertConfig:
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    position_embedding_type: str = "absolute"
+    model_type: str = "bert"
+
+    @classmethod
+    def from_dict(cls, d, source="config"):
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in d.items() if k in fields}
+        config = cls(**kwargs)
+        config.validate(source)
+        return config
+
+    @classmethod
+    def from_json(cls, path):
+        try:
+            with open(path, encoding="utf-8") as f:
+                d = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise FormatError(f"BertConfig: cannot read {path} ({exc})", path=path) from None
+        if not isinstance(d, dict):
+            raise FormatError(f"BertConfig: {path} is not a JSON object", path=path)
+        return cls.from_dict(d, source=path)
+
+    def validate(self, source="config"):
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "max_position_embeddings"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise FormatError(f"BertConfig: field '{name}' in {source} must be a positive "
+                                  f"integer, got {value!r}", path=source, field=name)
+        if self.hidden_size % self.num_attention_heads:
+            raise FormatError(
+                f"BertConfig: hidden_size {self.hidden_size} in {source} is not divisible by "
+                f"num_attention_heads {self.num_attention_heads}", path=source,
+                field="num_attention_heads")
+        if self.position_embedding_type != "absolute":
+            raise FormatError(
+                f"BertConfig: position_embedding_type {self.position_embedding_type!r} in "
+                f"{source} is not supported (only 'absolute')", path=source,
+                field="position_embedding_type")
+        get_activation(self.hidden_act)
+
+    @property
+    def head_dim(self):
+        return self.hidden_size // self.num_attention_heads
+
+
+def _sub(vb, name):
+    return vb.pp(name) if vb is not None else None
+
+
+class BertEmbeddings(Module):
+    def __init__(self, cfg, vb=None):
+        super().__init__()
+        self.word_embeddings = Embedding(cfg.vocab_size, cfg.hidden_size, _sub(vb, "word_embeddings"))
+        self.position_embeddings = Embedding(cfg.max_position_embeddings, cfg.hidden_size,
+                                             _sub(vb, "position_embeddings"))
+        self.token_type_embeddings = Embedding(cfg.type_vocab_size, cfg.hidden_size,
+                                               _sub(vb, "token_type_embeddings"))
+        self.LayerNorm = LayerNorm(cfg.hidden_size, cfg.layer_norm_eps, vb=_sub(vb, "LayerNorm"))
+        self.dropout = Dropout()
+        self.max_positions = cfg.max_position_embeddings
+
+    def forward(self, input_ids, token_type_ids=None):
+        b, t = input_ids.shape
+        if t > self.max_positions:
+            raise ShapeMismatch(
+                f"BertEmbeddings: {t} tokens exceed max_position_embeddings {self.max_positions}; "
+                "truncate the input", op="bert", shape=input_ids.shape)
+        words = self.word_embeddings(input_ids)                       # (B, T, H)
+        pos = self.position_embeddings.weight.narrow(0, 0, t)         # (T, H): a view
+        if token_type_ids is None:
+            # All type 0: one row, broadcast, instead of a gather.
+            extra = pos + self.token_type_embeddings.weight.narrow(0, 0, 1)
+        else:
+            extra = pos + self.token_type_embeddings(token_type_ids)  # (B, T, H)
+        return self.LayerNorm(words + extra)
+
+
+class BertSelfAttention(Module):
+    def __init__(self, cfg, vb=None):
+        super().__init__()
+        h = cfg.hidden_size
+        self.num_heads = cfg.num_attention_heads
+        self.head_dim = cfg.head_dim
+        self.query = Linear(h, h, vb=_sub(vb, "query"))
+        self.key = Linear(h, h, vb=_sub(vb, "key"))
+        self.value = Linear(h, h, vb=_sub(vb, "value"))
+        self._qkv = None
+
+    def _reset_derived(self):
+        self._qkv = None
+
+    def fused_qkv(self):
+        """(W, b) of one (3H, H) projection; the softmax scale is folded into Q's rows."""
+        if self._qkv is None:
+            scale = 1.0 / math.sqrt(self.head_dim)
+            w = cat([self.query.weight * scale, self.key.weight, self.value.weight], 0)
+            b = cat([self.query.bias * scale, self.key.bias, self.value.bias], 0)
+            self._qkv = (w.t(), b)
+        return self._qkv
+
+    def forward(self, x2d, batch, tokens, mask_bias=None):
+        w_t, b = self.fused_qkv()
+        nh, hd = self.num_heads, self.head_dim
+        qkv = (x2d.matmul(w_t) + b).reshape(batch, tokens, 3, nh, hd)
+        q = qkv.select(2, 0).permute(0, 2, 1, 3)      # (B, nh, T, hd)
+        k_t = qkv.select(2, 1).permute(0, 2, 3, 1)    # (B, nh, hd, T)
+        v = qkv.select(2, 2).permute(0, 2, 1, 3)      # (B, nh, T, hd)
+        scores = q.matmul(k_t)                        # (B, nh, T, T), already scaled
+        if mask_bias is not None:
+            scores = scores + mask_bias               # (B, 1, 1, T) broadcast
+        ctx = scores.softmax(-1).matmul(v)            # (B, nh, T, hd)
+        return ctx.permute(0, 2, 1, 3).reshape(batch * tokens, nh * hd)
+
+
+class BertSelfOutput(Module):
+    def __init__(self, cfg, vb=None):
+        super().__init__()
+        self.dense = Linear(cfg.hidden_size, cfg.hidden_size, vb=_sub(vb, "dense"))
+        self.LayerNorm = LayerNorm(cfg.hidden_size, cfg.layer_norm_eps, vb=_sub(vb, "LayerNorm"))
+        self.dropout = Dropout()
+
+    def forward(self, h, residual):
+        return self.LayerNorm(self.dense(h) + residual)
+
+
+class BertAttention(Module):
+    def __init__(self, cfg, vb=None):
+        super().__init__()
+        setattr(self, "self", BertSelfAttention(cfg, _sub(vb, "self")))
+        self.output = BertSelfOutput(cfg, _sub(vb, "output"))
+
+    def forward(self, x2d, batch, tokens, mask_bias=None):
+        ctx = self._children["self"](x2d, batch, tokens, mask_bias)
+        return self.output(ctx, x2d)
+
+
+class BertIntermediate(Module):
+    def __init__(self, cfg, vb=None):
+        super().__init__()
+        self.dense = Linear(cfg.hidden_size, cfg.intermediate_size, vb=_sub(vb, "dense"))
+        self._act = get_activation(cfg.hidden_act)
+
+    def forward(self, h):
+        return self._act(self.dense(h))
+
+
+class BertOutput(BertSelfOutput):
+    def __init__(self, cfg, vb=None):
+        Module.__init__(self)
+        self.dense = Linear(cfg.intermediate_size, cfg.hidden_size, vb=_sub(vb, "dense"))
+        self.LayerNorm = LayerNorm(cfg.hidden_size, cfg.layer_norm_eps, vb=_sub(vb, "LayerNorm"))
+        self.dropout = Dropout()
+
+
+class BertLayer(Module):
+    def __init__(self, cfg, vb=None):
+        super().__init__()
+        self.attention = BertAttention(cfg, _sub(vb, "attention"))
+        self.intermediate = BertIntermediate(cfg, _sub(vb, "intermediate"))
+        self.output = BertOutput(cfg, _sub(vb, "output"))
+
+    def forward(self, x2d, batch, tokens, mask_bias=None):
+        a = self.attention(x2d, batch, tokens, mask_bias)
+        return self.output(self.intermediate(a), a)
+
+
+class BertEncoder(Module):
+    def __init__(self, cfg, vb=None):
+        super().__init__()
+        self.layer = ModuleList(*[BertLayer(cfg, _sub(_sub(vb, "layer"), i))
+                                  for i in range(cfg.num_hidden_layers)])
+
+    def forward(self, x2d, batch, tokens, mask_bias=None):
+        for layer in self.layer:
+            x2d = layer(x2d, batch, tokens, mask_bias)
+        return x2d
+
+
+class BertModel(Module):
+    """last_hidden_state = BertModel(...)(input_ids, attention_mask, token_type_ids)."""
+
+    def __init__(self, cfg, vb=None):
+        super().__init__()
+        self.config = cfg
+        if vb is not None:
+            vb = checkpoint_root(vb)
+        self.embeddings = BertEmbeddings(cfg, _sub(vb, "embeddings"))
+        self.encoder = BertEncoder(cfg, _sub(vb, "encoder"))
+
+    @classmethod
+    def load_model(cls, cfg, vb):
+        return cls(cfg, vb)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        if input_ids.ndim != 2:
+            raise ShapeMismatch(f"BertModel: input_ids must be (batch, tokens), got "
+                                f"{fmt_shape(input_ids.shape)}", op="bert", shape=input_ids.shape)
+        b, t = input_ids.shape
+        x = self.embeddings(input_ids, token_type_ids)
+        h = x.shape[-1]
+        bias = None if attention_mask is None else mask_to_bias(attention_mask, x.dtype)
+        out = self.encoder(x.reshape(b * t, h), b, t, bias)
+        return out.reshape(b, t, h)
+
+
+def checkpoint_root(vb):
+    """BertModel checkpoints keep names at the root; BertFor* ones nest them under "bert."."""
+    if not vb.contains("embeddings.word_embeddings.weight") and \
+            vb.contains("bert.embeddings.word_embeddings.weight"):
+        return vb.pp("bert")
+    return vb
+
+
+def mask_to_bias(attention_mask, dtype):
+    """(B, T) mask of 1 (attend) / 0 (padding) -> (B, 1, 1, T) additive bias of 0 / the
+    dtype's most negative finite value, as transformers does."""
+    if attention_mask.ndim != 2:
+        raise ShapeMismatch(f"BertModel: attention_mask must be (batch, tokens), got "
+                            f"{fmt_shape(attention_mask.shape)}", op="bert",
+                            shape=attention_mask.shape)
+    neg = _MOST_NEGATIVE.get(dtype.name, -3.4028234663852886e38)
+    m = attention_mask.to(dtype)
+    b, t = attention_mask.shape
+    # m * (-neg) + neg: exactly 0 where m == 1 and `neg` where m == 0.
+    return m.affine(-neg, neg).reshape(b, 1, 1, t)
+
+
+_MOST_NEGATIVE = {"f32": -3.4028234663852886e38, "f16": -65504.0, "bf16": -3.3895313892515355e38,
+                  "f64": -1.7976931348623157e308}
