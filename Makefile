@@ -9,12 +9,12 @@ STAMP := $(VENV)/.ember-installed
 export XDG_RUNTIME_DIR ?= /tmp/ember-xdg-$(shell id -u)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo test setup system-deps models web bench wheel clean
+.PHONY: demo test setup system-deps web-deps models web bench wheel clean
 
 demo: setup models
 	$(PY) -m ember.cli demo
 
-test: setup
+test: setup web-deps
 	@mkdir -p $(XDG_RUNTIME_DIR) && chmod 700 $(XDG_RUNTIME_DIR)
 	$(PY) -m pytest -q
 
@@ -32,6 +32,7 @@ system-deps:
 	@missing=""; \
 	ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || missing="$$missing mesa-vulkan-drivers"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing$$missing"; \
@@ -42,8 +43,12 @@ system-deps:
 models: setup
 	$(PY) build_scripts/fetch_models.py
 
-web: setup
+web: setup web-deps
 	$(PY) build_scripts/build_web.py
+
+# The pinned npm pyodide package (web/package-lock.json) that the browser bundle and tests use.
+web-deps:
+	@test -f web/node_modules/pyodide/package.json || npm ci --prefix web --no-audit --no-fund
 
 bench: setup
 	$(PY) benchmarks/ops_cpu.py
