@@ -1,0 +1,59 @@
+"""`ember embed`: sentence embeddings, or ranking texts against a query.
+
+    ember embed "a cat" "a dog"                  one vector per line
+    ember embed --json "a cat"                   {"model", "device", "embeddings"}
+    ember embed --query "pets" "a cat" "a car"   texts ranked by cosine similarity
+
+Without TEXT arguments, texts are read from stdin, one per line.
+"""
+import json
+import sys
+
+from .common import add_device_argument, load_embedder, open_device, rank
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser("embed", help="embed texts (or rank them against --query)",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("texts", nargs="*", metavar="TEXT", help="texts (default: stdin lines)")
+    p.add_argument("--model", default=None,
+                   help="model directory or hub id (default: all-MiniLM-L6-v2 from ember's cache)")
+    add_device_argument(p)
+    p.add_argument("--query", default=None, help="rank the texts by similarity to this text")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args, out=None):
+    out = out or sys.stdout
+    texts = list(args.texts)
+    if not texts and not sys.stdin.isatty():
+        texts = [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    if not texts:
+        print("ember embed: give at least one TEXT (or lines on stdin)", file=sys.stderr)
+        return 2
+    device = open_device(args.device)
+    embedder = load_embedder(args.model, device)
+    model_name = args.model or "all-MiniLM-L6-v2"
+    if args.query is not None:
+        vectors = embedder.encode([args.query] + texts, batch_size=args.batch_size)
+        scores = embedder.similarity(vectors.narrow(0, 0, 1), vectors.narrow(0, 1, len(texts)))
+        ranked = rank(scores.tolist()[0], texts)
+        if args.json:
+            json.dump({"model": model_name, "device": str(device), "query": args.query,
+                       "results": [{"text": texts[i], "score": s} for i, s in ranked]}, out)
+            out.write("\n")
+        else:
+            for i, s in ranked:
+                out.write(f"{s:.4f}  {texts[i]}\n")
+        return 0
+    vectors = embedder.encode(texts, batch_size=args.batch_size).tolist()
+    if args.json:
+        json.dump({"model": model_name, "device": str(device), "embeddings": vectors}, out)
+        out.write("\n")
+    else:
+        for row in vectors:
+            out.write(" ".join(f"{v:.6f}" for v in row) + "\n")
+    return 0
