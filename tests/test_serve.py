@@ -128,7 +128,7 @@ def test_resolver_refuses_outside_paths_directly(site):
 
 
 def _start_cli(*args):
-    cmd = [sys.executable, "-m", "ember.cli.serve", *args]
+    cmd = [sys.executable, "-m", "ember.cli", "serve", *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     line = proc.stdout.readline()
     match = re.search(r"http://(\S+):(\d+)/", line)
@@ -163,7 +163,7 @@ def test_cli_refuses_a_busy_port(site):
     proc, host, port = _start_cli("--port", "0", "--bundle", str(site["root"]))
     try:
         second = subprocess.run(
-            [sys.executable, "-m", "ember.cli.serve", "--port", str(port),
+            [sys.executable, "-m", "ember.cli", "serve", "--port", str(port),
              "--bundle", str(site["root"])], capture_output=True, text=True, timeout=120)
         assert second.returncode != 0
         assert f"cannot listen on 127.0.0.1:{port}" in second.stderr

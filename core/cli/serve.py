@@ -37,7 +37,7 @@ def ensure_bundle(bundle=None, rebuild=False):
         return path
     script = _build_script()
     if script is None:
-        raise EmberError(f"ember serve: no bundle at {path}, and no build_scripts/build_web.py "
+        raise EmberError(f"no bundle at {path}, and no build_scripts/build_web.py "
                          "to build one (run `make web` in an ember source checkout, or pass "
                          "--bundle DIR)")
     import importlib.util
@@ -67,16 +67,3 @@ def run(args):
     finally:
         server.server_close()
     return 0
-
-
-def main(argv=None):
-    """Run `serve` alone (python -m ember.cli.serve), without the other subcommands."""
-    import argparse
-    parser = argparse.ArgumentParser(prog="ember")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["serve"] + list(sys.argv[1:] if argv is None else argv))
-    return args.func(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

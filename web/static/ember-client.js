@@ -8,7 +8,7 @@ export class EmberWorker {
     this.onprogress = null;
     this.onlog = null;
     this.info = null;
-    this.lastProgress = null;
+    this.progressLog = [];   // every progress message, for the page and for tests
     this.pending = new Map();
     this.nextId = 1;
     this.ready = new Promise((resolve, reject) => { this._resolve = resolve; this._reject = reject; });
@@ -20,7 +20,7 @@ export class EmberWorker {
   _receive(msg) {
     switch (msg.type) {
       case "progress":
-        this.lastProgress = msg;
+        this.progressLog.push(msg);
         if (this.onprogress) this.onprogress(msg);
         break;
       case "log":
