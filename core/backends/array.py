@@ -283,7 +283,9 @@ def bf16_to_f32(xp, bits):
 
 def f32_to_bf16(xp, x):
     """Round f32 to bf16 bits, to nearest even, keeping NaN a NaN."""
-    u = xp.ascontiguousarray(x, dtype=xp.float32).view(xp.uint32)
+    x = xp.asarray(x, dtype=xp.float32)
+    # ascontiguousarray turns 0-d into 1-d; keep the shape.
+    u = xp.ascontiguousarray(x).view(xp.uint32).reshape(x.shape)
     rounded = (u + (0x7FFF + ((u >> 16) & 1))) >> 16
     nan = (u & 0x7FFFFFFF) > 0x7F800000
     out = xp.where(nan, (u >> 16) | 0x40, rounded)
