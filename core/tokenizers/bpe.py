@@ -1,0 +1,162 @@
+"""BPE: start from chars (or bytes) and apply merges, lowest rank first."""
+
+
+class BPE:
+    CACHE_CAPACITY = 10000
+
+    def __init__(self, vocab, merges, unk_token=None, continuing_subword_prefix=None,
+                 end_of_word_suffix=None, fuse_unk=False, byte_fallback=False, ignore_merges=False,
+                 dropout=None):
+        self.vocab = dict(vocab)
+        self.vocab_r = {i: t for t, i in self.vocab.items()}
+        self.unk_token = unk_token
+        self.continuing_subword_prefix = continuing_subword_prefix
+        self.end_of_word_suffix = end_of_word_suffix
+        self.fuse_unk = fuse_unk
+        self.byte_fallback = byte_fallback
+        self.ignore_merges = ignore_merges
+        self.dropout = dropout  # accepted, not applied: encoding is deterministic
+        prefix_len = len(continuing_subword_prefix or "")
+        table = {}
+        for rank, (a, b) in enumerate(merges):
+            try:
+                a_id = self.vocab[a]
+                b_id = self.vocab[b]
+            except KeyError as exc:
+                raise KeyError("BPE merge %d (%r, %r): %r is not in the vocabulary" % (rank, a, b, exc.args[0])) from None
+            new = a + b[prefix_len:]
+            new_id = self.vocab.get(new)
+            if new_id is None:
+                raise KeyError("BPE merge %d (%r, %r): the result %r is not in the vocabulary" % (rank, a, b, new))
+            table[(a_id, b_id)] = (rank, new_id)  # a repeated pair: the last one wins
+        self.merges = table
+        self._cache = {}
+
+    @classmethod
+    def from_dict(cls, d, ctx):
+        vocab = ctx.get(d, "vocab", kind=dict)
+        raw = ctx.get(d, "merges", [], list)
+        mctx = ctx.field("merges")
+        merges = []
+        for i, m in enumerate(raw):
+            if isinstance(m, str):
+                parts = m.split(" ")
+                if len(parts) != 2:
+                    raise mctx.item(i).error("%r is not 'left right'" % m)
+                merges.append((parts[0], parts[1]))
+            elif isinstance(m, list) and len(m) == 2 and all(isinstance(x, str) for x in m):
+                merges.append((m[0], m[1]))
+            else:
+                raise mctx.item(i).error("must be 'left right' or [left, right]")
+        dropout = ctx.get(d, "dropout", None, (int, float))
+        try:
+            return cls(
+                vocab, merges,
+                unk_token=ctx.get(d, "unk_token", None, str),
+                continuing_subword_prefix=ctx.get(d, "continuing_subword_prefix", None, str),
+                end_of_word_suffix=ctx.get(d, "end_of_word_suffix", None, str),
+                fuse_unk=ctx.get(d, "fuse_unk", False, bool),
+                byte_fallback=ctx.get(d, "byte_fallback", False, bool),
+                ignore_merges=ctx.get(d, "ignore_merges", False, bool),
+                dropout=dropout,
+            )
+        except KeyError as exc:
+            raise mctx.error("is inconsistent with the vocabulary: %s" % exc.args[0]) from None
+
+    # -- encoding -------------------------------------------------------------------
+    def _initial_symbols(self, word):
+        """[(id, start, end)] for the chars of word (before any merge)."""
+        vocab = self.vocab
+        prefix = self.continuing_subword_prefix
+        suffix = self.end_of_word_suffix
+        last = len(word) - 1
+        syms = []
+        unk = None  # pending (unk_id, start, end)
+        for i, ch in enumerate(word):
+            s = ch
+            if i > 0 and prefix:
+                s = prefix + s
+            if i == last and suffix:
+                s = s + suffix
+            tid = vocab.get(s)
+            if tid is not None:
+                if unk is not None:
+                    syms.append(unk)
+                    unk = None
+                syms.append((tid, i, i + 1))
+                continue
+            if self.byte_fallback:
+                ids = [vocab.get("<0x%02X>" % b) for b in s.encode("utf-8", "surrogatepass")]
+                if None not in ids:
+                    # (like the reference, a pending unk is emitted after these)
+                    syms.extend((b, i, i + 1) for b in ids)
+                    continue
+            if self.unk_token is not None:
+                uid = vocab.get(self.unk_token)
+                if uid is None:
+                    raise KeyError("BPE: the unk_token %r is not in the vocabulary" % self.unk_token)
+                if unk is not None and self.fuse_unk:
+                    unk = (unk[0], unk[1], i + 1)
+                else:
+                    if unk is not None:
+                        syms.append(unk)
+                    unk = (uid, i, i + 1)
+        if unk is not None:
+            syms.append(unk)
+        return syms
+
+    def _merge(self, syms):
+        merges = self.merges
+        n = len(syms)
+        if n < 2:
+            return syms
+        ids = [s[0] for s in syms]
+        starts = [s[1] for s in syms]
+        ends = [s[2] for s in syms]
+        ranks = [merges.get((ids[k], ids[k + 1])) for k in range(n - 1)]
+        while True:
+            best = None
+            bi = -1
+            for k, r in enumerate(ranks):
+                if r is not None and (best is None or r[0] < best[0]):
+                    best = r
+                    bi = k
+            if best is None:
+                break
+            ids[bi] = best[1]
+            ends[bi] = ends[bi + 1]
+            del ids[bi + 1], starts[bi + 1], ends[bi + 1], ranks[bi]
+            if bi > 0:
+                ranks[bi - 1] = merges.get((ids[bi - 1], ids[bi]))
+            if bi < len(ranks):
+                ranks[bi] = merges.get((ids[bi], ids[bi + 1]))
+        return list(zip(ids, starts, ends))
+
+    def tokenize(self, word):
+        if not word:
+            return []
+        hit = self._cache.get(word)
+        if hit is not None:
+            return hit
+        vocab_r = self.vocab_r
+        if self.ignore_merges and word in self.vocab:
+            out = [(self.vocab[word], word, 0, len(word))]
+        else:
+            syms = self._merge(self._initial_symbols(word))
+            out = [(tid, vocab_r[tid], s, e) for tid, s, e in syms]
+        if len(self._cache) >= self.CACHE_CAPACITY:
+            self._cache.clear()
+        self._cache[word] = out
+        return out
+
+    def token_to_id(self, token):
+        return self.vocab.get(token)
+
+    def id_to_token(self, i):
+        return self.vocab_r.get(i)
+
+    def get_vocab(self):
+        return dict(self.vocab)
+
+    def get_vocab_size(self):
+        return len(self.vocab)

@@ -1,0 +1,33 @@
+"""WordLevel: each word is looked up whole."""
+
+
+class WordLevel:
+    def __init__(self, vocab, unk_token="<unk>"):
+        self.vocab = dict(vocab)
+        self.vocab_r = {i: t for t, i in self.vocab.items()}
+        self.unk_token = unk_token
+
+    @classmethod
+    def from_dict(cls, d, ctx):
+        return cls(ctx.get(d, "vocab", kind=dict), ctx.get(d, "unk_token", "<unk>", str))
+
+    def tokenize(self, word):
+        tid = self.vocab.get(word)
+        if tid is not None:
+            return [(tid, word, 0, len(word))]
+        uid = self.vocab.get(self.unk_token)
+        if uid is None:
+            raise KeyError("WordLevel: the unk_token %r is not in the vocabulary" % self.unk_token)
+        return [(uid, self.unk_token, 0, len(word))]
+
+    def token_to_id(self, token):
+        return self.vocab.get(token)
+
+    def id_to_token(self, i):
+        return self.vocab_r.get(i)
+
+    def get_vocab(self):
+        return dict(self.vocab)
+
+    def get_vocab_size(self):
+        return len(self.vocab)
