@@ -16,7 +16,11 @@ class Device:
         return f"Device({self})"
 
     def __str__(self):
-        return self.kind if self.kind == "cpu" else f"{self.kind}:{self.index}"
+        # "cpu" for the CPU; a second array device on the host (index > 0) keeps its index
+        # so that error messages can tell the two apart.
+        if self.kind == "cpu" and self.index == 0:
+            return "cpu"
+        return f"{self.kind}:{self.index}"
 
     def __eq__(self, other):
         if isinstance(other, str):
