@@ -136,10 +136,9 @@ class BrowserDriver:
         self.info = dict(described["adapter"])
         self.features = set(described["features"])
         self.limits = {_hyphenated(k): v for k, v in described["limits"].items()}
-        if max_binding_size:
-            for key in ("max-storage-buffer-binding-size", "max-buffer-size"):
-                if key in self.limits:
-                    self.limits[key] = min(self.limits[key], int(max_binding_size))
+        if max_binding_size:  # plan as if bindings were smaller (buffers stay as large)
+            key = "max-storage-buffer-binding-size"
+            self.limits[key] = min(self.limits[key], int(max_binding_size))
         self._encoder = None
         self._pass = None
         self._staging = {}

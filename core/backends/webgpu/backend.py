@@ -1,0 +1,738 @@
+"""The WebGPU backend: every primitive as a WGSL dispatch, over a thin driver.
+
+Runtime-agnostic: the driver (native.py on wgpu-py, or a browser driver over
+pyodide.ffi) creates buffers and pipelines, records dispatches and copies, submits and
+reads back; everything else lives here and needs neither wgpu nor numpy.
+
+- Pipelines are cached per (kernel file, dtype, specialisation) (kernels.py).
+- Buffers come from a pool by size class (pool.py); `memory_stats()` reports it.
+- Dispatches are recorded into one command encoder and submitted when a result is read
+  or when the batch's uniform arena fills. Shapes, strides and scalars of each dispatch
+  are one 256-byte block of that arena, selected by a dynamic offset.
+- Limits: bindings larger than the adapter's max storage binding are split (elementwise
+  ops by row ranges, matmul by rows, K or columns); grids of more than 65,535 workgroups
+  fold into two dimensions.
+"""
+import struct
+
+from ... import dtype as dt
+from ...errors import DimOutOfRange, UnsupportedDType, UnsupportedOp, fmt_shape
+from ...ops import BINARY, COMPARE, UNARY
+from ..base import Backend
+from . import kernels
+from .dtypes import convert_expr, device_types, host_words, unsupported
+from .pool import Pool, Storage
+from .shapes import collapse, contiguous_strides, span
+
+_BLOCK = 256               # bytes of uniform data per dispatch
+_ARENA = 256 * 1024        # uniform arena per batch: up to 1,024 dispatches
+_WG = 256                  # invocations per workgroup of elementwise kernels
+_MAX_DIMS = 10
+
+
+class WebGPUBackend(Backend):
+    fused = frozenset({"softmax", "log_softmax", "layer_norm", "rms_norm", "rope"})
+
+    def __init__(self, driver, name):
+        self.driver = driver
+        self.name = name
+        lim = driver.limits
+        self.max_binding = int(lim["max-storage-buffer-binding-size"])
+        self.max_groups = int(lim["max-compute-workgroups-per-dimension"])
+        self.storage_align = int(lim.get("min-storage-buffer-offset-alignment", 256))
+        self.block = max(_BLOCK, int(lim.get("min-uniform-buffer-offset-alignment", 256)))
+        self.has_f16 = "shader-f16" in driver.features
+        self.types = device_types(self.has_f16)
+        self.pool = Pool(driver, int(lim["max-buffer-size"]))
+        self.arena = driver.create_buffer(_ARENA, "uniform")
+        self.arena_host = bytearray(_ARENA)
+        self.arena_used = 0
+        self.batch = 0
+        self.pipelines = {}
+        self.bind_groups = {}
+        self.counters = {"pipeline_hits": 0, "pipeline_misses": 0, "submits": 0,
+                         "dispatches": 0, "readbacks": 0}
+
+    # --- bookkeeping --------------------------------------------------------------------------
+    def memory_stats(self):
+        return {"bytes_in_use": self.pool.bytes_in_use, "bytes_pooled": self.pool.bytes_pooled,
+                "buffers_created": self.pool.buffers_created}
+
+    def kernel_stats(self):
+        return dict(self.counters, pipelines=len(self.pipelines))
+
+    def empty_cache(self):
+        self.flush()
+        self.bind_groups.clear()
+        self.pool.trim()
+
+    @property
+    def adapter_info(self):
+        return dict(self.driver.info)
+
+    def _type(self, dtype, op):
+        t = self.types.get(dtype.name)
+        if t is None:
+            raise unsupported(op, dtype)
+        return t
+
+    def _alloc(self, numel, dtype, op):
+        t = self._type(dtype, op)
+        out = Storage(self.pool.take(max(numel, 1) * t.size, f"{op} result"), numel, self.pool)
+        out.dtype_name = dtype.name
+        return out
+
+    # --- pipelines and dispatch -------------------------------------------------------------
+    def _pipeline(self, name, compute, spec, op=None, f16=False):
+        key = (name, compute, f16, tuple(sorted(spec.items())))
+        pipe = self.pipelines.get(key)
+        if pipe is not None:
+            self.counters["pipeline_hits"] += 1
+            return pipe
+        self.counters["pipeline_misses"] += 1
+        code = kernels.render(name, compute, spec, enable_f16=f16)
+        ro = kernels.BINDINGS[name]
+        pipe = self.driver.create_pipeline(code, kernels.label(name, spec, op), len(ro), ro)
+        self.pipelines[key] = pipe
+        return pipe
+
+    def _kernel(self, name, t, spec, op=None):
+        """Pipeline for kernel `name` whose main operand has device type `t`."""
+        return self._pipeline(name, t.compute, spec, op, f16=self.has_f16)
+
+    def _bind(self, storage, lo, hi, size, op):
+        """(buffer range, element offset inside it) covering elements [lo, hi)."""
+        buf = storage.buf
+        start = lo * size // self.storage_align * self.storage_align
+        end = max(hi * size, start + 4)
+        length = min((end - start + 3) // 4 * 4, buf.size - start)
+        if length > self.max_binding:
+            raise UnsupportedOp(
+                f"{op}: an operand spans {length} bytes, more than the adapter's maximum "
+                f"storage binding of {self.max_binding} bytes, and this op cannot split it",
+                op=op)
+        buf.batch = self.batch
+        return (buf, start, length), lo - start // size
+
+    def _launch(self, pipe, params, ranges, groups):
+        if len(params) > _BLOCK // 4:
+            raise UnsupportedOp(f"wgpu: {len(params)} kernel parameters exceed one uniform "
+                                f"block (too many dims)", op="launch")
+        if self.arena_used + self.block > _ARENA:
+            self.flush()
+        off = self.arena_used
+        data = struct.pack(f"<{len(params)}I", *[v & 0xFFFFFFFF for v in params])
+        self.arena_host[off:off + len(data)] = data
+        self.arena_used += self.block
+        key = (id(pipe[0]),) + tuple((b.serial, o, n) for b, o, n in ranges)
+        bg = self.bind_groups.get(key)
+        if bg is None:
+            if len(self.bind_groups) > 4096:
+                self.bind_groups.clear()
+            bg = self.driver.create_bind_group(
+                pipe, self.arena, _BLOCK, [(b.handle, o, n) for b, o, n in ranges])
+            self.bind_groups[key] = bg
+        self.driver.dispatch(pipe, bg, off, groups)
+        self.counters["dispatches"] += 1
+
+    def _grid(self, n, wg=_WG):
+        groups = max(1, -(-n // wg))
+        if groups <= self.max_groups:
+            return (groups, 1, 1)
+        y = -(-groups // self.max_groups)
+        if y > self.max_groups:
+            raise UnsupportedOp(f"wgpu: {n} invocations exceed the adapter's grid", op="grid")
+        return (self.max_groups, y, 1)
+
+    def flush(self):
+        """Submit the recorded batch (the uniform arena is written just before)."""
+        if self.arena_used:
+            self.driver.write_buffer(self.arena, 0, memoryview(self.arena_host)[:self.arena_used])
+        self.arena_used = 0
+        if self.driver.submit():
+            self.counters["submits"] += 1
+        self.batch += 1
+
+    def synchronize(self):
+        self.flush()
+        scratch = self.pool.take(256, "sync")
+        try:
+            self.driver.read(scratch.handle, 0, 4)
+        finally:
+            self.pool.give(scratch)
+
+    # --- elementwise launcher -------------------------------------------------------------
+    def _elementwise(self, name, t, spec, op, shape, inputs, out, out_strides=None,
+                     scalars=(0, 0)):
+        """Launch an elementwise kernel over `shape`.
+
+        inputs: list of (storage, strides, offset, device size); out: (storage, offset,
+        size) written contiguously, or at `out_strides` (a strided destination). Dims are
+        collapsed first; operands larger than the max binding are split by outer rows.
+        """
+        n = 1
+        for d in shape:
+            n *= d
+        if n == 0:
+            return
+        strided_out = out_strides is not None
+        all_strides = [s for _, s, _, _ in inputs] + ([out_strides] if strided_out else [])
+        cshape, cstrides = collapse(shape, all_strides)
+        if len(cshape) > _MAX_DIMS:
+            raise UnsupportedOp(f"{op}: more than {_MAX_DIMS} dims after collapsing", op=op)
+        nd = len(cshape)
+        spec = dict(spec, ND=nd, WG=_WG)
+        pipe = self._kernel(name, t, spec, op)
+        ostr = cstrides[-1] if strided_out else contiguous_strides(cshape)
+        operands = [(st, cs, off, size) for (st, _, off, size), cs in zip(inputs, cstrides)]
+        operands.append((out[0], ostr, out[1], out[2]))
+        rows = self._rows_per_chunk(cshape, operands, op)
+        for r0 in range(0, cshape[0], rows):
+            r1 = min(cshape[0], r0 + rows)
+            sub = (r1 - r0,) + tuple(cshape[1:])
+            ranges, offs = [], []
+            for st, cs, off, size in operands:
+                start = off + r0 * cs[0]
+                lo, hi = start, start + span(sub, cs)
+                rng, rel = self._bind(st, lo, hi, size, op)
+                ranges.append(rng)
+                offs.append(rel)
+            count = (r1 - r0) * (n // cshape[0])
+            params = [0] * (8 + nd * (1 + len(operands)))
+            params[0] = count
+            params[1], params[2] = scalars
+            params[3] = offs[-1]
+            for j, o in enumerate(offs[:-1]):
+                params[4 + j] = o
+            params[8:8 + nd] = sub
+            for j, (_, cs, _, _) in enumerate(operands[:-1] if not strided_out else operands):
+                params[8 + nd * (1 + j):8 + nd * (2 + j)] = cs
+            self._launch(pipe, params, ranges, self._grid(count))
+
+    def _rows_per_chunk(self, shape, operands, op):
+        limit = self.max_binding - self.storage_align - 4
+        rows = shape[0]
+        for _, cs, _, size in operands:
+            inner = span((1,) + tuple(shape[1:]), cs)
+            if cs[0] == 0:
+                if inner * size > limit:
+                    rows = 0
+                continue
+            fit = (limit // size - inner) // cs[0] + 1
+            rows = min(rows, fit)
+        if rows < 1:
+            raise UnsupportedOp(
+                f"{op}: one row of shape {fmt_shape(shape)} exceeds the adapter's maximum "
+                f"storage binding of {self.max_binding} bytes", op=op)
+        return rows
+
+    def _input(self, storage, layout, t):
+        return (storage, layout.strides, layout.offset, t.size)
+
+    # --- memory ---------------------------------------------------------------------------
+    def from_host(self, data, dtype, shape, copy=True):
+        op = "from_host"
+        t = self._type(dtype, op)
+        n = 1
+        for d in shape:
+            n *= d
+        raw = memoryview(data).cast("B") if not isinstance(data, memoryview) or \
+            data.format != "B" else data
+        if len(raw) != n * dtype.itemsize:
+            raise UnsupportedOp(
+                f"from_host: {len(raw)} bytes for shape {fmt_shape(shape)} of {dtype.name} "
+                f"(expected {n * dtype.itemsize})", op=op)
+        known = _int_range(data, raw, dtype) if dtype.is_int and n else None
+        if dtype is dt.i64 and known and (known[0] < -2 ** 31 or known[1] >= 2 ** 31):
+            raise UnsupportedDType(
+                f"from_host: i64 values {known[0]}..{known[1]} do not fit in 32 bits; the "
+                f"WebGPU backend keeps i64 as i32 on the device (WGSL has no 64-bit "
+                f"integers)", op=op, dtype=dtype)
+        out = self._alloc(n, dtype, op)
+        out.known_range = known
+        if n == 0:
+            return out
+        if not t.packed:
+            self._write(out.buf, raw)
+            return out
+        # Converted dtypes: upload the host words as they are, widen them in a kernel.
+        hs = dtype.itemsize
+        tmp = self.pool.take(host_words(dtype, n) * 4, "upload")
+        self._write(tmp, raw)
+        pipe = self._kernel("unpack", t, {"SO": t.storage, "UNPACK": t.unpack, "WG": _WG}, op)
+        per = (self.max_binding - 2 * self.storage_align) // max(hs, t.size) // 4 * 4
+        for s in range(0, n, per):
+            e = min(n, s + per)
+            wrng, wrel = self._raw_range(tmp, s * hs // 4, -(-e * hs // 4))
+            orng, orel = self._bind(out, s, e, t.size, op)
+            self._launch(pipe, [e - s, 0, 0, orel, wrel], [wrng, orng], self._grid(e - s))
+        self.pool.give(tmp)   # reused only after this batch (see _write)
+        return out
+
+    def _raw_range(self, buf, w0, w1):
+        start = w0 * 4 // self.storage_align * self.storage_align
+        length = min(max(w1 * 4 - start, 4), buf.size - start)
+        buf.batch = self.batch
+        return (buf, start, (length + 3) // 4 * 4), w0 - start // 4
+
+    def _write(self, buf, raw):
+        if buf.batch == self.batch:
+            # The buffer was used by recorded work: queue writes run before the batch.
+            self.flush()
+        if len(raw) % 4:
+            raw = bytes(raw) + b"\0" * (4 - len(raw) % 4)
+        self.driver.write_buffer(buf.handle, 0, raw)
+
+    def full(self, shape, value, dtype):
+        t = self._type(dtype, "full")
+        n = 1
+        for d in shape:
+            n *= d
+        out = self._alloc(n, dtype, "full")
+        if n == 0:
+            return out
+        bits = _param_bits(_host_round(value, dtype), t)
+        pipe = self._kernel("fill", t, {"S": t.storage, "PARAM": t.param, "WG": _WG}, "full")
+        per = (self.max_binding - self.storage_align) // t.size
+        for s in range(0, n, per):
+            e = min(n, s + per)
+            rng, rel = self._bind(out, s, e, t.size, "full")
+            self._launch(pipe, [e - s, bits, 0, rel], [rng], self._grid(e - s))
+        if dtype.is_int:
+            out.known_range = (int(value), int(value))
+        return out
+
+    def _read_bytes(self, storage, layout, dtype, op):
+        """(buffer, byte offset, byte length, host length) of the host form, after any
+        copy/pack kernels are recorded."""
+        t = self._type(dtype, op)
+        n = layout.numel
+        if t.packed:
+            if not layout.is_contiguous():
+                storage = self.copy_strided(storage, layout, dtype)
+                off = 0
+            else:
+                off = layout.offset
+            words = host_words(dtype, n)
+            out = self.pool.take(words * 4, "readback")
+            pipe = self._kernel("pack", t, {"SX": t.storage, "PACK": t.pack, "WG": _WG}, op)
+            rng, rel = self._bind(storage, off, off + n, t.size, op)
+            self._launch(pipe, [words, n, 0, 0, rel], [rng, (out, 0, words * 4)],
+                         self._grid(words))
+            out.batch = self.batch
+            return out, 0, words * 4, n * dtype.itemsize, storage
+        if not layout.is_contiguous():
+            storage = self.copy_strided(storage, layout, dtype)
+            start = 0
+        else:
+            start = layout.offset * t.size
+        begin = start // 4 * 4
+        end = (start + n * t.size + 3) // 4 * 4
+        return storage.buf, begin, end - begin, n * t.size, (storage, start - begin)
+
+    def to_bytes(self, storage, layout, dtype):
+        if layout.numel == 0:
+            return b""
+        buf, off, length, nbytes, keep = self._read_bytes(storage, layout, dtype, "to_bytes")
+        self.flush()
+        self.counters["readbacks"] += 1
+        data = self.driver.read(buf.handle, off, length)
+        return self._finish_read(buf, data, nbytes, keep)
+
+    async def to_bytes_async(self, storage, layout, dtype):
+        if layout.numel == 0:
+            return b""
+        buf, off, length, nbytes, keep = self._read_bytes(storage, layout, dtype, "to_bytes")
+        self.flush()
+        self.counters["readbacks"] += 1
+        data = await self.driver.read_async(buf.handle, off, length)
+        return self._finish_read(buf, data, nbytes, keep)
+
+    def _finish_read(self, buf, data, nbytes, keep):
+        skip = keep[1] if isinstance(keep, tuple) else 0
+        if not isinstance(keep, tuple):
+            self.pool.give(buf)   # the pack output is ours alone
+        mv = memoryview(data).cast("B")
+        return mv[skip:skip + nbytes].tobytes() if (skip or len(mv) != nbytes) else bytes(mv)
+
+    def to_numpy(self, storage, layout, dtype):
+        import numpy
+        raw = bytearray(self.to_bytes(storage, layout, dtype))
+        arr = numpy.frombuffer(raw, dtype=dtype.numpy_name).reshape(layout.shape)
+        if dtype is dt.bf16:
+            arr = (arr.astype(numpy.uint32) << 16).view(numpy.float32)
+        return arr
+
+    def copy_strided(self, storage, layout, dtype):
+        return self.cast(storage, layout, dtype, dtype)
+
+    def copy_into(self, dst, dst_layout, src, src_layout, dtype):
+        t = self._type(dtype, "copy_into")
+        spec = {"SX": t.storage, "SO": t.storage, "CONVERT": "x"}
+        self._elementwise("copy", t, spec, "copy_into", src_layout.shape,
+                          [self._input(src, src_layout, t)],
+                          (dst, dst_layout.offset, t.size), out_strides=dst_layout.strides)
+
+    def cast(self, storage, layout, src_dtype, dst_dtype):
+        ts = self._type(src_dtype, "cast")
+        td = self._type(dst_dtype, "cast")
+        out = self._alloc(layout.numel, dst_dtype, "cast")
+        spec = {"SX": ts.storage, "SO": td.storage, "CONVERT": convert_expr(ts, td)}
+        self._elementwise("copy", ts, spec, "cast", layout.shape,
+                          [self._input(storage, layout, ts)], (out, 0, td.size),
+                          out_strides=contiguous_strides(layout.shape))
+        if src_dtype is dst_dtype:
+            out.known_range = storage.known_range
+        return out
+
+    # --- elementwise --------------------------------------------------------------------------
+    def unary(self, op, storage, layout, dtype, params=()):
+        t = self._type(dtype, op)
+        row = UNARY[op]
+        out = self._alloc(layout.numel, dtype, op)
+        bits = [_param_bits(p, t) for p in params] + [0, 0]
+        spec = {"S": t.storage, "OP": row.wgsl, "PARAM": t.param, "ROUND": t.round}
+        self._elementwise("unary", t, spec, op, layout.shape, [self._input(storage, layout, t)],
+                          (out, 0, t.size), scalars=(bits[0], bits[1]))
+        return out
+
+    def _binary_like(self, op, expr, result, so, a, la, b, lb, dtype, out_dtype):
+        t = self._type(dtype, op)
+        shape = la.shape
+        n = la.numel
+        out = self._alloc(n, out_dtype, op)
+        ot = self._type(out_dtype, op)
+        if lb is None:
+            load_b = f"T({t.param}(1u))"
+            scalar = _param_bits(b, t)
+            inputs = [self._input(a, la, t), self._input(a, la, t)]
+        else:
+            load_b = f"T(B[strided(i, {{{{ND}}}}u, 8u, 8u + 2u * {{{{ND}}}}u, p(5u))])"
+            scalar = 0
+            inputs = [self._input(a, la, t), self._input(b, lb, t)]
+        nd_probe = len(collapse(shape, [s for _, s, _, _ in inputs])[0])
+        load_b = load_b.replace("{{ND}}", str(nd_probe))
+        spec = {"S": t.storage, "SO": so, "RESULT": result.replace("{{OP}}", expr),
+                "LOAD_B": load_b}
+        self._elementwise("binary", t, spec, op, shape, inputs, (out, 0, ot.size),
+                          scalars=(scalar, 0))
+        return out
+
+    def binary(self, op, a, la, b, lb, dtype):
+        t = self._type(dtype, op)
+        expr = "idiv(a, b)" if (op == "div" and dtype.is_int) else BINARY[op].wgsl
+        return self._binary_like(op, expr, f"{t.round}({{{{OP}}}})", t.storage, a, la, b, lb,
+                                 dtype, dtype)
+
+    def compare(self, op, a, la, b, lb, dtype):
+        return self._binary_like(op, COMPARE[op].wgsl, "select(0u, 1u, {{OP}})", "u32",
+                                 a, la, b, lb, dtype, dt.u8)
+
+    def where(self, cond, lc, a, la, b, lb, dtype):
+        t = self._type(dtype, "where")
+        c_dtype = _storage_dtype_of(cond)
+        tc = self.types.get(c_dtype) if c_dtype else self.types["u8"]
+        out = self._alloc(la.numel, dtype, "where")
+        spec = {"S": t.storage, "SC": tc.storage}
+        self._elementwise("where", t, spec, "where", la.shape,
+                          [(cond, lc.strides, lc.offset, tc.size), self._input(a, la, t),
+                           self._input(b, lb, t)], (out, 0, t.size))
+        return out
+
+    # --- reductions -------------------------------------------------------------------------
+    def reduce(self, op, storage, layout, dims, dtype):
+        t = self._type(dtype, op)
+        dims = sorted(dims)
+        kept = [d for d in range(layout.ndim) if d not in dims]
+        kshape = [layout.shape[d] for d in kept]
+        kstr = [layout.strides[d] for d in kept]
+        rshape = [layout.shape[d] for d in dims]
+        rstr = [layout.strides[d] for d in dims]
+        n_out = 1
+        for d in kshape:
+            n_out *= d
+        k_total = 1
+        for d in rshape:
+            k_total *= d
+        is_arg = op in ("argmax", "argmin")
+        out_dtype = dt.i64 if is_arg else dtype
+        ot = self._type(out_dtype, op)
+        out = self._alloc(n_out, out_dtype, op)
+        if n_out == 0:
+            return out
+        kshape, (kstr,) = collapse(kshape, [kstr])
+        if not is_arg:
+            rshape, (rstr,) = collapse(rshape, [rstr])
+        elif not rshape:
+            rshape, rstr = [1], [0]
+        combine = {
+            "sum": "*acc = *acc + v;", "mean": "*acc = *acc + v;", "prod": "*acc = *acc * v;",
+            "max": "if (better_max(v, vi, *acc, *ai)) { *acc = v; *ai = vi; }",
+            "min": "if (better_min(v, vi, *acc, *ai)) { *acc = v; *ai = vi; }",
+            "argmax": "if (better_max(v, vi, *acc, *ai)) { *acc = v; *ai = vi; }",
+            "argmin": "if (better_min(v, vi, *acc, *ai)) { *acc = v; *ai = vi; }",
+        }.get(op)
+        if combine is None:
+            raise UnsupportedOp(f"reduce: unknown op {op!r}", op=op)
+        init = {"sum": "T(0)", "mean": "T(0)", "prod": "T(1)"}.get(op, "first")
+        if is_arg:
+            result = "i32(ai_final)"
+        elif op == "mean":
+            result = f"{t.round}(acc_final * T(pf(3u)))"
+        else:
+            result = f"{t.round}(acc_final)"
+        wg = 256 if k_total >= 2048 else 64
+        spec = {"S": t.storage, "SO": ot.storage, "NK": len(kshape), "NR": len(rshape),
+                "COMBINE": combine, "INIT": init, "RESULT": result, "WG": wg}
+        pipe = self._kernel("reduce", t, spec, op)
+        rng, rel = self._bind(storage, layout.offset, layout.offset + span(layout.shape,
+                                                                         layout.strides),
+                              t.size, op)
+        orng, _ = self._bind(out, 0, n_out, ot.size, op)
+        scale = struct.unpack("<I", struct.pack("<f", 1.0 / k_total if k_total else float("inf")))[0]
+        params = [n_out, k_total, rel, scale] + [0] * 4 + list(kshape) + list(kstr) + \
+            list(rshape) + list(rstr)
+        self._launch(pipe, params, [rng, orng], self._grid(n_out, 1))
+        return out
+
+    def _rows(self, layout, dim):
+        """Kept dims (all but `dim`) of layout, and the output's contiguous strides."""
+        ostr = contiguous_strides(layout.shape)
+        kept = [d for d in range(layout.ndim) if d != dim]
+        kshape = [layout.shape[d] for d in kept]
+        kx = [layout.strides[d] for d in kept]
+        ko = [ostr[d] for d in kept]
+        if not kshape:
+            kshape, kx, ko = [1], [0], [0]
+        kshape, (kx, ko) = collapse(kshape, [kx, ko])
+        return kshape, kx, ko, ostr[dim]
+
+    def cumsum(self, storage, layout, dim, dtype):
+        t = self._type(dtype, "cumsum")
+        out = self._alloc(layout.numel, dtype, "cumsum")
+        if layout.numel == 0:
+            return out
+        kshape, kx, ko, os_ = self._rows(layout, dim)
+        rows = layout.numel // layout.shape[dim]
+        spec = {"S": t.storage, "ROUND": t.round, "NK": len(kshape), "WG": 64}
+        pipe = self._kernel("cumsum", t, spec, "cumsum")
+        rng, rel = self._bind(storage, layout.offset,
+                              layout.offset + span(layout.shape, layout.strides), t.size, "cumsum")
+        orng, _ = self._bind(out, 0, layout.numel, t.size, "cumsum")
+        params = [rows, layout.shape[dim], rel, 0, layout.strides[dim], os_, 0, 0] + \
+            kshape + kx + ko
+        self._launch(pipe, params, [rng, orng], self._grid(rows, 64))
+        return out
+
+    # --- fused paths --------------------------------------------------------------------------
+    def softmax(self, storage, layout, dim, dtype, log=False):
+        op = "log_softmax" if log else "softmax"
+        t = self._type(dtype, op)
+        out = self._alloc(layout.numel, dtype, op)
+        if layout.numel == 0:
+            return out
+        kshape, kx, ko, os_ = self._rows(layout, dim)
+        rows = layout.numel // layout.shape[dim]
+        wg = 256 if layout.shape[dim] >= 2048 else 64
+        spec = {"S": t.storage, "ROUND": t.round, "NK": len(kshape), "WG": wg}
+        pipe = self._kernel("softmax", t, spec, op)
+        rng, rel = self._bind(storage, layout.offset,
+                              layout.offset + span(layout.shape, layout.strides), t.size, op)
+        orng, _ = self._bind(out, 0, layout.numel, t.size, op)
+        params = [rows, layout.shape[dim], rel, int(log), layout.strides[dim], os_, 0, 0] + \
+            kshape + kx + ko
+        self._launch(pipe, params, [rng, orng], self._grid(rows, 1))
+        return out
+
+    def layer_norm(self, storage, layout, w, lw, b, lb, eps, dtype, rms=False):
+        op = "rms_norm" if rms else "layer_norm"
+        t = self._type(dtype, op)
+        out = self._alloc(layout.numel, dtype, op)
+        if layout.numel == 0:
+            return out
+        dim = layout.ndim - 1
+        kshape, kx, _, _ = self._rows(layout, dim)
+        n = layout.shape[dim]
+        rows = layout.numel // n
+        wg = 256 if n >= 2048 else 64
+        spec = {"S": t.storage, "ROUND": t.round, "NK": len(kshape), "WG": wg}
+        pipe = self._kernel("norm", t, spec, op)
+        rng, rel = self._bind(storage, layout.offset,
+                              layout.offset + span(layout.shape, layout.strides), t.size, op)
+        ranges = [rng]
+        flags = 4 if rms else 0
+        extra = []
+        for bit, (s, l) in ((1, (w, lw)), (2, (b, lb))):
+            if s is None:
+                ranges.append(rng)
+                extra.append((0, 0))
+                continue
+            flags |= bit
+            r, o = self._bind(s, l.offset, l.offset + span(l.shape, l.strides), t.size, op)
+            ranges.append(r)
+            extra.append((o, l.strides[0] if l.ndim else 0))
+        orng, _ = self._bind(out, 0, layout.numel, t.size, op)
+        ranges.append(orng)
+        eps_bits = struct.unpack("<I", struct.pack("<f", eps))[0]
+        params = [rows, n, rel, eps_bits, layout.strides[dim], flags, extra[0][0], extra[1][0],
+                  extra[0][1], extra[1][1], 0, 0] + kshape + kx
+        self._launch(pipe, params, ranges, self._grid(rows, 1))
+        return out
+
+    def rope(self, storage, layout, cos, lcos, sin, lsin, dtype, interleaved=False):
+        """See Backend.rope: x [..., T, D], cos/sin [T, D/2]."""
+        op = "rope"
+        t = self._type(dtype, op)
+        out = self._alloc(layout.numel, dtype, op)
+        if layout.numel == 0:
+            return out
+        shape = layout.shape
+        d_model, t_len = shape[-1], shape[-2]
+        spec = {"S": t.storage, "ROUND": t.round, "ND": layout.ndim,
+                "INTERLEAVED": "true" if interleaved else "false", "WG": _WG}
+        pipe = self._kernel("rope", t, spec, op)
+        rng, rel = self._bind(storage, layout.offset,
+                              layout.offset + span(shape, layout.strides), t.size, op)
+        crng, co = self._bind(cos, lcos.offset, lcos.offset + span(lcos.shape, lcos.strides),
+                              t.size, op)
+        srng, so = self._bind(sin, lsin.offset, lsin.offset + span(lsin.shape, lsin.strides),
+                              t.size, op)
+        orng, _ = self._bind(out, 0, layout.numel, t.size, op)
+        n = layout.numel
+        params = [n, d_model, t_len, rel, co, so, lcos.strides[0], lcos.strides[1],
+                  lsin.strides[0], lsin.strides[1], 0, 0] + list(shape) + list(layout.strides)
+        self._launch(pipe, params, [rng, crng, srng, orng], self._grid(n))
+        return out
+
+    # --- matmul ---------------------------------------------------------------------------------
+    def matmul(self, a, la, b, lb, dtype):
+        from .matmul import matmul
+        return matmul(self, a, la, b, lb, dtype)
+
+    # --- indexing ------------------------------------------------------------------------------
+    def _check_ids(self, ids, lids, size, op, dim):
+        if lids.numel == 0:
+            return
+        lo_hi = ids.known_range
+        if lo_hi is None or lo_hi[0] < 0 or lo_hi[1] >= size:
+            id_dtype = _storage_dtype_of(ids)
+            data = self.to_bytes(ids, lids, dt.from_name(id_dtype))
+            code = {"i64": "q", "i32": "i", "u32": "I", "u8": "B"}[id_dtype]
+            values = memoryview(data).cast(code)
+            lo_hi = (min(values), max(values))
+        if lo_hi[0] < 0 or lo_hi[1] >= size:
+            bad = lo_hi[0] if lo_hi[0] < 0 else lo_hi[1]
+            raise DimOutOfRange(f"{op}: index {bad} out of range for dim {dim} of size {size}",
+                                op=op, index=bad, size=size)
+
+    def _ids_type(self, ids):
+        name = _storage_dtype_of(ids)
+        return self.types[name] if name else self.types["i64"]
+
+    def index_select(self, storage, layout, ids, lids, dim, dtype):
+        op = "index_select"
+        t = self._type(dtype, op)
+        self._check_ids(ids, lids, layout.shape[dim], op, dim)
+        shape = list(layout.shape)
+        shape[dim] = lids.numel
+        n = 1
+        for d in shape:
+            n *= d
+        out = self._alloc(n, dtype, op)
+        if n == 0:
+            return out
+        ti = self._ids_type(ids)
+        spec = {"S": t.storage, "SI": ti.storage, "ND": len(shape), "DIM": dim, "WG": _WG}
+        pipe = self._kernel("index_select", t, spec, op)
+        rng, rel = self._bind(storage, layout.offset,
+                              layout.offset + span(layout.shape, layout.strides), t.size, op)
+        irng, irel = self._bind(ids, lids.offset, lids.offset + span(lids.shape, lids.strides),
+                                ti.size, op)
+        orng, _ = self._bind(out, 0, n, t.size, op)
+        params = [n, layout.shape[dim], irel, lids.strides[0] if lids.ndim else 0, rel, 0, 0, 0] + \
+            shape + list(layout.strides)
+        self._launch(pipe, params, [rng, irng, orng], self._grid(n))
+        return out
+
+    def gather(self, storage, layout, ids, lids, dim, dtype):
+        op = "gather"
+        t = self._type(dtype, op)
+        self._check_ids(ids, lids, layout.shape[dim], op, dim)
+        n = lids.numel
+        out = self._alloc(n, dtype, op)
+        if n == 0:
+            return out
+        ti = self._ids_type(ids)
+        spec = {"S": t.storage, "SI": ti.storage, "ND": lids.ndim, "DIM": dim, "WG": _WG}
+        pipe = self._kernel("gather", t, spec, op)
+        rng, rel = self._bind(storage, layout.offset,
+                              layout.offset + span(layout.shape, layout.strides), t.size, op)
+        irng, irel = self._bind(ids, lids.offset, lids.offset + span(lids.shape, lids.strides),
+                                ti.size, op)
+        orng, _ = self._bind(out, 0, n, t.size, op)
+        params = [n, layout.shape[dim], irel, 0, rel, 0, 0, 0] + list(lids.shape) + \
+            list(layout.strides) + list(lids.strides)
+        self._launch(pipe, params, [rng, irng, orng], self._grid(n))
+        return out
+
+    def scatter_add(self, dst, ldst, ids, lids, src, lsrc, dim, dtype):
+        op = "scatter_add"
+        t = self._type(dtype, op)
+        self._check_ids(ids, lids, ldst.shape[dim], op, dim)
+        n = ldst.numel
+        out = self._alloc(n, dtype, op)
+        if n == 0:
+            return out
+        ti = self._ids_type(ids)
+        nd = ldst.ndim
+        spec = {"S": t.storage, "SI": ti.storage, "ROUND": t.round, "ND": nd, "DIM": dim,
+                "WG": _WG}
+        pipe = self._kernel("scatter_add", t, spec, op)
+        drng, drel = self._bind(dst, ldst.offset, ldst.offset + span(ldst.shape, ldst.strides),
+                                t.size, op)
+        irng, irel = self._bind(ids, lids.offset, lids.offset + span(lids.shape, lids.strides),
+                                ti.size, op)
+        srng, srel = self._bind(src, lsrc.offset, lsrc.offset + span(lsrc.shape, lsrc.strides),
+                                t.size, op)
+        orng, _ = self._bind(out, 0, n, t.size, op)
+        params = [n, lids.shape[dim], irel, srel, drel, 0, 0, 0] + list(ldst.shape) + \
+            list(ldst.strides) + list(lids.shape) + list(lids.strides) + list(lsrc.strides)
+        if len(params) > 64:
+            raise UnsupportedOp(f"{op}: too many dims ({nd}) for the WebGPU kernel", op=op)
+        self._launch(pipe, params, [drng, irng, srng, orng], self._grid(n))
+        return out
+
+
+def _storage_dtype_of(storage):
+    return getattr(storage, "dtype_name", None)
+
+
+def _param_bits(value, t):
+    if t.compute == "f32":
+        return struct.unpack("<I", struct.pack("<f", float(value)))[0]
+    v = int(value)
+    if t.compute == "i32":
+        v = max(-2 ** 31, min(2 ** 31 - 1, v))
+    else:
+        v = max(0, min(2 ** 32 - 1, v))
+    return v & 0xFFFFFFFF
+
+
+def _host_round(value, dtype):
+    """A fill value as the dtype holds it (the device keeps bf16/f16 widened)."""
+    if dtype is dt.bf16:
+        from ...hostdata import pack, unpack
+        return unpack(pack([float(value)], dtype), dtype, (1,))[0]
+    if dtype is dt.f16:
+        return struct.unpack("<e", struct.pack("<e", float(value)))[0]
+    return value
+
+
+def _int_range(data, raw, dtype):
+    """(min, max) of integer host data, in C: numpy's own methods when `data` is an
+    array, else builtins over a typed memoryview."""
+    if hasattr(data, "min") and hasattr(data, "max"):
+        return int(data.min()), int(data.max())
+    code = {"i64": "q", "i32": "i", "u32": "I", "u8": "B"}[dtype.name]
+    values = raw.cast(code)
+    return min(values), max(values)

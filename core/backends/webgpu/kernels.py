@@ -1,0 +1,70 @@
+"""WGSL kernels: sources from shaders/*.wgsl, filled placeholders, cached pipelines.
+
+A kernel is (file, specialisation): placeholders such as {{S}} (storage type), {{OP}}
+(an expression from core/ops.py), {{ND}} (dims) or {{WG}} (workgroup size) are replaced
+by text, and the result is compiled once per distinct specialisation.
+"""
+import re
+from importlib import resources
+
+# File -> (number of storage bindings, which of them are read-only). No kernel binds more
+# than 8 storage buffers, WebGPU's default per-stage limit; tests/test_wgpu_limits.py
+# checks this table against the sources.
+BINDINGS = {
+    "unary": (True, False),
+    "binary": (True, True, False),
+    "where": (True, True, True, False),
+    "copy": (True, False),
+    "fill": (False,),
+    "unpack": (True, False),
+    "pack": (True, False),
+    "reduce": (True, False),
+    "softmax": (True, False),
+    "norm": (True, True, True, False),
+    "cumsum": (True, False),
+    "matmul": (True, True, False),
+    "matmul_nn": (True, True, False),
+    "matmul_nt": (True, True, False),
+    "index_select": (True, True, False),
+    "gather": (True, True, False),
+    "scatter_add": (True, True, True, False),
+    "rope": (True, True, True, False),
+}
+
+_PLACEHOLDER = re.compile(r"\{\{([A-Z_0-9]+)\}\}")
+_sources = {}
+
+
+def source(name):
+    """The text of shaders/<name>.wgsl (package data, found the same way in a wheel,
+    an editable install and Pyodide)."""
+    text = _sources.get(name)
+    if text is None:
+        text = resources.files("ember.shaders").joinpath(f"{name}.wgsl").read_text()
+        _sources[name] = text
+    return text
+
+
+def placeholders(name):
+    return set(_PLACEHOLDER.findall(source(name)))
+
+
+def render(name, compute_type, spec, enable_f16=False):
+    """Complete WGSL for kernel `name`: header, prelude, filled template."""
+    def fill(match):
+        key = match.group(1)
+        if key not in spec:
+            raise KeyError(f"kernel {name}: placeholder {{{{{key}}}}} has no value")
+        return str(spec[key])
+
+    header = ("enable f16;\n" if enable_f16 else "") + f"alias T = {compute_type};\n"
+    body = _PLACEHOLDER.sub(fill, source(name))
+    return header + _PLACEHOLDER.sub(fill, source("prelude")) + body
+
+
+def label(name, spec, op=None):
+    inner = ",".join(f"{k}={v}" for k, v in sorted(spec.items()) if k not in ("OP", "RESULT",
+                                                                          "UNPACK", "PACK",
+                                                                          "COMBINE", "CONVERT",
+                                                                          "LOAD_B", "INIT"))
+    return f"{name}:{op}[{inner}]" if op else f"{name}[{inner}]"

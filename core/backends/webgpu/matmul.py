@@ -1,0 +1,152 @@
+"""Batched matmul on WebGPU: kernel choice, and splitting of operands that exceed the
+adapter's maximum storage binding.
+
+Kernels: `matmul_nt` (f32, both operands run along K: x @ W.T of a Linear layer),
+`matmul_nn` (f32, B with unit column stride: x @ W), and the general strided
+`matmul` for every other dtype or layout. Register tiles are chosen per adapter kind.
+
+An operand too large for one binding is split along its outermost dim: rows of A,
+columns of B (output columns), K (partial products accumulated into the output), or a
+batch dim; the halves recurse until every binding fits.
+"""
+from ... import dtype as dt
+from ...errors import UnsupportedOp
+from .shapes import collapse, contiguous_strides, span
+
+
+class _Operand:
+    """A strided 2-D (+ batch) view: storage, offset, batch strides, row/col strides."""
+    __slots__ = ("st", "off", "bs", "rs", "cs")
+
+    def __init__(self, st, off, bs, rs, cs):
+        self.st, self.off, self.bs, self.rs, self.cs = st, off, list(bs), rs, cs
+
+    def moved(self, delta):
+        return _Operand(self.st, self.off + delta, self.bs, self.rs, self.cs)
+
+
+def matmul(be, a, la, b, lb, dtype):
+    t = be._type(dtype, "matmul")
+    batch = list(la.shape[:-2])
+    m, k = la.shape[-2:]
+    n = lb.shape[-1]
+    nb = 1
+    for d in batch:
+        nb *= d
+    out = be._alloc(nb * m * n, dtype, "matmul")
+    if nb * m * n == 0:
+        return out
+    if k == 0:
+        return be.full(tuple(batch) + (m, n), 0, dtype)
+    ob = [s * m * n for s in contiguous_strides(batch)]
+    if batch:
+        bshape, (ab, bb, obs) = collapse(batch, [la.strides[:-2], lb.strides[:-2], ob])
+    else:
+        bshape, ab, bb, obs = [1], [0], [0], [0]
+    A = _Operand(a, la.offset, ab, la.strides[-2], la.strides[-1])
+    B = _Operand(b, lb.offset, bb, lb.strides[-2], lb.strides[-1])
+    O = _Operand(out, 0, obs, n, 1)
+    _split_or_launch(be, t, dtype, A, B, O, m, n, k, bshape, False)
+    return out
+
+
+def _span(op, bshape, rows, cols):
+    return span(list(bshape) + [rows, cols], op.bs + [op.rs, op.cs])
+
+
+def _split_or_launch(be, t, dtype, A, B, O, m, n, k, bshape, acc):
+    limit = be.max_binding - be.storage_align - 16
+    spans = {"A": _span(A, bshape, m, k) * t.size, "B": _span(B, bshape, k, n) * t.size,
+             "O": _span(O, bshape, m, n) * t.size}
+    worst = max(spans, key=spans.get)
+    if spans[worst] <= limit:
+        _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc)
+        return
+    # Split the offending operand along its dim of largest stride.
+    op = {"A": A, "B": B, "O": O}[worst]
+    dims = {"A": (("m", A.rs, m), ("k", A.cs, k)), "B": (("k", B.rs, k), ("n", B.cs, n)),
+            "O": (("m", O.rs, m), ("n", O.cs, n))}[worst]
+    cands = [(s, name, size) for name, s, size in dims if size > 1]
+    cands += [(s, ("batch", i), size) for i, (s, size) in enumerate(zip(op.bs, bshape))
+              if size > 1]
+    if not cands:
+        raise UnsupportedOp(f"matmul: an operand of {spans[worst]} bytes exceeds the adapter's "
+                            f"maximum storage binding ({be.max_binding} bytes)", op="matmul")
+    _, which, size = max(cands, key=lambda c: c[0])
+    half = size // 2
+    if which in ("n", "k") and size >= 8:
+        half = half // 4 * 4       # keep vec4 kernels usable on both halves
+    if which == "m":
+        _split_or_launch(be, t, dtype, A, B, O, half, n, k, bshape, acc)
+        _split_or_launch(be, t, dtype, A.moved(half * A.rs), B, O.moved(half * O.rs),
+                         m - half, n, k, bshape, acc)
+    elif which == "n":
+        _split_or_launch(be, t, dtype, A, B, O, m, half, k, bshape, acc)
+        _split_or_launch(be, t, dtype, A, B.moved(half * B.cs), O.moved(half * O.cs),
+                         m, n - half, k, bshape, acc)
+    elif which == "k":
+        _split_or_launch(be, t, dtype, A, B, O, m, n, half, bshape, acc)
+        _split_or_launch(be, t, dtype, A.moved(half * A.cs), B.moved(half * B.rs), O,
+                         m, n, k - half, bshape, True)
+    else:
+        i = which[1]
+        lo = list(bshape)
+        lo[i] = half
+        hi = list(bshape)
+        hi[i] = size - half
+        _split_or_launch(be, t, dtype, A, B, O, m, n, k, lo, acc)
+        _split_or_launch(be, t, dtype, A.moved(half * A.bs[i]), B.moved(half * B.bs[i]),
+                         O.moved(half * O.bs[i]), m, n, k, hi, acc)
+
+
+def _all4(*values):
+    return all(v % 4 == 0 for v in values)
+
+
+def tiles(be):
+    """Register tile (TM, TN) and workgroup shape per adapter kind: CPU adapters (lavapipe)
+    vectorise across invocations, so small workgroups of tall tiles suit them."""
+    info = be.driver.info
+    if info.get("adapter_type") == "CPU":
+        return {"nn": (4, 8, 4), "nt": (4, 4, 8, 4)}
+    return {"nn": (8, 16, 8), "nt": (4, 4, 16, 8)}
+
+
+def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc):
+    nb = 1
+    for d in bshape:
+        nb *= d
+    ranges, rel = [], []
+    for op, rows, cols in ((A, m, k), (B, k, n), (O, m, n)):
+        r, o = be._bind(op.st, op.off, op.off + _span(op, bshape, rows, cols), t.size, "matmul")
+        ranges.append(r)
+        rel.append(o)
+    nbd = len(bshape)
+    fast = dtype is dt.f32 and nb <= be.max_groups
+    batch4 = _all4(*(A.bs + B.bs + O.bs))
+    tile = tiles(be)
+    if fast and A.cs == 1 and B.rs == 1 and _all4(k, rel[0], A.rs, rel[1], B.cs) and batch4:
+        tm, tn, wgx, wgy = tile["nt"]
+        spec = {"TM": tm, "TN": tn, "WGX": wgx, "WGY": wgy, "NB": nbd}
+        pipe = be._pipeline("matmul_nt", "f32", spec, "matmul")
+        params = [m, n, k // 4, 0, rel[0] // 4, rel[1] // 4, rel[2], int(acc),
+                  A.rs // 4, 0, 0, B.cs // 4, O.rs, 0, 0, 0] + list(bshape) + \
+            [s // 4 for s in A.bs] + [s // 4 for s in B.bs] + list(O.bs)
+        groups = (-(-(-(-n // tn)) // wgx), -(-(-(-m // tm)) // wgy), nb)
+    elif fast and A.cs == 1 and B.cs == 1 and _all4(n, k, rel[0], A.rs, rel[1], B.rs, rel[2],
+                                                   O.rs) and batch4:
+        tm, wgx, wgy = tile["nn"]
+        spec = {"TM": tm, "WGX": wgx, "WGY": wgy, "NB": nbd}
+        pipe = be._pipeline("matmul_nn", "f32", spec, "matmul")
+        params = [m, n // 4, k // 4, 0, rel[0] // 4, rel[1] // 4, rel[2] // 4, int(acc),
+                  A.rs // 4, 0, B.rs // 4, 0, O.rs // 4, 0, 0, 0] + list(bshape) + \
+            [s // 4 for s in A.bs + B.bs + O.bs]
+        groups = (-(-(n // 4) // wgx), -(-(-(-m // tm)) // wgy), nb)
+    else:
+        spec = {"S": t.storage, "ROUND": t.round, "NB": nbd, "WG": 64}
+        pipe = be._kernel("matmul", t, spec, "matmul")
+        total = nb * m * n
+        params = [m, n, k, total, rel[0], rel[1], rel[2], int(acc),
+                  A.rs, A.cs, B.rs, B.cs, O.rs, 0, 0, 0] + list(bshape) + A.bs + B.bs + O.bs
+        groups = be._grid(total, 64)
+    be._launch(pipe, params, ranges, groups)

@@ -1,0 +1,92 @@
+"""GPU buffers pooled by size class, and the storage object a tensor holds.
+
+A tensor's storage returns its buffer to the pool when the tensor dies (CPython frees it
+at once); the next allocation of the same class reuses it, so a repeated forward pass of
+one shape creates no new buffers after the first.
+"""
+
+_MIB = 1 << 20
+
+
+def size_class(nbytes):
+    """Powers of two up to 64 MiB, then multiples of 16 MiB (bounded waste for weights)."""
+    n = max(nbytes, 256)
+    if n <= 64 * _MIB:
+        return 1 << (n - 1).bit_length()
+    step = 16 * _MIB
+    return (n + step - 1) // step * step
+
+
+class Buffer:
+    """A driver buffer with the bookkeeping the backend needs."""
+    __slots__ = ("handle", "size", "serial", "batch")
+
+    def __init__(self, handle, size, serial):
+        self.handle = handle
+        self.size = size
+        self.serial = serial
+        self.batch = -1     # last command batch that referenced it
+
+
+class Pool:
+    def __init__(self, driver, max_buffer):
+        self.driver = driver
+        self.max_buffer = max_buffer
+        self.free = {}
+        self.bytes_in_use = 0
+        self.bytes_pooled = 0
+        self.buffers_created = 0
+
+    def take(self, nbytes, what="tensor"):
+        from ...errors import OutOfMemory
+        cls = size_class(nbytes)
+        if cls > self.max_buffer:
+            cls = max(nbytes, 4)
+            cls = (cls + 3) // 4 * 4
+            if cls > self.max_buffer:
+                raise OutOfMemory(
+                    f"wgpu: a {what} of {nbytes} bytes exceeds the adapter's maximum buffer "
+                    f"size of {self.max_buffer} bytes", size=nbytes, device="wgpu")
+        bucket = self.free.get(cls)
+        if bucket:
+            buf = bucket.pop()
+            self.bytes_pooled -= cls
+        else:
+            self.buffers_created += 1
+            buf = Buffer(self.driver.create_buffer(cls), cls, self.buffers_created)
+        self.bytes_in_use += cls
+        return buf
+
+    def give(self, buf):
+        self.bytes_in_use -= buf.size
+        self.bytes_pooled += buf.size
+        self.free.setdefault(buf.size, []).append(buf)
+
+    def trim(self):
+        """Destroy every pooled buffer (they are unreferenced by tensors)."""
+        for bucket in self.free.values():
+            for buf in bucket:
+                self.driver.destroy_buffer(buf.handle)
+        self.free.clear()
+        self.bytes_pooled = 0
+
+
+class Storage:
+    """What a WebGPU tensor holds: a pooled buffer and its element count."""
+    __slots__ = ("buf", "numel", "pool", "known_range", "dtype_name", "__weakref__")
+
+    def __init__(self, buf, numel, pool, known_range=None):
+        self.buf = buf
+        self.numel = numel
+        self.pool = pool
+        self.known_range = known_range   # (min, max) of integer data uploaded from the host
+        self.dtype_name = None
+
+    def __del__(self):
+        try:
+            self.pool.give(self.buf)
+        except Exception:  # interpreter shutdown: the device may already be gone
+            pass
+
+    def __repr__(self):
+        return f"WebGPUStorage({self.numel} elements, {self.buf.size} bytes)"

@@ -1,0 +1,17 @@
+// Strided elementwise binary op or comparison over operands broadcast to the output shape.
+// Placeholders: {{S}} operand storage type, {{SO}} output storage type, {{RESULT}} the
+// stored expression in a, b (the op from core/ops.py, rounded or turned into 0/1),
+// {{LOAD_B}} how b is read (a tensor element, or a scalar from P[1]), {{ND}}, {{WG}}.
+// P: 0 n, 1 scalar b, 3 out offset, 4 a offset, 5 b offset, 8.. shape, a strides, b strides
+@group(0) @binding(1) var<storage, read> A: array<{{S}}>;
+@group(0) @binding(2) var<storage, read> B: array<{{S}}>;
+@group(0) @binding(3) var<storage, read_write> O: array<{{SO}}>;
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg, {{WG}}u);
+    if (i >= p(0u)) { return; }
+    let a = T(A[strided(i, {{ND}}u, 8u, 8u + {{ND}}u, p(4u))]);
+    let b = {{LOAD_B}};
+    O[p(3u) + i] = {{SO}}({{RESULT}});
+}

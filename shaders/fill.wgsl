@@ -1,0 +1,11 @@
+// O[offset + i] = value, for full(), zeros() and ones().
+// Placeholders: {{S}} storage type, {{PARAM}} reader of the value (pf/pi/p), {{WG}}.
+// P: 0 n, 1 value, 3 out offset
+@group(0) @binding(1) var<storage, read_write> O: array<{{S}}>;
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg, {{WG}}u);
+    if (i >= p(0u)) { return; }
+    O[p(3u) + i] = {{S}}({{PARAM}}(1u));
+}

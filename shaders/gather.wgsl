@@ -1,0 +1,24 @@
+// torch.gather: out[idx] = X[idx with idx[dim] = ids[idx]], over the ids' shape.
+// Placeholders: {{S}}, {{SI}}, {{ND}}, {{DIM}}, {{WG}}.
+// P: 0 n, 1 size of dim in X, 2 ids offset, 4 x offset, 8.. ids shape, x strides, ids strides
+@group(0) @binding(1) var<storage, read> X: array<{{S}}>;
+@group(0) @binding(2) var<storage, read> I: array<{{SI}}>;
+@group(0) @binding(3) var<storage, read_write> O: array<{{S}}>;
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg, {{WG}}u);
+    if (i >= p(0u)) { return; }
+    let id = min(u32(I[strided(i, {{ND}}u, 8u, 8u + 2u * {{ND}}u, p(2u))]), p(1u) - 1u);
+    var rem = i;
+    var o = p(4u);
+    for (var k = {{ND}}u; k > 0u; k--) {
+        let d = k - 1u;
+        let n = p(8u + d);
+        var c = rem % n;
+        rem = rem / n;
+        if (d == {{DIM}}u) { c = id; }
+        o += c * p(8u + {{ND}}u + d);
+    }
+    O[i] = X[o];
+}

@@ -1,0 +1,54 @@
+// Fused layer_norm / rms_norm over the last dim: one workgroup per row; mean and
+// variance by two workgroup-tree passes (centred, for accuracy), then the scaled write.
+// Placeholders: {{S}} storage type, {{ROUND}}, {{NK}} kept dims, {{WG}}.
+// P: 0 rows, 1 length, 2 x offset, 3 eps (f32), 4 x stride of the last dim, 5 flags
+// (1 weight, 2 bias, 4 rms), 6 w offset, 7 b offset, 8 w stride, 9 b stride,
+// 12.. kept shape, kept x strides
+@group(0) @binding(1) var<storage, read> X: array<{{S}}>;
+@group(0) @binding(2) var<storage, read> Wt: array<{{S}}>;
+@group(0) @binding(3) var<storage, read> Bs: array<{{S}}>;
+@group(0) @binding(4) var<storage, read_write> O: array<{{S}}>;
+
+var<workgroup> sv: array<f32, {{WG}}>;
+
+fn tree_sum(lid: u32, v: f32) -> f32 {
+    sv[lid] = v;
+    workgroupBarrier();
+    for (var s = {{WG}}u / 2u; s > 0u; s = s / 2u) {
+        if (lid < s) { sv[lid] = sv[lid] + sv[lid + s]; }
+        workgroupBarrier();
+    }
+    let r = sv[0];
+    workgroupBarrier();
+    return r;
+}
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+    let row = wid.x + wid.y * nwg.x;
+    if (row >= p(0u)) { return; }
+    let n = p(1u);
+    let xb = strided(row, {{NK}}u, 12u, 12u + {{NK}}u, p(2u));
+    let xs = p(4u);
+    let flags = p(5u);
+    let rms = (flags & 4u) != 0u;
+    var mean = 0.0;
+    if (!rms) {
+        var s = 0.0;
+        for (var j = lid.x; j < n; j += {{WG}}u) { s += f32(X[xb + j * xs]); }
+        mean = tree_sum(lid.x, s) / f32(n);
+    }
+    var q = 0.0;
+    for (var j = lid.x; j < n; j += {{WG}}u) {
+        let d = f32(X[xb + j * xs]) - mean;
+        q += d * d;
+    }
+    let inv = inverseSqrt(tree_sum(lid.x, q) / f32(n) + pf(3u));
+    for (var j = lid.x; j < n; j += {{WG}}u) {
+        var y = (f32(X[xb + j * xs]) - mean) * inv;
+        if ((flags & 1u) != 0u) { y = y * f32(Wt[p(6u) + j * p(8u)]); }
+        if ((flags & 2u) != 0u) { y = y + f32(Bs[p(7u) + j * p(9u)]); }
+        O[row * n + j] = {{S}}({{ROUND}}(y));
+    }
+}

@@ -1,0 +1,89 @@
+// Shared by every ember kernel; the backend prepends a header with `alias T = ...;`
+// (the compute type of the kernel's main operand) and `enable f16;` where needed.
+//
+// Binding 0 of group 0 is one 256-byte block of the per-batch uniform arena, selected by
+// a dynamic offset: shapes, strides, offsets and scalars travel there, so no dispatch
+// creates a buffer of its own.
+@group(0) @binding(0) var<uniform> P: array<vec4<u32>, 16>;
+
+fn p(i: u32) -> u32 { return P[i >> 2u][i & 3u]; }
+fn pf(i: u32) -> f32 { return bitcast<f32>(p(i)); }
+fn pi(i: u32) -> i32 { return bitcast<i32>(p(i)); }
+
+// Flat invocation index of a grid folded into 2-D (at most 65,535 groups per dimension).
+fn flat_index(gid: vec3<u32>, nwg: vec3<u32>, wg: u32) -> u32 {
+    return gid.x + gid.y * nwg.x * wg;
+}
+
+// Element offset of flat (row-major) index i in a strided view whose `nd` dims sit at
+// P[shp..] and strides at P[str..]; `off` is the view's offset.
+fn strided(i: u32, nd: u32, shp: u32, str: u32, off: u32) -> u32 {
+    var rem = i;
+    var o = off;
+    for (var k = nd; k > 0u; k--) {
+        let d = k - 1u;
+        let n = p(shp + d);
+        o += (rem % n) * p(str + d);
+        rem = rem / n;
+    }
+    return o;
+}
+
+// --- rounding of stored results, so narrow dtypes kept widened on the device behave
+// like their host counterparts ------------------------------------------------------
+fn round_bf16(v: f32) -> f32 {
+    let u = bitcast<u32>(v);
+    if ((u & 0x7fffffffu) > 0x7f800000u) { return bitcast<f32>((u | 0x00400000u) & 0xffff0000u); }
+    return bitcast<f32>((u + 0x7fffu + ((u >> 16u) & 1u)) & 0xffff0000u);
+}
+fn round_f16(v: f32) -> f32 { return unpack2x16float(pack2x16float(vec2<f32>(v, 0.0))).x; }
+fn wrap_u8(v: u32) -> u32 { return v & 0xffu; }
+
+// --- math helpers named by core/ops.py's WGSL expressions -------------------------------
+fn tanh_f(x: f32) -> f32 {
+    // Clamped: some drivers compute tanh through exp and return NaN for large |x|.
+    return tanh(clamp(x, -20.0, 20.0));
+}
+
+fn erfc_tail(ax: f32) -> f32 {
+    let t = 1.0 / (1.0 + 0.5 * ax);
+    let poly = -1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (
+        -0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (
+        -0.82215223 + t * 0.17087277))))))));
+    return t * exp(poly - ax * ax);
+}
+
+fn erf_f(x: f32) -> f32 {
+    let ax = abs(x);
+    if (ax < 0.5) {
+        let x2 = x * x;
+        return 1.1283791670955126 * x * (1.0 + x2 * (-1.0 / 3.0 + x2 * (0.1 + x2 * (
+            -1.0 / 42.0 + x2 * (1.0 / 216.0 + x2 * (-1.0 / 1320.0))))));
+    }
+    return sign(x) * (1.0 - erfc_tail(min(ax, 10.0)));
+}
+
+fn gelu_erf(x: f32) -> f32 {
+    let z = x * 0.7071067811865476;
+    return 0.5 * x * (1.0 + sign(z) * (1.0 - erfc_tail(min(abs(z), 10.0))));
+}
+
+fn gelu_tanh(x: f32) -> f32 {
+    return 0.5 * x * (1.0 + tanh_f(0.7978845608028654 * (x + 0.044715 * (x * x * x))));
+}
+
+// pow with numpy's meaning for a negative base and an integral exponent.
+fn pow_f(a: f32, b: f32) -> f32 {
+    if (a >= 0.0 || b != floor(b)) { return pow(a, b); }
+    let m = pow(-a, b);
+    if (fract(b * 0.5) != 0.0) { return -m; }
+    return m;
+}
+
+// Integer division that floors like Python's //, and gives 0 for a zero divisor as numpy does.
+fn idiv(a: T, b: T) -> T {
+    if (b == T(0)) { return T(0); }
+    let q = a / b;
+    if ((a % b != T(0)) && ((a < T(0)) != (b < T(0)))) { return q - T(1); }
+    return q;
+}

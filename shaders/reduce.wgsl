@@ -1,0 +1,64 @@
+// Reduction over trailing (permuted) dims: one workgroup per output element, each
+// invocation folds a strided slice, then a workgroup-shared tree combines them.
+// Placeholders: {{S}} input storage type, {{SO}} output storage type, {{NK}} kept dims,
+// {{NR}} reduced dims, {{COMBINE}} fold of (acc, ai) with (v, vi) -> keeps in acc/ai,
+// {{INIT}} the initial accumulator (may read `first`), {{RESULT}} stored value from acc, ai.
+// P: 0 n_out, 1 k (reduced count), 2 x offset, 3 scale (f32), 8.. kept shape, kept
+// strides, reduced shape, reduced strides
+@group(0) @binding(1) var<storage, read> X: array<{{S}}>;
+@group(0) @binding(2) var<storage, read_write> O: array<{{SO}}>;
+
+var<workgroup> sv: array<T, {{WG}}>;
+var<workgroup> si: array<u32, {{WG}}>;
+
+fn is_nan(v: T) -> bool { return v != v; }
+
+fn better_max(v: T, vi: u32, a: T, ai: u32) -> bool {
+    if (is_nan(a)) { return is_nan(v) && vi < ai; }
+    if (is_nan(v)) { return true; }
+    return v > a || (v == a && vi < ai);
+}
+
+fn better_min(v: T, vi: u32, a: T, ai: u32) -> bool {
+    if (is_nan(a)) { return is_nan(v) && vi < ai; }
+    if (is_nan(v)) { return true; }
+    return v < a || (v == a && vi < ai);
+}
+
+fn fold(acc: ptr<function, T>, ai: ptr<function, u32>, v: T, vi: u32) {
+    {{COMBINE}}
+}
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+    let row = wid.x + wid.y * nwg.x;
+    if (row >= p(0u)) { return; }
+    let k_total = p(1u);
+    let base = strided(row, {{NK}}u, 8u, 8u + {{NK}}u, p(2u));
+    let rs = 8u + 2u * {{NK}}u;
+    let first = T(X[base]);
+    var acc: T = {{INIT}};
+    var ai: u32 = 0u;
+    for (var k = lid.x; k < k_total; k += {{WG}}u) {
+        fold(&acc, &ai, T(X[strided(k, {{NR}}u, rs, rs + {{NR}}u, base)]), k);
+    }
+    sv[lid.x] = acc;
+    si[lid.x] = ai;
+    workgroupBarrier();
+    for (var s = {{WG}}u / 2u; s > 0u; s = s / 2u) {
+        if (lid.x < s) {
+            var a = sv[lid.x];
+            var b = si[lid.x];
+            fold(&a, &b, sv[lid.x + s], si[lid.x + s]);
+            sv[lid.x] = a;
+            si[lid.x] = b;
+        }
+        workgroupBarrier();
+    }
+    if (lid.x == 0u) {
+        let acc_final = sv[0];
+        let ai_final = si[0];
+        O[row] = {{SO}}({{RESULT}});
+    }
+}

@@ -1,0 +1,41 @@
+// Rotary embedding over x [..., T, D] with cos/sin [T, D/2] (read strided): pairs are
+// (2i, 2i+1) when interleaved, else (i, i + D/2) (half-split, as in Llama).
+//   out_first = a * cos - b * sin,  out_second = b * cos + a * sin
+// Placeholders: {{S}} storage type, {{ROUND}}, {{ND}} dims of x (>= 2), {{INTERLEAVED}}, {{WG}}.
+// P: 0 n, 1 D, 2 T, 3 x offset, 4 cos offset, 5 sin offset, 6 cos t-stride, 7 cos i-stride,
+// 8 sin t-stride, 9 sin i-stride, 12.. x shape, x strides
+@group(0) @binding(1) var<storage, read> X: array<{{S}}>;
+@group(0) @binding(2) var<storage, read> Cs: array<{{S}}>;
+@group(0) @binding(3) var<storage, read> Sn: array<{{S}}>;
+@group(0) @binding(4) var<storage, read_write> O: array<{{S}}>;
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg, {{WG}}u);
+    if (i >= p(0u)) { return; }
+    let dd = p(1u);
+    let d = i % dd;
+    let t = (i / dd) % p(2u);
+    let off = strided(i, {{ND}}u, 12u, 12u + {{ND}}u, p(3u));
+    let ls = p(12u + 2u * {{ND}}u - 1u);
+    var pair: u32;
+    var first: bool;
+    var k: u32;
+    if ({{INTERLEAVED}}) {
+        first = (d % 2u) == 0u;
+        k = d / 2u;
+        pair = select(d - 1u, d + 1u, first);
+    } else {
+        let h = dd / 2u;
+        first = d < h;
+        k = select(d - h, d, first);
+        pair = select(d - h, d + h, first);
+    }
+    let x = f32(X[off]);
+    let y = f32(X[off - d * ls + pair * ls]);
+    let c = f32(Cs[p(4u) + t * p(6u) + k * p(7u)]);
+    let s = f32(Sn[p(5u) + t * p(8u) + k * p(9u)]);
+    var r: f32;
+    if (first) { r = x * c - y * s; } else { r = x * c + y * s; }
+    O[i] = {{S}}({{ROUND}}(r));
+}
