@@ -200,6 +200,11 @@ class LlamaForCausalLM(Module):
             raise ShapeMismatch(f"forward: input batch {b} does not match the cache's batch "
                                 f"{cache.batch}", op="llama.forward", shapes=(ids.shape,))
         total = past + t
+        if cache is not None and total > cache.max_len:
+            raise EmberError(
+                f"forward: {t} new tokens after {past} cached ones overflows the cache of "
+                f"{cache.max_len} positions; create it with a larger max_len",
+                op="llama.forward", length=past, new=t, max_len=cache.max_len)
         key_mask = None
         if attention_mask is not None:
             key_mask = np.asarray(attention_mask, dtype=bool)
