@@ -103,7 +103,7 @@ def describe(adapter, device):
                     ("vendor", "architecture", "device", "description")}
     return {
         "adapter": adapter_info,
-        "features": sorted(str(f) for f in js.Array["from"](device.features)),
+        "features": sorted(str(f) for f in js.Array.from_(device.features)),
         "limits": {n: int(getattr(device.limits, n)) for n in _LIMITS
                    if not _is_null(getattr(device.limits, n, None))},
         "can_run_sync": bool(can_run_sync()),

@@ -1,0 +1,123 @@
+"""ember in the browser: time from page open to ready, and the per-op cost in the page
+next to native wgpu-py for the same ops, as ratios. Figures, not pass/fail.
+
+    .venv/bin/python benchmarks/browser_ops.py [--repeats 200]
+
+The page is the playground served by ember's own server, in Debian's Chromium with
+--enable-unsafe-webgpu (SwiftShader); native is wgpu-py on whatever adapter opens here
+(lavapipe on a machine without a GPU). Both run the same snippet text:
+- "batched": N ops recorded back to back and one readback at the end (dispatch overhead
+  plus GPU time, amortised), per op;
+- "round trip": one op and its readback, N times, per op (latency of a result).
+"""
+import argparse
+import ast
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "browser"))
+
+from page_harness import CHROMIUM, EmberPage, chromium_problem, launch, load_build_web  # noqa: E402
+
+SETUP = """
+import time
+import ember
+a = ember.rand(1024, device=dev)
+b = ember.rand(1024, device=dev)
+m = ember.rand(64, 64, device=dev)
+x = ember.rand(64, 256, device=dev)
+w = ember.rand(256, device=dev)
+"""
+
+OPS = {
+    "add 1024": "a + b",
+    "exp 1024": "a.exp()",
+    "matmul 64x64": "m @ m",
+    "sum rows 64x256": "x.sum(-1)",
+    "softmax 64x256": "x.softmax(-1)",
+    "layer_norm 64x256": "x.layer_norm(w, w)",
+}
+
+
+def timing_snippet(expr, repeats):
+    return f"""
+_r = ({expr}); _r.tolist()          # warm: pipeline compiled, buffers pooled
+_t0 = time.perf_counter()
+for _ in range({repeats}):
+    _r = ({expr})
+_r.tolist()
+_batched = (time.perf_counter() - _t0) / {repeats}
+_t0 = time.perf_counter()
+for _ in range({max(1, repeats // 4)}):
+    ({expr}).tolist()
+_round = (time.perf_counter() - _t0) / {max(1, repeats // 4)}
+[_batched, _round]
+"""
+
+
+def run_native(code, namespace):
+    tree = ast.parse(code)
+    last = tree.body.pop()
+    exec(compile(tree, "<bench>", "exec"), namespace)
+    return eval(compile(ast.Expression(last.value), "<bench>", "eval"), namespace)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=200)
+    args = parser.parse_args()
+    problem = chromium_problem()
+    if problem:
+        print(f"browser_ops: cannot run: {problem}")
+        return 1
+
+    import ember
+    from ember.web.server import serve_in_thread
+    from playwright.sync_api import sync_playwright
+
+    bundle = load_build_web().ensure_bundle()
+    server, url = serve_in_thread(bundle)
+    try:
+        native = ember.Device.wgpu()
+        native_name = native.backend.adapter_info.get("device") or "wgpu"
+    except ember.DeviceError as exc:
+        native, native_name = None, f"unavailable ({exc})"
+
+    with sync_playwright() as pw:
+        browser = launch(pw)
+        page = EmberPage(browser.new_page(), url)
+        t0 = time.perf_counter()
+        page.boot()
+        open_to_ready = time.perf_counter() - t0
+        info = page.info
+        t = info["timings_ms"]
+        adapter = info["adapter"]
+        print(f"browser: {CHROMIUM} ({browser.version}), adapter "
+              f"{adapter.get('description') or adapter.get('vendor')} "
+              f"[{adapter.get('architecture')}]; native: {native_name}")
+        print(f"page open -> ready: {open_to_ready:.2f} s  (in the worker: Pyodide "
+              f"{t['pyodide'] / 1000:.2f} s, ember wheel + import {t['ember_import'] / 1000:.2f} s, "
+              f"device {t['device'] / 1000:.2f} s; total {t['total'] / 1000:.2f} s)")
+
+        page.run(SETUP)
+        ns = {"ember": ember, "dev": native}
+        if native is not None:
+            run_native(SETUP, ns)
+        print(f"\nper-op time, {args.repeats} repeats (µs); ratio = page / native")
+        print(f"{'op':<20}{'page batched':>14}{'native':>10}{'ratio':>8}"
+              f"{'page round trip':>18}{'native':>10}{'ratio':>8}")
+        for name, expr in OPS.items():
+            code = timing_snippet(expr, args.repeats)
+            pb, pr = page.run(code)
+            nb, nr = run_native(code, ns) if native is not None else (float("nan"),) * 2
+            print(f"{name:<20}{pb * 1e6:>14.1f}{nb * 1e6:>10.1f}{pb / nb:>8.2f}"
+                  f"{pr * 1e6:>18.1f}{nr * 1e6:>10.1f}{pr / nr:>8.2f}")
+        browser.close()
+    server.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""Browser fixtures: ONE Chromium launch, one server and one booted page per test session.
+
+Under CI=true a missing Chromium or playwright fails the run; elsewhere the browser tests
+skip with the reason. The bundle is (re)built first when the sources changed.
+"""
+import os
+import re
+import subprocess
+import sys
+import threading
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from page_harness import EmberPage, chromium_problem, launch, load_build_web  # noqa: E402
+from helpers import missing  # noqa: E402
+
+ARTIFACTS = os.path.join(os.path.dirname(__file__), "..", "..", "test-artifacts")
+
+
+def pytest_collection_modifyitems(items):
+    here = os.path.dirname(__file__)
+    for item in items:
+        if str(item.fspath).startswith(here):
+            item.add_marker(pytest.mark.browser)
+
+
+@pytest.fixture(scope="session")
+def bundle_dir():
+    return load_build_web().ensure_bundle()
+
+
+@pytest.fixture(scope="session")
+def server_url(bundle_dir):
+    """`ember serve` itself (a subprocess on a free port), so every browser test loads the
+    pages exactly as a person would after `make web`."""
+    cmd = [sys.executable, "-m", "ember.cli", "serve", "--port", "0", "--bundle", str(bundle_dir)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    line = proc.stdout.readline()
+    match = re.search(r"(http://127\.0\.0\.1:\d+/)", line)
+    if not match:
+        proc.kill()
+        pytest.fail(f"ember serve did not start: {line}{proc.stdout.read()}")
+    # Drain the request log so the pipe never fills and blocks the server.
+    threading.Thread(target=proc.stdout.read, daemon=True).start()
+    yield match.group(1)
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    problem = chromium_problem()
+    if problem:
+        missing("Chromium for the browser tests", problem)
+    from playwright.sync_api import sync_playwright
+    pw = sync_playwright().start()
+    try:
+        browser = launch(pw)
+    except Exception as exc:  # playwright's Error: the binary would not start
+        pw.stop()
+        missing("Chromium for the browser tests", f"launch failed: {exc}")
+    yield browser
+    browser.close()
+    pw.stop()
+
+
+@pytest.fixture(scope="session")
+def ember_page(chromium, server_url):
+    """The playground page, booted once (Pyodide, the ember wheel, the WebGPU device)."""
+    context = chromium.new_context(viewport={"width": 1000, "height": 900})
+    page = context.new_page()
+    booted = EmberPage(page, server_url)
+    try:
+        booted.boot()
+    except Exception as exc:
+        console = "\n".join(booted.console[-30:])
+        pytest.fail(f"the ember page did not boot: {exc}\nconsole:\n{console}")
+    yield booted
+    context.close()
+
+
+@pytest.fixture(scope="session")
+def artifacts_dir():
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    return os.path.abspath(ARTIFACTS)

@@ -1,0 +1,103 @@
+"""Every kernel family runs in the page (Pyodide + the browser's WebGPU) and matches the
+native backend (wgpu-py) computing the same snippet in this test run.
+
+The native device is the reference; where wgpu cannot open here the CPU backend stands in
+(under CI=true both must exist). Tolerances allow for two different GPU implementations
+(SwiftShader in Chromium, lavapipe natively) rounding transcendental functions differently.
+"""
+import numpy as np
+import pytest
+
+from helpers import ON_CI
+from snippets import run_here, snippet, tensor_inputs
+
+import ember
+
+_reference = {}
+
+
+@pytest.fixture(scope="session")
+def reference_device():
+    if "dev" not in _reference:
+        try:
+            _reference["dev"] = ember.Device.wgpu()
+        except ember.DeviceError as exc:
+            if ON_CI:
+                pytest.fail(f"the native wgpu device is required under CI=true: {exc}")
+            _reference["dev"] = ember.Device.cpu()
+    return _reference["dev"]
+
+
+CASES = {
+    # elementwise: unary, binary with broadcasting, a scalar operand, a strided view
+    "unary_exp_gelu": (tensor_inputs(1, a=((4, 33), "f32")), "a.exp() + a.gelu() - a.tanh()"),
+    "binary_broadcast": (tensor_inputs(2, a=((3, 1, 5), "f32"), b=((4, 5), "f32")),
+                         "(a * b - 0.5) / (b.abs() + 1.0)"),
+    "binary_strided_view": (tensor_inputs(3, a=((6, 8), "f32"), b=((8, 6), "f32")),
+                            "a.t() + b"),
+    "integer_arithmetic": (tensor_inputs(4, a=((5, 7), "i32", -100, 100), b=((7,), "i32", 1, 9)),
+                           "a * b + 3"),
+    # compare / where
+    "compare_where": (tensor_inputs(5, a=((5, 6), "f32"), b=((5, 6), "f32")),
+                      "ember.where(a > b, a, b * 2.0)"),
+    "compare_result": (tensor_inputs(6, a=((9,), "f32"), b=((9,), "f32")), "a.le(b)"),
+    # reductions
+    "reduce_sum_rows": (tensor_inputs(7, a=((7, 300), "f32")), "a.sum(-1)"),
+    "reduce_max_dim0": (tensor_inputs(8, a=((40, 9), "f32")), "a.max(0)"),
+    "reduce_mean_all": (tensor_inputs(9, a=((3, 4, 5), "f32")), "a.mean()"),
+    "reduce_argmax": (tensor_inputs(10, a=((6, 17), "f32")), "a.argmax(-1)"),
+    "cumsum": (tensor_inputs(11, a=((4, 20), "f32")), "a.cumsum(-1)"),
+    # matmul: plain, batched with a transposed operand
+    "matmul": (tensor_inputs(12, a=((17, 33), "f32"), b=((33, 9), "f32")), "a @ b"),
+    "matmul_batched_transposed": (tensor_inputs(13, a=((2, 8, 16), "f32"), b=((2, 12, 16), "f32")),
+                                  "a.matmul(b.transpose(-1, -2))"),
+    # softmax and norms
+    "softmax": (tensor_inputs(14, a=((5, 50), "f32", -6.0, 6.0)), "a.softmax(-1)"),
+    "log_softmax": (tensor_inputs(15, a=((3, 20), "f32")), "a.log_softmax(-1)"),
+    "layer_norm": (tensor_inputs(16, a=((6, 32), "f32"), w=((32,), "f32"), b=((32,), "f32")),
+                   "a.layer_norm(w, b, eps=1e-5)"),
+    "rms_norm": (tensor_inputs(17, a=((6, 32), "f32"), w=((32,), "f32")), "a.rms_norm(w, eps=1e-6)"),
+    # index ops
+    "index_select": (tensor_inputs(18, a=((10, 6), "f32"), i=((7,), "i64", 0, 10)),
+                     "a.index_select(0, i)"),
+    "gather": (tensor_inputs(19, a=((4, 9), "f32"), i=((4, 5), "i64", 0, 9)), "a.gather(1, i)"),
+    "scatter_add": (tensor_inputs(20, a=((4, 6), "f32"), i=((4, 3), "i64", 0, 6), s=((4, 3), "f32")),
+                    "a.scatter_add(1, i, s)"),
+    "embedding": (tensor_inputs(21, w=((12, 8), "f32"), i=((2, 5), "i64", 0, 12)),
+                  "ember.embedding(i, w)"),
+    "cat_narrow": (tensor_inputs(22, a=((3, 4), "f32"), b=((2, 4), "f32")),
+                   "ember.cat([a, b.narrow(1, 1, 3).pad((0, 1))], 0)"),
+    # conv
+    "conv2d": (tensor_inputs(23, x=((1, 3, 9, 9), "f32"), w=((4, 3, 3, 3), "f32"), b=((4,), "f32")),
+               "ember.conv2d(x, w, b, stride=2, padding=1)"),
+    "conv1d": (tensor_inputs(24, x=((2, 4, 16), "f32"), w=((6, 4, 5), "f32")),
+               "ember.conv1d(x, w, padding=2)"),
+    # casts
+    "cast_f32_to_f16_and_back": (tensor_inputs(25, a=((40,), "f32", -70000.0, 70000.0)),
+                                 "a.to(ember.f16).to(ember.f32)"),
+    "cast_f32_to_bf16": (tensor_inputs(26, a=((40,), "f32")), "a.to(ember.bf16)"),
+    "cast_f32_to_i64": (tensor_inputs(27, a=((40,), "f32", -50.0, 50.0)), "a.to(ember.i64)"),
+    "cast_i64_to_f32": (tensor_inputs(28, a=((30,), "i64", -1000, 1000)), "a.to(ember.f32) * 0.5"),
+    "cast_u8_mask": (tensor_inputs(29, a=((12,), "f32")), "(a > 0).to(ember.f32)"),
+}
+
+# (rtol, atol) by case; exact for integer and compare results.
+TOLERANCE = {"default": (1e-4, 1e-5), "unary_exp_gelu": (2e-4, 2e-5),
+             "log_softmax": (1e-4, 1e-4), "layer_norm": (2e-4, 1e-4), "rms_norm": (2e-4, 1e-4)}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_kernel_family_matches_native(name, ember_page, reference_device):
+    inputs, expression = CASES[name]
+    code = snippet(inputs, expression)
+    expected = run_here(code, reference_device)
+    got = ember_page.run(code)
+    assert got["shape"] == expected["shape"], name
+    assert got["dtype"] == expected["dtype"], name
+    if expected["dtype"] in ("f32", "f16", "bf16"):
+        rtol, atol = TOLERANCE.get(name, TOLERANCE["default"])
+        np.testing.assert_allclose(np.asarray(got["values"], dtype=np.float64),
+                                   np.asarray(expected["values"], dtype=np.float64),
+                                   rtol=rtol, atol=atol, err_msg=name)
+    else:
+        assert got["values"] == expected["values"], name
