@@ -9,75 +9,85 @@ Binary, compare and where receive layouts already broadcast to the output shape
 Fused fast paths (softmax, log_softmax, layer_norm, rms_norm, rope, attention) are
 optional: `Tensor` asks `has_fused(name)` and otherwise composes primitives.
 """
+from ..errors import UnsupportedOp
 
 
 class Backend:
     name = "abstract"
 
+    def lacks(self, primitive, op=None, dtype=None):
+        """The error for a primitive this backend does not provide: it names the
+        primitive, the op and dtype asked for, and the backend."""
+        what = primitive if op is None else f"{primitive} {op}"
+        of = f" for {dtype.name}" if dtype is not None else ""
+        return UnsupportedOp(
+            f"{what}: not provided by the {self.name} backend{of}; run it on another "
+            f"device (e.g. .to('cpu'))", op=op or primitive, backend=self.name)
+
     # --- memory ----------------------------------------------------------------------
     def from_host(self, data, dtype, shape):
         """Upload host data: a numpy array of dtype's storage type, or little-endian bytes."""
-        raise NotImplementedError
+        raise self.lacks("from_host")
 
     def to_numpy(self, storage, layout, dtype):
         """A numpy array of the tensor (bf16 comes back as f32)."""
-        raise NotImplementedError
+        raise self.lacks("to_numpy")
 
     def to_bytes(self, storage, layout, dtype):
         """The tensor's elements, contiguous, as little-endian bytes."""
-        raise NotImplementedError
+        raise self.lacks("to_bytes")
 
     def full(self, shape, value, dtype):
-        raise NotImplementedError
+        raise self.lacks("full")
 
     def copy_strided(self, storage, layout, dtype):
         """A contiguous copy of the strided view."""
-        raise NotImplementedError
+        raise self.lacks("copy_strided")
 
     def copy_into(self, dst, dst_layout, src, src_layout, dtype):
         """Write src (read through src_layout) into dst's view dst_layout, in place."""
-        raise NotImplementedError
+        raise self.lacks("copy_into")
 
     def cast(self, storage, layout, src_dtype, dst_dtype):
-        raise NotImplementedError
+        raise self.lacks("cast")
 
     # --- elementwise -----------------------------------------------------------------
     def unary(self, op, storage, layout, dtype, params=()):
-        raise NotImplementedError
+        raise self.lacks("unary", op, dtype)
 
     def binary(self, op, a, la, b, lb, dtype):
         """`b` may be a Python scalar (then lb is None): it takes the tensor's dtype."""
-        raise NotImplementedError
+        raise self.lacks("binary", op, dtype)
 
     def compare(self, op, a, la, b, lb, dtype):
         """Result is u8 (1 where true)."""
-        raise NotImplementedError
+        raise self.lacks("compare", op, dtype)
 
     def where(self, cond, lc, a, la, b, lb, dtype):
-        raise NotImplementedError
+        raise self.lacks("where")
 
     # --- reductions and scans -----------------------------------------------------------
     def reduce(self, op, storage, layout, dims, dtype):
         """Reduce over `dims` (sorted); the result keeps them as size-1 dims."""
-        raise NotImplementedError
+        raise self.lacks("reduce", op, dtype)
 
     def cumsum(self, storage, layout, dim, dtype):
-        raise NotImplementedError
+        raise self.lacks("cumsum")
 
     # --- linear algebra and indexing -------------------------------------------------------
     def matmul(self, a, la, b, lb, dtype):
         """la (..., M, K) and lb (..., K, N) with equal batch shapes (broadcast strides)."""
-        raise NotImplementedError
+        raise self.lacks("matmul")
 
     def index_select(self, storage, layout, ids, lids, dim, dtype):
-        raise NotImplementedError
+        raise self.lacks("index_select")
 
     def gather(self, storage, layout, ids, lids, dim, dtype):
-        raise NotImplementedError
+        raise self.lacks("gather")
 
     def scatter_add(self, dst, ldst, ids, lids, src, lsrc, dim, dtype):
         """A new tensor: dst with src added at ids along dim."""
-        raise NotImplementedError
+        raise self.lacks("scatter_add")
 
     # --- fused fast paths ---------------------------------------------------------------
     fused = frozenset()
