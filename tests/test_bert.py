@@ -1,0 +1,296 @@
+"""BERT encoder and sentence-embedding parity with transformers (PyTorch CPU).
+
+Tiny random models are built and saved by transformers in the test; the real
+all-MiniLM-L6-v2 weights come from ember's cache (fetched like `make models`).
+"""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import ember
+from ember.models.bert import BertConfig, BertModel
+from ember.models.pooling import read_pooling_config
+from ember.nn import VarBuilder
+from ember.pipelines import SentenceEmbedder
+from helpers import missing, require
+
+WORDS = ("the a cat dog sat on mat ran in park big small red blue house tree bird sings "
+         "quickly slowly over under and or is was it very jump ##s ##ed ##ing").split()
+
+
+def _tiny_config(transformers, **overrides):
+    base = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                intermediate_size=37, max_position_embeddings=64, type_vocab_size=2,
+                hidden_act="gelu")
+    base.update(overrides)
+    return transformers.BertConfig(**base)
+
+
+def _save_tiny(tmp_path, name, model_cls="BertModel", seed=0, **overrides):
+    torch = require("torch")
+    transformers = require("transformers")
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_cls)(_tiny_config(transformers, **overrides)).eval()
+    path = tmp_path / name
+    model.save_pretrained(str(path), safe_serialization=True)
+    return path, model
+
+
+def _inputs(torch, batch=3, tokens=11, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, 99, (batch, tokens), generator=g)
+    mask = torch.ones(batch, tokens, dtype=torch.long)
+    mask[1, 7:] = 0
+    mask[2, 2:] = 0
+    types = torch.randint(0, 2, (batch, tokens), generator=g)
+    return ids, mask, types
+
+
+def _ember_model(path, device):
+    cfg = BertConfig.from_json(os.path.join(path, "config.json"))
+    return BertModel(cfg, VarBuilder.from_dir(path, dtype=ember.f32, device=device))
+
+
+@pytest.mark.parametrize("act", ["gelu", "gelu_new", "relu"])
+def test_tiny_bert_last_hidden_state_matches_transformers(tmp_path, device, act):
+    torch = require("torch")
+    path, ref_model = _save_tiny(tmp_path, f"tiny-{act}", hidden_act=act)
+    ids, mask, types = _inputs(torch)
+    with torch.no_grad():
+        expected = ref_model(input_ids=ids, attention_mask=mask,
+                             token_type_ids=types).last_hidden_state.numpy()
+    model = _ember_model(path, device)
+    out = model(ember.tensor(ids.numpy(), device=device), ember.tensor(mask.numpy(), device=device),
+                ember.tensor(types.numpy(), device=device))
+    real = mask.numpy().astype(bool)  # padded rows are not compared: nobody reads them
+    assert np.abs(out.numpy()[real] - expected[real]).max() <= 1e-4
+    # Without mask and token types (all type 0): the default path must agree too.
+    with torch.no_grad():
+        expected = ref_model(input_ids=ids).last_hidden_state.numpy()
+    out = model(ember.tensor(ids.numpy(), device=device))
+    assert np.abs(out.numpy() - expected).max() <= 1e-4
+
+
+def test_checkpoints_nested_under_bert_prefix_load(tmp_path, device):
+    torch = require("torch")
+    path, ref_model = _save_tiny(tmp_path, "mlm", model_cls="BertForMaskedLM")
+    ids, mask, _ = _inputs(torch, seed=3)
+    with torch.no_grad():
+        expected = ref_model.bert(input_ids=ids, attention_mask=mask).last_hidden_state.numpy()
+    out = _ember_model(path, device)(ember.tensor(ids.numpy(), device=device),
+                                     ember.tensor(mask.numpy(), device=device))
+    real = mask.numpy().astype(bool)
+    assert np.abs(out.numpy()[real] - expected[real]).max() <= 1e-4
+
+
+def test_config_that_disagrees_with_the_checkpoint_names_the_tensor(tmp_path):
+    path, _ = _save_tiny(tmp_path, "tiny")
+    cfg = BertConfig.from_json(os.path.join(path, "config.json"))
+    cfg.intermediate_size = 40
+    with pytest.raises(ember.ShapeMismatch,
+                       match=r"encoder\.layer\.0\.intermediate\.dense\.weight.*model\.safetensors"):
+        BertModel(cfg, VarBuilder.from_dir(path))
+
+
+@pytest.mark.parametrize("field,value,pattern", [
+    ("num_attention_heads", 5, "not divisible by num_attention_heads"),
+    ("hidden_size", 0, "'hidden_size'"),
+    ("position_embedding_type", "relative_key", "position_embedding_type"),
+])
+def test_bad_config_names_the_field(tmp_path, field, value, pattern):
+    cfg = {"hidden_size": 32, "num_attention_heads": 4, field: value}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ember.FormatError, match=pattern):
+        BertConfig.from_json(str(tmp_path / "config.json"))
+
+
+def test_too_many_tokens_is_a_clear_error(tmp_path):
+    path, _ = _save_tiny(tmp_path, "tiny")
+    model = _ember_model(path, ember.Device.cpu())
+    with pytest.raises(ember.ShapeMismatch, match="exceed max_position_embeddings 64"):
+        model(ember.zeros(1, 65, dtype=ember.i64))
+
+
+# --- sentence-transformers pipeline on a tiny model ------------------------------------------------
+def _write_tokenizer(path):
+    tk = require("tokenizers")
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS)}
+    tok = tk.Tokenizer(tk.models.WordPiece(vocab, unk_token="[UNK]"))
+    tok.normalizer = tk.normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = tk.pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = tk.processors.BertProcessing(("[SEP]", 3), ("[CLS]", 2))
+    tok.save(str(path / "tokenizer.json"))
+    return tok
+
+
+def _sentence_dir(tmp_path, mode, normalize):
+    path, model = _save_tiny(tmp_path, f"st-{mode}-{normalize}", seed=5)
+    tok = _write_tokenizer(path)
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling",
+                "type": "sentence_transformers.models.Pooling"}]
+    if normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
+                        "type": "sentence_transformers.models.Normalize"})
+    (path / "modules.json").write_text(json.dumps(modules))
+    (path / "1_Pooling").mkdir()
+    flags = {f: False for f in ("pooling_mode_cls_token", "pooling_mode_mean_tokens",
+                                "pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens")}
+    flags[{"mean": "pooling_mode_mean_tokens", "cls": "pooling_mode_cls_token",
+           "max": "pooling_mode_max_tokens",
+           "mean_sqrt_len": "pooling_mode_mean_sqrt_len_tokens"}[mode]] = True
+    (path / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32,
+                                                                **flags}))
+    return path, model, tok
+
+
+TINY_TEXTS = ["the cat sat on the mat", "a dog", "big red bird sings very quickly over the house",
+              "it", "the small blue tree and the big house", "dog ran", "jumps jumped jumping",
+              "a cat is in the park", "Zebra!"]
+
+
+def _reference_embeddings(torch, model, tok, texts, mode, normalize):
+    """One text at a time, no padding at all: what the pooling means, computed in torch."""
+    out = []
+    for text in texts:
+        ids = torch.tensor([tok.encode(text).ids])
+        with torch.no_grad():
+            h = model(input_ids=ids).last_hidden_state[0]
+        v = {"mean": h.mean(0), "cls": h[0], "max": h.max(0).values,
+             "mean_sqrt_len": h.sum(0) / (h.shape[0] ** 0.5)}[mode]
+        if normalize:
+            v = torch.nn.functional.normalize(v, dim=-1)
+        out.append(v.numpy())
+    return np.stack(out)
+
+
+@pytest.mark.parametrize("mode,normalize", [("mean", True), ("mean", False), ("cls", False),
+                                            ("max", True), ("mean_sqrt_len", False)])
+def test_sentence_embedder_pooling_matches_unpadded_reference(tmp_path, device, mode, normalize):
+    torch = require("torch")
+    path, model, tok = _sentence_dir(tmp_path, mode, normalize)
+    emb = SentenceEmbedder.from_pretrained(str(path), device=device)
+    assert (emb.pooling.mode, emb.pooling.normalize) == (mode, normalize)
+    expected = _reference_embeddings(torch, model, tok, TINY_TEXTS, mode, normalize)
+    # batch_size 4 mixes lengths inside batches and spreads the texts over three of them.
+    got = emb.encode(TINY_TEXTS, batch_size=4)
+    assert got.shape == (len(TINY_TEXTS), 32) and got.device == device
+    np.testing.assert_allclose(got.numpy(), expected, atol=1e-4, rtol=1e-4)
+
+
+def test_similarity_is_the_cosine_matrix(tmp_path):
+    path, _, _ = _sentence_dir(tmp_path, "mean", False)
+    emb = SentenceEmbedder.from_pretrained(str(path), device="cpu")
+    a = emb.encode(TINY_TEXTS[:3]).numpy()
+    b = emb.encode(TINY_TEXTS[3:]).numpy()
+    expected = (a / np.linalg.norm(a, axis=1, keepdims=True)) @ \
+        (b / np.linalg.norm(b, axis=1, keepdims=True)).T
+    np.testing.assert_allclose(emb.similarity(ember.tensor(a), ember.tensor(b)).numpy(), expected,
+                               atol=1e-5)
+    np.testing.assert_allclose(emb.similarity(TINY_TEXTS[:3], TINY_TEXTS[3:]).numpy(), expected,
+                               atol=1e-5)
+
+
+def test_encode_normalize_override_and_empty_input(tmp_path):
+    path, _, _ = _sentence_dir(tmp_path, "mean", False)
+    emb = SentenceEmbedder.from_pretrained(str(path), device="cpu")
+    v = emb.encode(TINY_TEXTS, normalize=True).numpy()
+    np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
+    assert emb.encode([]).shape == (0, 32)
+    with pytest.raises(ember.EmberError, match="strings"):
+        emb.encode([1, 2])
+
+
+def test_unsupported_sentence_transformers_module_is_named(tmp_path):
+    (tmp_path / "modules.json").write_text(json.dumps([{"type": "sentence_transformers.models.Dense",
+                                                        "path": "2_Dense"}]))
+    with pytest.raises(ember.FormatError, match="Dense"):
+        read_pooling_config(str(tmp_path))
+
+
+# --- the real all-MiniLM-L6-v2 ----------------------------------------------------------------------
+SENTENCES = [
+    "The quick brown fox jumps over the lazy dog.",
+    "A man is playing a guitar on the street corner.",
+    "Machine learning models need a lot of data.",
+    "The weather today is sunny with a light breeze.",
+    "She opened the window to let fresh air in.",
+    "Stock prices rallied after the earnings report.",
+    "The recipe calls for two cups of flour and an egg.",
+    "Quantum computers exploit superposition and entanglement.",
+    "He forgot his umbrella and got soaked in the rain.",
+    "The museum's new exhibit features ancient pottery.",
+    "Cats often sleep for more than twelve hours a day.",
+    "Please restart your computer to finish the update.",
+    "The train to Paris departs at 9:45 from platform 3.",
+    "Voilà: café, naïve, résumé — accents everywhere!",
+    "東京は日本の首都です。",
+    "Emoji test 🚀🔥 with symbols #hashtag @user $100 & 50%.",
+    "a",
+    "",
+    "Supercalifragilisticexpialidocious is a very long word.",
+    "The committee postponed the vote until next Tuesday, citing missing documents.",
+    "Photosynthesis converts light energy into chemical energy in plants.",
+    "I can't believe it's already December!!!",
+    "   leading and trailing spaces   ",
+    "Mixed CASE Words And NUMBERS 1234567890",
+    "The mitochondria is the powerhouse of the cell.",
+    "Football fans celebrated in the streets after the final whistle.",
+    "To be, or not to be, that is the question.",
+    "GPUs accelerate matrix multiplications dramatically.",
+    "Der schnelle braune Fuchs springt über den faulen Hund.",
+    "El rápido zorro marrón salta sobre el perro perezoso.",
+    "What is the capital of Australia? Canberra, not Sydney.",
+    " ".join(["long"] * 300),  # longer than max_seq_length (256): truncated
+]
+
+
+@pytest.fixture(scope="session")
+def minilm_dir():
+    from ember.hub import DEFAULT_MODEL_FILES, default_model_dir, fetch_default_model
+    path = default_model_dir()
+    if any(not os.path.isfile(os.path.join(path, f)) for f in DEFAULT_MODEL_FILES):
+        try:
+            fetch_default_model(log=lambda msg: None)
+        except Exception as exc:
+            missing("the all-MiniLM-L6-v2 weights (make models)", str(exc))
+    return path
+
+
+@pytest.fixture(scope="session")
+def minilm_reference(minilm_dir):
+    """sentence-transformers' pipeline, reproduced in torch: transformers' tokenizer
+    (max_seq_length from sentence_bert_config.json), mean pooling with the mask, L2
+    normalization, as modules.json and 1_Pooling/config.json ask."""
+    torch = require("torch")
+    transformers = require("transformers")
+    pooling = json.load(open(os.path.join(minilm_dir, "1_Pooling", "config.json")))
+    assert pooling["pooling_mode_mean_tokens"]
+    max_len = json.load(open(os.path.join(minilm_dir, "sentence_bert_config.json")))["max_seq_length"]
+    tok = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    model = transformers.AutoModel.from_pretrained(minilm_dir).eval()
+    enc = tok(SENTENCES, padding=True, truncation=True, max_length=max_len, return_tensors="pt")
+    with torch.no_grad():
+        h = model(**enc).last_hidden_state
+    m = enc["attention_mask"].unsqueeze(-1).to(h.dtype)
+    v = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
+    return torch.nn.functional.normalize(v, dim=-1).numpy()
+
+
+def test_minilm_matches_sentence_transformers_pipeline(device, minilm_dir, minilm_reference):
+    emb = SentenceEmbedder.from_pretrained(minilm_dir, device=device)
+    got = emb.encode(SENTENCES, batch_size=8).numpy()
+    assert got.shape == (len(SENTENCES), 384)
+    cos = (got * minilm_reference).sum(1) / (np.linalg.norm(got, axis=1) *
+                                             np.linalg.norm(minilm_reference, axis=1))
+    worst = int(np.argmin(cos))
+    assert cos.min() >= 0.9999, f"sentence {worst} {SENTENCES[worst]!r}: cosine {cos[worst]}"
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+
+
+def test_minilm_by_name_resolves_the_cached_default(minilm_dir):
+    emb = SentenceEmbedder.from_pretrained("all-MiniLM-L6-v2", device="cpu")
+    assert os.path.samefile(emb.model_path, minilm_dir)
+    assert emb.max_seq_length == 256 and emb.pooling.normalize
