@@ -6,8 +6,9 @@ views directly. f16 and bf16 compute in f32 and round back, because numpy's f16 
 are slow and bf16 does not exist there.
 """
 from .. import dtype as dt
-from ..errors import DimOutOfRange, UnsupportedDType, fmt_shape
+from ..errors import DimOutOfRange, OutOfMemory, UnsupportedDType, fmt_shape
 from ..ops import BINARY, COMPARE, INT_DIV, UNARY
+from .array_fast import UNARY_INPLACE
 from .base import Backend
 
 
@@ -89,7 +90,32 @@ class ArrayBackend(Backend):
             n *= d
         if dtype is dt.bf16:
             value = int(f32_to_bf16(xp, xp.asarray([value], dtype=xp.float32))[0])
-        return xp.full((n,), value, dtype=dtype.numpy_name)
+        self.check_allocation("full", shape, dtype)
+        try:
+            return xp.full((n,), value, dtype=dtype.numpy_name)
+        except MemoryError:  # cupy's OutOfMemoryError is a MemoryError too
+            raise self.out_of_memory("full", shape, dtype) from None
+
+    def check_allocation(self, op, shape, dtype):
+        """Refuse up front what cannot fit in the host's memory: with overcommit, the
+        allocation itself may succeed and the first write kill the process instead."""
+        n = 1
+        for d in shape:
+            n *= d
+        limit = _host_memory_bytes() if self._is_numpy else None
+        if limit is not None and n * dtype.itemsize > limit:
+            raise self.out_of_memory(op, shape, dtype, limit)
+
+    def out_of_memory(self, op, shape, dtype, limit=None):
+        n = 1
+        for d in shape:
+            n *= d
+        nbytes = n * dtype.itemsize
+        have = f"; this host has {_human(limit)} of memory" if limit else ""
+        return OutOfMemory(
+            f"{op}: out of memory allocating {fmt_shape(shape)} {dtype.name} "
+            f"({nbytes} bytes, {_human(nbytes)}) on {self.name}{have}",
+            op=op, shape=tuple(shape), dtype=dtype, nbytes=nbytes, device=self.name)
 
     def copy_strided(self, storage, layout, dtype):
         return self.xp.ascontiguousarray(self.view(storage, layout)).reshape(-1)
@@ -109,8 +135,11 @@ class ArrayBackend(Backend):
 
     def unary(self, op, storage, layout, dtype, params=()):
         x = self.load(storage, layout, dtype)
+        # In-place forms skip the page faults of one fresh array per step (0-d arrays
+        # compute as numpy scalars, which have no `out=`).
+        fast = UNARY_INPLACE.get(op) if x.ndim else None
         with self._quiet():
-            y = UNARY[op].array(self.xp, x, *params)
+            y = fast(self.xp, x) if fast is not None else UNARY[op].array(self.xp, x, *params)
         return self.store(y, dtype)
 
     def binary(self, op, a, la, b, lb, dtype):
@@ -226,14 +255,13 @@ class ArrayBackend(Backend):
         xp = self.xp
         x = self.load(storage, layout, dtype)
         with self._quiet():
-            shifted = x - xp.max(x, axis=dim, keepdims=True)
-            e = xp.exp(shifted)
-            s = xp.sum(e, axis=dim, keepdims=True)
+            # One fresh array, updated in place: fresh arrays cost page faults.
+            y = x - xp.max(x, axis=dim, keepdims=True)
             if log:
-                y = shifted - xp.log(s)
+                y -= xp.log(xp.sum(xp.exp(y), axis=dim, keepdims=True))
             else:
-                e /= s
-                y = e
+                xp.exp(y, out=y)
+                y /= xp.sum(y, axis=dim, keepdims=True)
         return self.store(y, dtype)
 
     def layer_norm(self, storage, layout, w, lw, b, lb, eps, dtype, rms=False):
@@ -242,17 +270,35 @@ class ArrayBackend(Backend):
         x = self.load(storage, layout, dtype)
         with self._quiet():
             if rms:
-                xc = x
                 var = xp.mean(x * x, axis=-1, keepdims=True)
+                y = x * (1.0 / xp.sqrt(var + eps))
             else:
-                xc = x - xp.mean(x, axis=-1, keepdims=True)
-                var = xp.mean(xc * xc, axis=-1, keepdims=True)
-            y = xc * (1.0 / xp.sqrt(var + eps))
+                y = x - xp.mean(x, axis=-1, keepdims=True)
+                var = xp.mean(y * y, axis=-1, keepdims=True)
+                y *= 1.0 / xp.sqrt(var + eps)  # y is fresh: scale it in place
             if w is not None:
                 y *= self.load(w, lw, dtype)
             if b is not None:
                 y += self.load(b, lb, dtype)
         return self.store(y, dtype)
+
+
+def _host_memory_bytes():
+    """Physical memory of this host, or None where the platform does not say."""
+    import os
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _human(nbytes):
+    value = float(nbytes)
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.1f} {unit}" if unit != "bytes" else f"{int(value)} bytes"
+        value /= 1024
+    return f"{nbytes} bytes"
 
 
 class _Null:
