@@ -2,6 +2,7 @@
 Mersenne Twister where numpy is absent) and uploaded, so a seed gives the same values
 on every device of one host."""
 from . import dtype as dt
+from .errors import OutOfMemory, fmt_shape
 from .tensor import _device, _shape_args, tensor
 
 
@@ -58,6 +59,21 @@ def manual_seed(seed):
     return default_generator
 
 
+def _check_size(op, shape, itemsize=8):
+    """Random numbers are drawn on the host: refuse a draw larger than its memory, naming
+    the shape and bytes, before numpy tries (and, with overcommit, kills the process)."""
+    from .backends.array import _host_memory_bytes, _human
+    n = 1
+    for d in shape:
+        n *= d
+    limit = _host_memory_bytes()
+    if limit is not None and n * itemsize > limit:
+        raise OutOfMemory(
+            f"{op}: out of memory drawing {fmt_shape(shape)} random values on the host "
+            f"({n * itemsize} bytes, {_human(n * itemsize)}; this host has {_human(limit)})",
+            op=op, shape=tuple(shape), nbytes=n * itemsize, device="host")
+
+
 def _make(values, shape, dtype, device):
     t = tensor(values, dtype=dt.f32 if dtype is None else dtype, device=_device(device))
     return t.reshape(shape)
@@ -66,18 +82,21 @@ def _make(values, shape, dtype, device):
 def randn(*shape, generator=None, dtype=dt.f32, device=None):
     shape = _shape_args(shape)
     g = generator or default_generator
+    _check_size("randn", shape)
     return _make(g.normal(shape), shape, dt.as_dtype(dtype), device)
 
 
 def rand(*shape, generator=None, dtype=dt.f32, device=None):
     shape = _shape_args(shape)
     g = generator or default_generator
+    _check_size("rand", shape)
     return _make(g.uniform(shape), shape, dt.as_dtype(dtype), device)
 
 
 def randint(low, high, shape, generator=None, dtype=dt.i64, device=None):
     shape = tuple(shape)
     g = generator or default_generator
+    _check_size("randint", shape)
     return _make(g.integers(shape, low, high), shape, dt.as_dtype(dtype), device)
 
 

@@ -875,7 +875,13 @@ def tensor(data, dtype=None, device=None):
     except ImportError:
         numpy = None
     if numpy is not None:
-        arr = numpy.asarray(data)
+        try:
+            arr = numpy.asarray(data)
+        except ValueError:
+            if isinstance(data, (list, tuple)):
+                from .hostdata import flatten
+                flatten(data)  # raises ShapeMismatch naming the ragged item
+            raise
         if dtype is None:
             dtype = _dtype_of_numpy(arr, data)
         return _from_host_array(numpy, arr, dtype, device, copy=True)
