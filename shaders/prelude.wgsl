@@ -36,7 +36,18 @@ fn round_bf16(v: f32) -> f32 {
     if ((u & 0x7fffffffu) > 0x7f800000u) { return bitcast<f32>((u | 0x00400000u) & 0xffff0000u); }
     return bitcast<f32>((u + 0x7fffu + ((u >> 16u) & 1u)) & 0xffff0000u);
 }
-fn round_f16(v: f32) -> f32 { return unpack2x16float(pack2x16float(vec2<f32>(v, 0.0))).x; }
+// pack2x16float is indeterminate outside f16's finite range (WGSL spec), and adapters
+// without shader-f16 (SwiftShader) do return garbage there: values that round past 65504
+// become +-inf explicitly, as numpy's float16 gives, and the rest is clamped before packing.
+fn round_f16(v: f32) -> f32 {
+    if (abs(v) >= 65520.0) { return bitcast<f32>((bitcast<u32>(v) & 0x80000000u) | 0x7f800000u); }
+    return unpack2x16float(pack2x16float(vec2<f32>(clamp(v, -65504.0, 65504.0), 0.0))).x;
+}
+// The f16 bits of a value already rounded by round_f16 (so finite, or exactly +-inf).
+fn f16_bits(v: f32) -> u32 {
+    if (abs(v) > 65504.0) { return ((bitcast<u32>(v) >> 16u) & 0x8000u) | 0x7c00u; }
+    return pack2x16float(vec2<f32>(v, 0.0)) & 0xffffu;
+}
 fn wrap_u8(v: u32) -> u32 { return v & 0xffu; }
 
 // --- math helpers named by core/ops.py's WGSL expressions -------------------------------

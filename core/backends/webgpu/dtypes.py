@@ -64,7 +64,7 @@ def device_types(has_f16):
         table["f16"] = DeviceType(
             dt.f16, "f32", "f32", 4, "round_f16",
             unpack="unpack2x16float(word(i / 2u))[i % 2u]",
-            pack="pack2x16float(vec2<f32>(x(2u * j), x(2u * j + 1u)))")
+            pack="f16_bits(x(2u * j)) | (f16_bits(x(2u * j + 1u)) << 16u)")
     return table
 
 
