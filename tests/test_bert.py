@@ -14,7 +14,8 @@ from ember.models.bert import BertConfig, BertModel
 from ember.models.pooling import read_pooling_config
 from ember.nn import VarBuilder
 from ember.pipelines import SentenceEmbedder
-from helpers import missing, require
+from helpers import require
+from minilm_fixtures import minilm_dir  # noqa: F401 (a fixture)
 
 WORDS = ("the a cat dog sat on mat ran in park big small red blue house tree bird sings "
          "quickly slowly over under and or is was it very jump ##s ##ed ##ing").split()
@@ -245,18 +246,6 @@ SENTENCES = [
     "What is the capital of Australia? Canberra, not Sydney.",
     " ".join(["long"] * 300),  # longer than max_seq_length (256): truncated
 ]
-
-
-@pytest.fixture(scope="session")
-def minilm_dir():
-    from ember.hub import DEFAULT_MODEL_FILES, default_model_dir, fetch_default_model
-    path = default_model_dir()
-    if any(not os.path.isfile(os.path.join(path, f)) for f in DEFAULT_MODEL_FILES):
-        try:
-            fetch_default_model(log=lambda msg: None)
-        except Exception as exc:
-            missing("the all-MiniLM-L6-v2 weights (make models)", str(exc))
-    return path
 
 
 @pytest.fixture(scope="session")
