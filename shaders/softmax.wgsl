@@ -32,7 +32,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let ob = strided(row, {{NK}}u, 8u, 8u + 2u * {{NK}}u, 0u);
     let xs = p(4u);
     let os = p(5u);
-    var m = -3.4028235e38;
+    // -FLT_MAX by its bits: Chromium's Tint rejects the decimal literal as out of f32 range.
+    var m = bitcast<f32>(0xff7fffffu);
     for (var j = lid.x; j < n; j += {{WG}}u) { m = max(m, f32(X[xb + j * xs])); }
     m = tree(lid.x, m, true);
     var s = 0.0;
