@@ -44,6 +44,7 @@ def _chars(ranges):
 WHITESPACE = _chars(WHITESPACE_RANGES)
 PUNCT = _chars(_t.PUNCT_RANGES)
 MARKS = _chars(_t.MARK_RANGES)
+NONSPACING_MARKS = _chars(_t.NONSPACING_MARK_RANGES)
 
 
 def _esc(cp):
@@ -133,9 +134,12 @@ def category(ch):
     return cat
 
 
+_NUMERIC_EXTRA = _chars(_t.NUMERIC_EXTRA_RANGES)
+
+
 def is_numeric(ch):
-    """Rust's char::is_numeric: general category N*."""
-    return category(ch)[0] == "N"
+    """Rust's char::is_numeric: general category N* (in Rust's Unicode version)."""
+    return category(ch)[0] == "N" or ch in _NUMERIC_EXTRA
 
 
 def lower_char(ch):

@@ -51,6 +51,9 @@ class NormalizedString:
         return self.align[i][0], self.align[j - 1][1]
 
     def slice(self, i, j):
+        n = len(self.text)
+        j = min(j, n)
+        i = min(i, j)
         text = self.text[i:j]
         if self.align is None:
             return NormalizedString(text, None, self.start + i, self.start + j)

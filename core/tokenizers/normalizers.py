@@ -51,8 +51,8 @@ class BertNormalizer(Normalizer):
         strip = self.strip_accents if self.strip_accents is not None else self.lowercase
         if strip and not ns.text.isascii():
             ns.unicode_normalize("NFD")
-            if any(c in U.MARKS for c in ns.text):
-                ns.filter(lambda c: c not in U.MARKS)
+            if any(c in U.NONSPACING_MARKS for c in ns.text):
+                ns.filter(lambda c: c not in U.NONSPACING_MARKS)
         if self.lowercase:
             ns.lowercase()
 
