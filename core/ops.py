@@ -5,7 +5,8 @@ module `xp` (numpy or cupy), and the WebGPU backend pastes `wgsl` into a kernel 
 Array forms keep f32 as f32: they use Python floats (which never promote) and `x*x*x`
 rather than `x**3` (whose denormal path is slow in numpy).
 WGSL forms use `x` (and `p0`, `p1` for scalar parameters) or `a`, `b`; helper functions
-such as `erf_f` live in shaders/prelude.wgsl.
+such as `erf_f`, `tanh_f` (clamped: some drivers return NaN for large |x|), `pow_f`
+(numpy's meaning for negative bases) and `idiv` (flooring) live in shaders/prelude.wgsl.
 """
 import math
 
@@ -129,14 +130,14 @@ UNARY = {op.name: op for op in [
     UnaryOp("rsqrt", lambda xp, x: 1.0 / xp.sqrt(x), "inverseSqrt(x)"),
     UnaryOp("sin", lambda xp, x: xp.sin(x), "sin(x)"),
     UnaryOp("cos", lambda xp, x: xp.cos(x), "cos(x)"),
-    UnaryOp("tanh", lambda xp, x: xp.tanh(x), "tanh(x)"),
-    UnaryOp("sigmoid", _sigmoid, "0.5 * tanh(0.5 * x) + 0.5"),
-    UnaryOp("relu", lambda xp, x: xp.maximum(x, 0), "max(x, T(0))", "fiu"),
+    UnaryOp("tanh", lambda xp, x: xp.tanh(x), "tanh_f(x)"),
+    UnaryOp("sigmoid", _sigmoid, "0.5 * tanh_f(0.5 * x) + 0.5"),
+    UnaryOp("relu", lambda xp, x: xp.maximum(x, 0), "select(x, T(0), x < T(0))", "fiu"),
     UnaryOp("gelu", gelu_erf_array, "gelu_erf(x)"),
     UnaryOp("gelu_tanh", gelu_tanh_array, "gelu_tanh(x)"),
     UnaryOp("quick_gelu", lambda xp, x: x * _sigmoid(xp, 1.702 * x),
-            "x * (0.5 * tanh(0.851 * x) + 0.5)"),
-    UnaryOp("silu", lambda xp, x: x * _sigmoid(xp, x), "x * (0.5 * tanh(0.5 * x) + 0.5)"),
+            "x * (0.5 * tanh_f(0.851 * x) + 0.5)"),
+    UnaryOp("silu", lambda xp, x: x * _sigmoid(xp, x), "x * (0.5 * tanh_f(0.5 * x) + 0.5)"),
     UnaryOp("sign", lambda xp, x: xp.sign(x), "sign(x)", "fi"),
     UnaryOp("floor", lambda xp, x: xp.floor(x), "floor(x)"),
     UnaryOp("ceil", lambda xp, x: xp.ceil(x), "ceil(x)"),
@@ -145,7 +146,7 @@ UNARY = {op.name: op for op in [
     UnaryOp("reciprocal", lambda xp, x: 1.0 / x, "T(1) / x"),
     UnaryOp("erf", erf_array, "erf_f(x)"),
     UnaryOp("clamp", lambda xp, x, lo, hi: xp.clip(x, lo, hi), "clamp(x, p0, p1)", "fiu", 2),
-    UnaryOp("pow_scalar", lambda xp, x, p: xp.power(x, p), "pow(x, p0)", "f", 1),
+    UnaryOp("pow_scalar", lambda xp, x, p: xp.power(x, p), "pow_f(x, p0)", "f", 1),
     UnaryOp("affine", lambda xp, x, mul, add: x * mul + add, "x * p0 + p1", "fiu", 2),
 ]}
 
@@ -162,9 +163,9 @@ BINARY = {op.name: op for op in [
     BinaryOp("div", lambda xp, a, b: a / b, "a / b"),
     BinaryOp("maximum", lambda xp, a, b: xp.maximum(a, b), "max(a, b)"),
     BinaryOp("minimum", lambda xp, a, b: xp.minimum(a, b), "min(a, b)"),
-    BinaryOp("pow", lambda xp, a, b: xp.power(a, b), "pow(a, b)", "f"),
+    BinaryOp("pow", lambda xp, a, b: xp.power(a, b), "pow_f(a, b)", "f"),
 ]}
-INT_DIV = BinaryOp("div", _int_div, "a / b")
+INT_DIV = BinaryOp("div", _int_div, "idiv(a, b)")
 
 COMPARE = {op.name: op for op in [
     BinaryOp("eq", lambda xp, a, b: a == b, "a == b"),
