@@ -50,9 +50,14 @@ fn f16_bits(v: f32) -> u32 {
 }
 fn wrap_u8(v: u32) -> u32 { return v & 0xffu; }
 
+// NaN test on the bits: WGSL lets compilers assume floats are never NaN, and lavapipe
+// folds `x != x` to false.
+fn nan_f(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }
+
 // --- math helpers named by core/ops.py's WGSL expressions -------------------------------
 fn tanh_f(x: f32) -> f32 {
     // Clamped: some drivers compute tanh through exp and return NaN for large |x|.
+    if (nan_f(x)) { return x; }
     return tanh(clamp(x, -20.0, 20.0));
 }
 

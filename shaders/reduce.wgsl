@@ -2,7 +2,8 @@
 // invocation folds a strided slice, then a workgroup-shared tree combines them.
 // Placeholders: {{S}} input storage type, {{SO}} output storage type, {{NK}} kept dims,
 // {{NR}} reduced dims, {{COMBINE}} fold of (acc, ai) with (v, vi) -> keeps in acc/ai,
-// {{INIT}} the initial accumulator (may read `first`), {{RESULT}} stored value from acc, ai.
+// {{INIT}} the initial accumulator (may read `first`), {{RESULT}} stored value from acc, ai,
+// {{ISNAN}} a NaN test of v (`false` for integers).
 // P: 0 n_out, 1 k (reduced count), 2 x offset, 3 scale (f32), 8.. kept shape, kept
 // strides, reduced shape, reduced strides
 @group(0) @binding(1) var<storage, read> X: array<{{S}}>;
@@ -11,7 +12,7 @@
 var<workgroup> sv: array<T, {{WG}}>;
 var<workgroup> si: array<u32, {{WG}}>;
 
-fn is_nan(v: T) -> bool { return v != v; }
+fn is_nan(v: T) -> bool { return {{ISNAN}}; }
 
 fn better_max(v: T, vi: u32, a: T, ai: u32) -> bool {
     if (is_nan(a)) { return is_nan(v) && vi < ai; }

@@ -17,7 +17,7 @@ import struct
 
 from ... import dtype as dt
 from ...errors import DimOutOfRange, UnsupportedDType, UnsupportedOp, fmt_shape
-from ...ops import BINARY, COMPARE, UNARY
+from ...ops import BINARY, COMPARE, INT_DIV, UNARY
 from ..base import Backend
 from . import kernels
 from .dtypes import convert_expr, device_types, host_words, unsupported
@@ -236,11 +236,11 @@ class WebGPUBackend(Backend):
         n = 1
         for d in shape:
             n *= d
-        raw = memoryview(data).cast("B") if not isinstance(data, memoryview) or \
-            data.format != "B" else data
-        if len(raw) != n * dtype.itemsize:
+        mv = memoryview(data)
+        raw = mv.cast("B") if mv.nbytes and (mv.format != "B" or mv.ndim != 1) else mv
+        if raw.nbytes != n * dtype.itemsize:
             raise UnsupportedOp(
-                f"from_host: {len(raw)} bytes for shape {fmt_shape(shape)} of {dtype.name} "
+                f"from_host: {raw.nbytes} bytes for shape {fmt_shape(shape)} of {dtype.name} "
                 f"(expected {n * dtype.itemsize})", op=op)
         known = _int_range(data, raw, dtype) if dtype.is_int and n else None
         if dtype is dt.i64 and known and (known[0] < -2 ** 31 or known[1] >= 2 ** 31):
@@ -420,13 +420,18 @@ class WebGPUBackend(Backend):
 
     def binary(self, op, a, la, b, lb, dtype):
         t = self._type(dtype, op)
-        expr = "idiv(a, b)" if (op == "div" and dtype.is_int) else BINARY[op].wgsl
+        expr = INT_DIV.wgsl if (op == "div" and dtype.is_int) else BINARY[op].wgsl
         return self._binary_like(op, expr, f"{t.round}({{{{OP}}}})", t.storage, a, la, b, lb,
                                  dtype, dtype)
 
     def compare(self, op, a, la, b, lb, dtype):
-        return self._binary_like(op, COMPARE[op].wgsl, "select(0u, 1u, {{OP}})", "u32",
-                                 a, la, b, lb, dtype, dt.u8)
+        result = "select(0u, 1u, {{OP}})"
+        if dtype.is_float:
+            # IEEE: every comparison with NaN is false except `!=` (tested on the bits).
+            nan = "(nan_f(f32(a)) || nan_f(f32(b)))"
+            result = (f"select(0u, 1u, ({{{{OP}}}}) || {nan})" if op == "ne" else
+                      f"select(0u, 1u, ({{{{OP}}}}) && !{nan})")
+        return self._binary_like(op, COMPARE[op].wgsl, result, "u32", a, la, b, lb, dtype, dt.u8)
 
     def where(self, cond, lc, a, la, b, lb, dtype):
         t = self._type(dtype, "where")
@@ -483,7 +488,8 @@ class WebGPUBackend(Backend):
             result = f"{t.round}(acc_final)"
         wg = 256 if k_total >= 2048 else 64
         spec = {"S": t.storage, "SO": ot.storage, "NK": len(kshape), "NR": len(rshape),
-                "COMBINE": combine, "INIT": init, "RESULT": result, "WG": wg}
+                "COMBINE": combine, "INIT": init, "RESULT": result, "WG": wg,
+                "ISNAN": "nan_f(f32(v))" if t.compute == "f32" else "false"}
         pipe = self._kernel("reduce", t, spec, op)
         rng, rel = self._bind(storage, layout.offset, layout.offset + span(layout.shape,
                                                                          layout.strides),

@@ -33,6 +33,10 @@ class Pool:
         self.driver = driver
         self.max_buffer = max_buffer
         self.free = {}
+        # Every live buffer stays reachable from here: when the garbage collector frees a
+        # cycle holding a Storage, wgpu's own finalizer must not release the buffer that
+        # the Storage's finalizer is about to return to the pool.
+        self.owned = {}
         self.bytes_in_use = 0
         self.bytes_pooled = 0
         self.buffers_created = 0
@@ -54,6 +58,7 @@ class Pool:
         else:
             self.buffers_created += 1
             buf = Buffer(self.driver.create_buffer(cls), cls, self.buffers_created)
+            self.owned[buf.serial] = buf
         self.bytes_in_use += cls
         return buf
 
@@ -67,6 +72,7 @@ class Pool:
         for bucket in self.free.values():
             for buf in bucket:
                 self.driver.destroy_buffer(buf.handle)
+                self.owned.pop(buf.serial, None)
         self.free.clear()
         self.bytes_pooled = 0
 
