@@ -20,14 +20,14 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     var rem = i;
     var ib = p(2u);
     var sb = p(3u);
-    var target = 0u;
+    var wanted = 0u;
     var inside = true;
     for (var k = nd; k > 0u; k--) {
         let d = k - 1u;
         let n = p(8u + d);
         let c = rem % n;
         rem = rem / n;
-        if (d == {{DIM}}u) { target = c; }
+        if (d == {{DIM}}u) { wanted = c; }
         else {
             if (c >= p(8u + 2u * nd + d)) { inside = false; }
             ib += c * p(8u + 3u * nd + d);
@@ -38,7 +38,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         let is = p(8u + 3u * nd + {{DIM}}u);
         let ss = p(8u + 4u * nd + {{DIM}}u);
         for (var j = 0u; j < p(1u); j++) {
-            if (u32(I[ib + j * is]) == target) { acc += T(Src[sb + j * ss]); }
+            if (u32(I[ib + j * is]) == wanted) { acc += T(Src[sb + j * ss]); }
         }
     }
     O[i] = {{S}}({{ROUND}}(acc));
