@@ -226,7 +226,7 @@ def _check_supported(source, info):
                     info.name, "dtype", cls=UnsupportedFileDType)
 
 
-def _make_tensor(buf, info, device, dtype, after_upload=None):
+def _make_tensor(buf, info, device, dtype, source, after_upload=None):
     """A tensor of `info` read from `buf` (an mmap or a byte memoryview).
 
     On the CPU the storage is a numpy view of `buf`. Elsewhere the bytes go to the
@@ -235,20 +235,29 @@ def _make_tensor(buf, info, device, dtype, after_upload=None):
     from ..tensor import Tensor
 
     begin, end = info.file_offsets
+    convert = dtype is not None and info.dtype.is_float and dtype is not info.dtype
     if device.kind == "cpu":
         import numpy
         storage = numpy.frombuffer(buf, dtype=info.dtype.numpy_name, count=info.numel,
                                    offset=begin)
     else:
-        with memoryview(buf) as view:
-            with view[begin:end] as piece:
-                storage = device.backend.from_host(piece, info.dtype, info.shape)
-        if after_upload is not None:
-            after_upload(begin, end)
+        try:
+            with memoryview(buf) as view:
+                with view[begin:end] as piece:
+                    storage = device.backend.from_host(piece, info.dtype, info.shape)
+        except UnsupportedDType as exc:
+            if not convert:
+                hint = "; pass dtype= to convert it while loading" if info.dtype.is_float else ""
+                raise _fail(source, f"{exc}{hint}", info.name, "dtype",
+                            cls=UnsupportedDType) from None
+            # The device lacks the file's dtype (f64 on WebGPU): convert on the host.
+            host = _make_tensor(buf, info, _device("cpu"), dtype, source)
+            return host.to(device)
+        finally:
+            if after_upload is not None:
+                after_upload(begin, end)
     t = Tensor(storage, Layout(info.shape), info.dtype, device)
-    if dtype is not None and info.dtype.is_float and dtype is not info.dtype:
-        t = t.to(dtype)
-    return t
+    return t.to(dtype) if convert else t
 
 
 class SafetensorsFile:
@@ -314,7 +323,7 @@ class SafetensorsFile:
         info = self.info(name)
         _check_supported(self._source, info)
         device = _device(device)
-        return _make_tensor(self._map, info, device, dtype, self._drop_pages)
+        return _make_tensor(self._map, info, device, dtype, self._source, self._drop_pages)
 
     def load(self, device=None, dtype=None):
         """Every tensor, in the file's order, as a dict."""
@@ -322,7 +331,7 @@ class SafetensorsFile:
         for info in self._header.tensors.values():
             _check_supported(self._source, info)
         device = _device(device)
-        return {name: _make_tensor(self._map, info, device, dtype, self._drop_pages)
+        return {name: _make_tensor(self._map, info, device, dtype, self._source, self._drop_pages)
                 for name, info in self._header.tensors.items()}
 
     def _drop_pages(self, begin, end):
@@ -387,7 +396,7 @@ def load_safetensors_bytes(buf, device=None, dtype=None, name="<bytes>"):
     for info in header.tensors.values():
         _check_supported(source, info)
     device = _device(device)
-    return {key: _make_tensor(view, info, device, dtype)
+    return {key: _make_tensor(view, info, device, dtype, source)
             for key, info in header.tensors.items()}
 
 
