@@ -208,8 +208,102 @@ def legacy_merges_json(gpt2_bpe_json):
     return json.dumps(d)
 
 
+GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+@pytest.fixture(scope="session")
+def llama3_bpe_json(tk):
+    """Llama-3 / cl100k layout: Split with the Llama-3 regex, ByteLevel without regex,
+    BPE with ignore_merges, ByteLevel + template post-processors."""
+    from tokenizers import Regex, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = tk.Tokenizer(models.BPE(ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=650, special_tokens=["<|begin_of_text|>", "<|end_of_text|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(_training_text(), trainer)
+    bos = tok.token_to_id("<|begin_of_text|>")
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|> $B:1",
+                                      special_tokens=[("<|begin_of_text|>", bos)]),
+    ])
+    return tok.to_str()
+
+
+@pytest.fixture(scope="session")
+def suffix_bpe_json(tk):
+    """Classic BPE on words with an end-of-word suffix (</w>), BPEDecoder, BertProcessing."""
+    from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    tok = tk.Tokenizer(models.BPE(unk_token="<unk>", end_of_word_suffix="</w>"))
+    tok.normalizer = normalizers.Sequence([normalizers.NFKD(), normalizers.StripAccents(), normalizers.Lowercase()])
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.decoder = decoders.BPEDecoder(suffix="</w>")
+    trainer = trainers.BpeTrainer(vocab_size=500, special_tokens=["<unk>", "<cls>", "<sep>"],
+                                  end_of_word_suffix="</w>", limit_alphabet=70, show_progress=False)
+    tok.train_from_iterator(_training_text(), trainer)
+    tok.post_processor = processors.BertProcessing(("<sep>", tok.token_to_id("<sep>")),
+                                                   ("<cls>", tok.token_to_id("<cls>")))
+    return tok.to_str()
+
+
+@pytest.fixture(scope="session")
+def prefix_bpe_json(tk):
+    """BPE with a continuing-subword prefix (##) and unknown chars not fused."""
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    tok = tk.Tokenizer(models.BPE(unk_token="[UNK]", continuing_subword_prefix="##"))
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    trainer = trainers.BpeTrainer(vocab_size=500, special_tokens=["[UNK]"], continuing_subword_prefix="##",
+                                  limit_alphabet=60, show_progress=False)
+    tok.train_from_iterator(_training_text(), trainer)
+    return tok.to_str()
+
+
+@pytest.fixture(scope="session")
+def wordlevel_json(tk):
+    from tokenizers import models, normalizers, pre_tokenizers, trainers
+
+    tok = tk.Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation(),
+                                                 pre_tokenizers.Digits(individual_digits=True)])
+    tok.train_from_iterator(_training_text(), trainers.WordLevelTrainer(special_tokens=["[UNK]"], show_progress=False))
+    return tok.to_str()
+
+
+@pytest.fixture(scope="session")
+def unigram_byte_fallback_json(tk):
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    tok = tk.Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first")
+    tok.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Metaspace(prepend_scheme="first")])
+    trainer = trainers.UnigramTrainer(vocab_size=500, special_tokens=["<unk>"], unk_token="<unk>", byte_fallback=True,
+                                      max_piece_length=8, show_progress=False)
+    tok.train_from_iterator(CORPUS[:30], trainer)
+    return tok.to_str()
+
+
+@pytest.fixture(scope="session")
+def minilm_bert_processing_json(minilm_json):
+    d = json.loads(minilm_json)
+    d["post_processor"] = {"type": "BertProcessing", "sep": ["[SEP]", 102], "cls": ["[CLS]", 101]}
+    d["padding"] = None
+    return json.dumps(d)
+
+
 TOKENIZER_FIXTURES = ["minilm_json", "gpt2_bpe_json", "roberta_bpe_json", "unigram_json", "llama_bpe_json",
-                      "llama_metaspace_json", "legacy_merges_json"]
+                      "llama_metaspace_json", "legacy_merges_json", "llama3_bpe_json", "suffix_bpe_json",
+                      "prefix_bpe_json", "wordlevel_json", "unigram_byte_fallback_json", "minilm_bert_processing_json"]
 
 
 @pytest.fixture(scope="session")
@@ -446,10 +540,6 @@ def test_normalizers_match_reference(tk, spec):
         assert mine.normalize_str(text) == ref.normalize_str(text), text
 
 
-GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
-LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-
 PRE_TOKENIZERS = [
     {"type": "BertPreTokenizer"},
     {"type": "Whitespace"},
@@ -592,15 +682,17 @@ def test_random_text_wordpiece(pair_of, text):
 
 @_hypothesis_test
 def test_random_text_bytelevel_bpe(pair_of, text):
-    mine, ref = pair_of("gpt2_bpe_json")
-    enc = ref.encode(text)
-    assert_same_encoding(mine.encode(text), enc, text)
-    assert mine.decode(enc.ids) == ref.decode(enc.ids)
+    for name in ("gpt2_bpe_json", "roberta_bpe_json", "llama3_bpe_json"):
+        mine, ref = pair_of(name)
+        enc = ref.encode(text)
+        assert_same_encoding(mine.encode(text), enc, (name, text))
+        assert mine.decode(enc.ids) == ref.decode(enc.ids), (name, text)
 
 
 @_hypothesis_test
 def test_random_text_unigram_and_byte_fallback(pair_of, text):
-    for name in ("unigram_json", "llama_bpe_json", "llama_metaspace_json"):
+    for name in ("unigram_json", "unigram_byte_fallback_json", "llama_bpe_json", "llama_metaspace_json",
+                 "suffix_bpe_json", "prefix_bpe_json", "wordlevel_json"):
         mine, ref = pair_of(name)
         enc = ref.encode(text)
         assert_same_encoding(mine.encode(text), enc, (name, text))
@@ -617,6 +709,40 @@ if given is not None:
                 assert mine.decode(ids, skip) == ref.decode(ids, skip), (name, ids)
 else:
     def test_random_ids_decode():
+        require("hypothesis")
+
+
+def _ref_unigram_scores(tk, literals):
+    """The scores the reference holds after reading these number literals."""
+    vocab = ",".join('["p%d", %s]' % (i, lit) for i, lit in enumerate(literals))
+    doc = '{"model": {"type": "Unigram", "unk_id": 0, "vocab": [%s]}}' % vocab
+    return [s for _, s in json.loads(tk.Tokenizer.from_str(doc).to_str())["model"]["vocab"]]
+
+
+def test_json_floats_are_read_like_the_reference(tk):
+    from ember.tokenizers._json import serde_float
+
+    literals = ["-1.9561699176316099", "-4.957659991854858", "0.1", "-0.0", "1e-5", "-12.5E+2", "0",
+                "-3.0000000000000004", "1.00000000000000000000001", "123456789012345678901234.5",
+                "-0.000000000000000000000000000001234567890123456789", "2.2250738585072014e-308",
+                "-7.4109846876186982e-323", "9.999999999999999e22", "1.7976931348623157e308"]
+    want = _ref_unigram_scores(tk, literals)
+    assert [serde_float(x) for x in literals] == want
+
+
+if given is not None:
+    @settings(max_examples=100, deadline=None)
+    @given(st.lists(st.one_of(
+        st.floats(allow_nan=False, allow_infinity=False, min_value=-1e300, max_value=1e300).map(repr),
+        st.from_regex(r"-?(0|[1-9][0-9]{0,25})\.[0-9]{1,25}([eE][-+]?[0-9]{1,2})?", fullmatch=True)),
+        min_size=1, max_size=30))
+    def test_random_json_floats_match_reference(literals):
+        from ember.tokenizers._json import serde_float
+
+        tk = require("tokenizers")
+        assert [serde_float(x) for x in literals] == _ref_unigram_scores(tk, literals)
+else:
+    def test_random_json_floats_match_reference():
         require("hypothesis")
 
 

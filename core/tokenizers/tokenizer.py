@@ -4,8 +4,7 @@ added tokens → normalizer → pre-tokenizer → model → truncation → post-
 → padding; and back again with `decode`.
 """
 
-import json
-
+from . import _json
 from . import decoders as _decoders
 from . import models as _models
 from . import normalizers as _normalizers
@@ -40,8 +39,9 @@ class Tokenizer:
 
     @classmethod
     def from_str(cls, json_text, source="tokenizer.json"):
+        """Parse tokenizer.json text (floats are read exactly as the reference reads them)."""
         try:
-            d = json.loads(json_text)
+            d = _json.loads(json_text)
         except ValueError as exc:
             raise Ctx(source, "").error("is not valid JSON: %s" % exc) from None
         return cls.from_dict(d, source=source)
