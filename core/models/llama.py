@@ -182,7 +182,8 @@ class LlamaForCausalLM(Module):
             cfg = self.config
             object.__setattr__(self, "_rope", RotaryEmbedding(
                 cfg.head_dim, max_len, cfg.rope_theta, cfg.rope_scaling, cfg.rotary_dim,
-                cfg.rope_interleaved, self.device, self.dtype))
+                cfg.rope_interleaved, self.device, self.dtype,
+                cfg.extra.get("rope_freq_factors")))
         return self._rope
 
     # --- forward --------------------------------------------------------------------------

@@ -59,7 +59,7 @@ class RotaryEmbedding:
     """
 
     def __init__(self, head_dim, max_len, theta=10000.0, scaling=None, rot_dim=None,
-                 interleaved=False, device=None, dtype=dt.f32):
+                 interleaved=False, device=None, dtype=dt.f32, freq_factors=None):
         self.head_dim = head_dim
         self.rot_dim = rot_dim or head_dim
         if self.rot_dim % 2 or self.rot_dim > head_dim:
@@ -68,6 +68,8 @@ class RotaryEmbedding:
         self.max_len = max_len
         self.interleaved = interleaved
         inv, attention_scale = inverse_frequencies(self.rot_dim, theta, scaling, seq_len=max_len)
+        if freq_factors is not None:   # GGUF llama3 models: per-frequency divisors
+            inv = (inv / np.asarray(freq_factors, dtype=np.float32).reshape(-1)).astype(np.float32)
         pos = np.arange(max_len, dtype=np.float32)
         freqs = np.outer(pos, inv).astype(np.float32)                 # [max_len, rot/2]
         cos = np.cos(freqs) * np.float32(attention_scale)

@@ -1,0 +1,207 @@
+"""Llama-family models from GGUF files (llama.cpp's format).
+
+    model = load_gguf_model("tinyllama.Q4_K_M.gguf", device=ember.Device.cpu())
+    tok = tokenizer_from_gguf("tinyllama.Q4_K_M.gguf")
+
+GGUF names tensors its own way (`blk.0.attn_q.weight`); `GGUFSource` presents them under
+Hugging Face names to the same VarBuilder the safetensors path uses, so the model code
+is shared. On the CPU quantized weights stay packed in the file's memory map and run
+through `qmatmul` (a chunk of rows dequantized at a time). Other devices have no
+quantized kernel in ember yet: their weights are dequantized to f32 tensor by tensor
+while uploading (memory then is the f32 size on the device, never twice it on the host).
+
+llama.cpp's converter permutes the rows of q and k for the "llama" architecture so that
+rotary pairs are adjacent; those models use the interleaved rope layout.
+"""
+import math
+
+import numpy as np
+
+from .. import dtype as dt
+from ..device import as_device
+from ..errors import FormatError
+from ..io.gguf import GGUFFile
+from ..io.quant import GGMLType
+from ..nn import VarBuilder
+from ..tensor import from_numpy
+from .llama import LlamaForCausalLM
+from .llama_config import LlamaConfig
+
+# GGUF architectures this loader knows, and the LlamaConfig model_type each becomes.
+ARCHITECTURES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "gemma": "gemma",
+                 "phi3": "phi3"}
+# Architectures whose converter left rotary pairs split in halves (llama.cpp "NEOX" rope).
+_HALF_ROPE = {"qwen2", "gemma", "phi3"}
+_PLAIN = {GGMLType.F32, GGMLType.F16, GGMLType.BF16}
+
+_GLOBAL_NAMES = {
+    "model.embed_tokens.weight": "token_embd.weight",
+    "model.norm.weight": "output_norm.weight",
+    "lm_head.weight": "output.weight",
+}
+_LAYER_NAMES = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.q_proj.bias": "attn_q.bias",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.v_proj.bias": "attn_v.bias",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.o_proj.bias": "attn_output.bias",
+    "self_attn.qkv_proj.weight": "attn_qkv.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+    "mlp.gate_up_proj.weight": "ffn_up.weight",   # Phi-3 stores gate and up fused here
+}
+
+
+def gguf_name(hf_name):
+    """The llama.cpp tensor name for a Hugging Face Llama tensor name (None if unmapped)."""
+    if hf_name in _GLOBAL_NAMES:
+        return _GLOBAL_NAMES[hf_name]
+    parts = hf_name.split(".", 3)
+    if len(parts) == 4 and parts[0] == "model" and parts[1] == "layers" and parts[2].isdigit():
+        tail = _LAYER_NAMES.get(parts[3])
+        if tail is not None:
+            return f"blk.{parts[2]}.{tail}"
+    return None
+
+
+class GGUFSource:
+    """A VarBuilder source over a GGUFFile, answering by Hugging Face names.
+
+    Quantized tensors load as QTensor views of the memory map on the CPU and as
+    dequantized f32 tensors elsewhere; F32/F16/BF16 tensors load as ember tensors.
+    """
+
+    def __init__(self, gguf_file):
+        self.file = gguf_file
+        self._names = {}
+        for name in list(_GLOBAL_NAMES):
+            if _GLOBAL_NAMES[name] in gguf_file.tensors:
+                self._names[name] = _GLOBAL_NAMES[name]
+        for gname in gguf_file.tensors:
+            if gname.startswith("blk."):
+                _, layer, tail = gname.split(".", 2)
+                for hf_tail, g_tail in _LAYER_NAMES.items():
+                    if g_tail == tail:
+                        self._names[f"model.layers.{layer}.{hf_tail}"] = gname
+
+    def keys(self):
+        return self._names.keys()
+
+    def __contains__(self, name):
+        return name in self._names
+
+    def shape(self, name):
+        return tuple(self.file.tensors[self._names[name]].shape)
+
+    def where(self, name=None):
+        if name is None:
+            return self.file.path
+        return f"{self.file.path} (tensor {self._names.get(name, name)!r})"
+
+    def load(self, name, device=None, dtype=None):
+        gname = self._names[name]
+        info = self.file.tensors[gname]
+        device = as_device(device) if device is not None else as_device("cpu")
+        if info.ggml_type not in _PLAIN and len(info.shape) == 2 and device.kind == "cpu":
+            return self.file.qtensor(gname)
+        t = from_numpy(self.file.dequantize(gname)).to(device)
+        if dtype is not None and t.dtype is not dt.as_dtype(dtype):
+            t = t.to(dtype)
+        return t
+
+
+def config_from_gguf(gguf_file):
+    """A LlamaConfig from a GGUF file's metadata (llama.cpp's key names)."""
+    md = gguf_file.metadata
+    arch = md.get("general.architecture")
+    if arch not in ARCHITECTURES:
+        raise FormatError(
+            f"{gguf_file.path}: general.architecture {arch!r} is not a Llama-family model "
+            f"(supported: {', '.join(ARCHITECTURES)})", path=gguf_file.path,
+            field="general.architecture")
+
+    def key(name, default=None, required=False):
+        full = f"{arch}.{name}"
+        if full in md:
+            return md[full]
+        if required:
+            raise FormatError(f"{gguf_file.path}: metadata key {full!r} is missing",
+                              path=gguf_file.path, field=full)
+        return default
+
+    hidden = int(key("embedding_length", required=True))
+    heads = int(key("attention.head_count", required=True))
+    head_dim = int(key("attention.key_length", hidden // heads))
+    rot = key("rope.dimension_count")
+    tokens = md.get("tokenizer.ggml.tokens")
+    embd = gguf_file.tensors.get("token_embd.weight")
+    if embd is None:
+        raise FormatError(f"{gguf_file.path}: tensor 'token_embd.weight' is missing",
+                          path=gguf_file.path, field="token_embd.weight")
+    vocab = int(key("vocab_size", len(tokens) if tokens else embd.shape[0]))
+    kv_heads = key("attention.head_count_kv", heads)
+    if isinstance(kv_heads, list):   # per-layer counts: llama-family models use one
+        kv_heads = kv_heads[0]
+    scaling = None
+    kind = key("rope.scaling.type")
+    if kind in ("linear",) and key("rope.scaling.factor"):
+        scaling = {"rope_type": "linear", "factor": float(key("rope.scaling.factor"))}
+    model_type = ARCHITECTURES[arch]
+    d = {
+        "model_type": model_type,
+        "vocab_size": vocab,
+        "hidden_size": hidden,
+        "intermediate_size": int(key("feed_forward_length", required=True)),
+        "num_hidden_layers": int(key("block_count", required=True)),
+        "num_attention_heads": heads,
+        "num_key_value_heads": int(kv_heads),
+        "head_dim": head_dim,
+        "rms_norm_eps": float(key("attention.layer_norm_rms_epsilon", 1e-5)),
+        "rope_theta": float(key("rope.freq_base", 10000.0)),
+        "rope_scaling": scaling,
+        "partial_rotary_factor": (int(rot) / head_dim) if rot else 1.0,
+        "max_position_embeddings": int(key("context_length", 2048)),
+        "sliding_window": key("attention.sliding_window"),
+        "tie_word_embeddings": "output.weight" not in gguf_file.tensors,
+        "rope_interleaved": arch not in _HALF_ROPE,
+        "qkv_bias": "blk.0.attn_q.bias" in gguf_file.tensors,
+        "attention_bias": "blk.0.attn_output.bias" in gguf_file.tensors,
+        "bos_token_id": md.get("tokenizer.ggml.bos_token_id"),
+        "eos_token_id": md.get("tokenizer.ggml.eos_token_id"),
+        "pad_token_id": md.get("tokenizer.ggml.padding_token_id"),
+    }
+    cfg = LlamaConfig.from_dict(d, path=gguf_file.path)
+    if model_type == "gemma":
+        cfg.norm_plus_one = False          # llama.cpp's converter already added the 1
+        cfg.embed_scale = math.sqrt(hidden)
+    if "rope_freqs.weight" in gguf_file.tensors:   # llama3 scaling, as per-frequency divisors
+        cfg.extra["rope_freq_factors"] = gguf_file.dequantize("rope_freqs.weight")
+    return cfg
+
+
+def load_gguf_model(path, device=None, dtype=dt.f32):
+    """A LlamaForCausalLM over a GGUF file's weights (kept memory-mapped on the CPU)."""
+    device = as_device(device) if device is not None else as_device("cpu")
+    f = path if isinstance(path, GGUFFile) else GGUFFile(path)
+    cfg = config_from_gguf(f)
+    vb = VarBuilder(GGUFSource(f), dtype=dtype, device=device)
+    model = LlamaForCausalLM(cfg, vb, device)
+    model._gguf = f    # the memory map must outlive the quantized weights viewing it
+    return model
+
+
+def tokenizer_from_gguf(path):
+    """An ember Tokenizer built from the GGUF file's tokenizer.ggml.* metadata."""
+    from .gguf_tokenizer import tokenizer_from_metadata
+    f = path if isinstance(path, GGUFFile) else GGUFFile(path)
+    return tokenizer_from_metadata(f.metadata, f.path)
+
+
+__all__ = ["GGUFSource", "config_from_gguf", "gguf_name", "load_gguf_model",
+           "tokenizer_from_gguf", "np"]

@@ -1,0 +1,261 @@
+"""Llama models from GGUF files written with the `gguf` package's GGUFWriter, as
+llama.cpp lays them out (tensor names, metadata keys, q/k permuted for interleaved rope).
+
+References: transformers on torch CPU for the f32 file; for quantized files, the same
+transformers model with every weight replaced by the `gguf` package's dequantization of
+what was written (so ember's quantized matmul is checked, not the quantizer's error).
+"""
+import copy
+
+import numpy as np
+import pytest
+
+from ggml_encode import quantize_q4_k, write_llama_gguf
+from helpers import require
+
+from ember.errors import FormatError
+from ember.generation import generate
+from ember.io.gguf import GGUFFile
+from ember.io.quant import dequantize
+from ember.models.gguf_llama import config_from_gguf, load_gguf_model, tokenizer_from_gguf
+
+CORPUS = ["The quick brown fox jumps over the lazy dog.", "Ünïcödé text: naïve café, 東京, emoji 🙂!",
+          "def generate(model, prompt):\n    return model(prompt)\n", "1234567890 + 42 = 1234567932",
+          "Once upon a time there was a small model that generated text."] * 4
+TEXTS = ["The lazy fox", "naïve café 東京 🙂", "  spaces\tand\nnewlines ", "return 42"]
+
+
+@pytest.fixture(scope="module")
+def torch():
+    return require("torch")
+
+
+@pytest.fixture(scope="module")
+def gguf():
+    return require("gguf")
+
+
+@pytest.fixture(scope="module")
+def hf_tokenizer():
+    tokenizers = require("tokenizers")
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE())
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=320, special_tokens=["<s>", "</s>"],
+        initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(CORPUS, trainer)
+    return tok
+
+
+@pytest.fixture(scope="module")
+def hf_llama(torch, hf_tokenizer):
+    transformers = require("transformers")
+    cfg = transformers.LlamaConfig(
+        hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=hf_tokenizer.get_vocab_size(),
+        max_position_embeddings=128, tie_word_embeddings=False, rms_norm_eps=1e-5,
+        bos_token_id=hf_tokenizer.token_to_id("<s>"), eos_token_id=hf_tokenizer.token_to_id("</s>"))
+    torch.manual_seed(7)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            else:
+                p.normal_(0.0, 0.04)
+    return model
+
+
+def _write(tmp_path_factory, hf_llama, hf_tokenizer, qtypes, tag):
+    path = tmp_path_factory.mktemp("gguf") / f"tiny-{tag}.gguf"
+    seen = write_llama_gguf(path, hf_llama, qtypes, hf_tokenizer.to_str())
+    return str(path), seen
+
+
+@pytest.fixture(scope="module")
+def f32_file(tmp_path_factory, hf_llama, hf_tokenizer):
+    return _write(tmp_path_factory, hf_llama, hf_tokenizer, {}, "f32")
+
+
+QUANT = {
+    "Q8_0": {"linear": "Q8_0", "embed": "Q8_0", "output": "Q8_0"},
+    "Q4_K": {"linear": "Q4_K", "embed": "Q8_0", "output": "Q4_K"},
+}
+
+
+@pytest.fixture(scope="module", params=sorted(QUANT))
+def quant_file(request, tmp_path_factory, hf_llama, hf_tokenizer):
+    path, seen = _write(tmp_path_factory, hf_llama, hf_tokenizer, QUANT[request.param], request.param)
+    return request.param, path, seen
+
+
+def _reference_from(hf_llama, seen, torch):
+    """The transformers model with the weights ember reads (dequantized, q/k un-permuted)."""
+    ref = copy.deepcopy(hf_llama)
+    cfg = ref.config
+    sd = ref.state_dict()
+
+    def unpermute(w, n_heads):
+        out, inp = w.shape
+        return w.reshape(n_heads, out // n_heads // 2, 2, inp).swapaxes(1, 2).reshape(out, inp)
+
+    names = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+             "output.weight": "lm_head.weight"}
+    tails = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+             "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
+             "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj",
+             "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+    with torch.no_grad():
+        for gname, value in seen.items():
+            if gname in names:
+                hname = names[gname]
+            else:
+                _, i, tail, _ = gname.split(".")
+                hname = f"model.layers.{i}.{tails[tail]}.weight"
+                if tail == "attn_q":
+                    value = unpermute(value, cfg.num_attention_heads)
+                elif tail == "attn_k":
+                    value = unpermute(value, cfg.num_key_value_heads)
+            sd[hname].copy_(torch.from_numpy(np.ascontiguousarray(value)))
+    return ref
+
+
+def _prompt(vocab, n=12, seed=0):
+    return np.random.default_rng(seed).integers(2, vocab, n).tolist()
+
+
+def _hf_greedy(model, ids, torch, n=32):
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                             do_sample=False, max_new_tokens=n, eos_token_id=None, pad_token_id=0)
+    return out[0, len(ids):].tolist()
+
+
+def test_q4_k_encoder_decodes_with_the_reference(gguf):
+    """The test-side Q4_K encoder writes valid blocks: gguf's decoder reads back values
+    within half a quantization step, and ember's dequantization equals gguf's exactly."""
+    w = np.random.default_rng(3).standard_normal((8, 512)).astype(np.float32)
+    raw = quantize_q4_k(w)
+    ref = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q4_K).reshape(w.shape)
+    step = (w.reshape(-1, 32).max(1) - np.minimum(w.reshape(-1, 32).min(1), 0)) / 15
+    assert np.all(np.abs(ref - w).reshape(-1, 32).max(1) <= step * 0.75 + 1e-3)
+    np.testing.assert_array_equal(dequantize(raw, "Q4_K", w.shape), ref)
+
+
+def test_f32_gguf_matches_transformers(f32_file, hf_llama, torch):
+    """Name mapping, metadata and the interleaved rope of permuted q/k rows."""
+    path, _ = f32_file
+    model = load_gguf_model(path)
+    assert model.config.rope_interleaved and model.config.num_key_value_heads == 2
+    ids = _prompt(hf_llama.config.vocab_size)
+    with torch.no_grad():
+        ref = hf_llama(torch.tensor([ids])).logits[0, -1].numpy()
+    got = model([ids], last_only=True).numpy()[0, -1]
+    assert np.abs(got - ref).max() <= 1e-4
+    assert generate(model, ids, max_new_tokens=32, stop_token_ids=()) == _hf_greedy(hf_llama, ids, torch)
+
+
+def test_quantized_gguf_matches_its_dequantized_reference(quant_file, hf_llama, torch):
+    qname, path, seen = quant_file
+    model = load_gguf_model(path)
+    layer = model.layers[0].self_attn.q_proj
+    assert layer.qweight.ggml_type.name == QUANT[qname]["linear"]
+    ref_model = _reference_from(hf_llama, seen, torch)
+    ids = _prompt(hf_llama.config.vocab_size, seed=1)
+    with torch.no_grad():
+        ref = ref_model(torch.tensor([ids])).logits[0, -1].numpy()
+    got = model([ids], last_only=True).numpy()[0, -1]
+    assert np.abs(got - ref).max() <= 1e-4
+    assert generate(model, ids, max_new_tokens=32, stop_token_ids=()) == _hf_greedy(ref_model, ids, torch)
+
+
+def test_quantized_greedy_agreement_with_f32(quant_file, f32_file, hf_llama, capsys):
+    """Reports how many of 32 greedy tokens the quantized file shares with f32 over 4
+    prompts (random tiny models have flat logits, so greedy paths part early), and
+    bounds the logit error against the logits' spread."""
+    qname, path, _ = quant_file
+    qmodel, fmodel = load_gguf_model(path), load_gguf_model(f32_file[0])
+    same = total = first = 0
+    rel = []
+    for seed in range(4):
+        ids = _prompt(hf_llama.config.vocab_size, seed=100 + seed)
+        a = generate(qmodel, ids, max_new_tokens=32, stop_token_ids=())
+        b = generate(fmodel, ids, max_new_tokens=32, stop_token_ids=())
+        same += sum(x == y for x, y in zip(a, b))
+        total += len(b)
+        first += a[0] == b[0]
+        lq = qmodel([ids], last_only=True).numpy()[0, -1]
+        lf = fmodel([ids], last_only=True).numpy()[0, -1]
+        rel.append(np.abs(lq - lf).max() / lf.std())
+    with capsys.disabled():
+        print(f"\n[gguf {qname}] greedy token agreement with f32: {same}/{total} "
+              f"({100.0 * same / total:.0f}%), first token {first}/4; "
+              f"max logit error / logit std: {max(rel):.3f}")
+    # A loose sanity bound: random tiny models amplify weight noise about 13x (measured:
+    # 0.5% Q8_0 / 7.8% Q4_K per-weight noise gave 0.07 / 0.9 of the logit std). The exact
+    # check is test_quantized_gguf_matches_its_dequantized_reference.
+    assert max(rel) < {"Q8_0": 0.15, "Q4_K": 2.0}[qname]
+
+
+def test_q4_k_weights_take_under_0_3_of_f32(tmp_path_factory, hf_llama, hf_tokenizer, f32_file):
+    path, _ = _write(tmp_path_factory, hf_llama, hf_tokenizer,
+                     {"linear": "Q4_K", "embed": "Q4_K", "output": "Q4_K"}, "q4k-all")
+    q = load_gguf_model(path).weight_bytes()
+    f = load_gguf_model(f32_file[0]).weight_bytes()
+    assert q <= 0.3 * f, (q, f)
+
+
+def test_gguf_on_each_device_matches_cpu(quant_file, hf_llama, device):
+    qname, path, _ = quant_file
+    ids = _prompt(hf_llama.config.vocab_size, seed=2)
+    cpu = load_gguf_model(path)([ids], last_only=True).numpy()[0, -1]
+    got = load_gguf_model(path, device=device)([ids], last_only=True).numpy()[0, -1]
+    tol = 1e-4 if device.kind == "cpu" else 1e-3
+    assert np.abs(got - cpu).max() <= tol
+
+
+def test_tokenizer_from_gguf_matches_the_source_tokenizer(f32_file, hf_tokenizer):
+    tok = tokenizer_from_gguf(f32_file[0])
+    for text in TEXTS + CORPUS[:5]:
+        ref = hf_tokenizer.encode(text).ids
+        assert tok.encode(text).ids == ref, text
+        assert tok.decode(ref) == hf_tokenizer.decode(ref)
+
+
+def test_config_reads_llama_cpp_keys(f32_file, hf_llama):
+    cfg = config_from_gguf(GGUFFile(f32_file[0]))
+    h = hf_llama.config
+    assert (cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers, cfg.num_attention_heads,
+            cfg.num_key_value_heads, cfg.vocab_size) == (
+        h.hidden_size, h.intermediate_size, h.num_hidden_layers, h.num_attention_heads,
+        h.num_key_value_heads, h.vocab_size)
+    assert cfg.rms_norm_eps == pytest.approx(h.rms_norm_eps)
+    assert cfg.eos_token_ids == [h.eos_token_id]
+
+
+def test_non_llama_architecture_is_refused(tmp_path, gguf):
+    path = tmp_path / "bert.gguf"
+    w = gguf.GGUFWriter(str(path), "bert")
+    w.add_block_count(1)
+    w.add_tensor("token_embd.weight", np.zeros((4, 32), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(FormatError, match="general.architecture 'bert'"):
+        load_gguf_model(str(path))
+
+
+def test_missing_metadata_key_is_named(tmp_path, gguf):
+    path = tmp_path / "partial.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_embedding_length(32)
+    w.add_head_count(2)
+    w.add_tensor("token_embd.weight", np.zeros((4, 32), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(FormatError, match="llama.feed_forward_length"):
+        load_gguf_model(str(path))
