@@ -817,6 +817,9 @@ def _transfer(t, device):
         if t.dtype is dt.bf16:
             from .backends.array import f32_to_bf16
             host = f32_to_bf16(numpy, host)
+        # A strided view (transposed, sliced, broadcast) is packed once here: uploads
+        # take contiguous host memory. (require keeps 0-d arrays 0-d.)
+        host = numpy.require(host, requirements="C")
     except ImportError:
         host = src.to_bytes(t.storage, t.layout, t.dtype)
     return Tensor(dst.from_host(host, t.dtype, t.shape), Layout(t.shape), t.dtype, device)
@@ -864,10 +867,16 @@ def _device(device):
 
 def tensor(data, dtype=None, device=None):
     """A new tensor holding a copy of `data` (nested lists, a number, a numpy array, a Tensor)."""
-    device = _device(device)
     if isinstance(data, Tensor):
-        out = data.to(device)
-        return out.to(dtype) if dtype is not None else out.contiguous()
+        # As torch.tensor(t): a copy, on t's device unless one is named.
+        out = data.to(data.device if device is None else as_device(device))
+        if dtype is not None and dt.as_dtype(dtype) is not out.dtype:
+            return out.to(dtype)
+        if out is data:
+            out = data._new(data.backend.copy_strided(data.storage, data.layout, data.dtype),
+                            data.shape)
+        return out.contiguous()
+    device = _device(device)
     if dtype is not None:
         dtype = dt.as_dtype(dtype)
     try:

@@ -68,6 +68,24 @@ def on_device(values, dtype_name, device):
         pytest.skip(f"{device} does not hold {dtype_name}: {exc}")
 
 
+_SUPPORTED = {}
+
+
+def skip_unless_holds(device, dtype_name):
+    """Skip on a non-CPU device that cannot hold `dtype_name` (e.g. f64 on WebGPU)."""
+    key = (str(device), dtype_name)
+    if key not in _SUPPORTED:
+        try:
+            ember.zeros(1, dtype=getattr(ember, dtype_name), device=device)
+            _SUPPORTED[key] = None
+        except ember.UnsupportedDType as exc:
+            _SUPPORTED[key] = str(exc)
+    if _SUPPORTED[key] is not None:
+        if device.kind == "cpu":
+            raise AssertionError(_SUPPORTED[key])
+        pytest.skip(f"{device} does not hold {dtype_name}: {_SUPPORTED[key]}")
+
+
 def variant(kind, shape, dtype_name, device, rng, low=None, high=None):
     """(ember tensor, numpy array) with the same logical values and shape, laid out as
     `kind`. Needs len(shape) >= 2 for `transposed` and >= 1 for `sliced`/`broadcast`."""

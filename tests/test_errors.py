@@ -276,8 +276,10 @@ def test_out_of_memory_names_shape_dtype_bytes_and_device():
 
 def test_out_of_memory_on_the_device(device):
     """The device under test refuses an absurd allocation with OutOfMemory too."""
-    with pytest.raises(ember.OutOfMemory, match=r"\[1099511627776\] f32"):
+    with pytest.raises(ember.OutOfMemory) as info:
         ember.zeros(2 ** 40, device=device)
+    msg = str(info.value)
+    assert str(4 * 2 ** 40) in msg and device.kind in msg
 
 
 # --- no silent promotion, clear messages for everyday mistakes ----------------------------------

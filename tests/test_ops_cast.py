@@ -4,7 +4,8 @@ import pytest
 
 import ember
 from helpers import require
-from strided import ALL, FLOATS, INTS, RESULT, VARIANTS, check, on_device, rng_for, variant
+from strided import (ALL, FLOATS, INTS, RESULT, VARIANTS, check, on_device, rng_for,
+                     skip_unless_holds, variant)
 
 
 def _expected_cast(x, src, dst):
@@ -21,6 +22,7 @@ def _expected_cast(x, src, dst):
 @pytest.mark.parametrize("dst", ALL)
 @pytest.mark.parametrize("src", ALL)
 def test_cast(device, src, dst, kind):
+    skip_unless_holds(device, dst)
     rng = rng_for("cast", src, dst, kind)
     signed_ok = dst not in ("u8", "u32") and src not in ("u8", "u32")
     low = -100 if signed_ok else 0
@@ -60,6 +62,7 @@ def test_bool_mask_casts(device):
 @pytest.mark.parametrize("kind", VARIANTS)
 @pytest.mark.parametrize("dtype_name", ALL)
 def test_to_device_round_trip(device, dtype_name, kind):
+    skip_unless_holds(device, dtype_name)
     rng = rng_for("transfer", dtype_name, kind)
     cpu = ember.Device.cpu()
     t, x = variant(kind, (3, 4, 5), dtype_name, cpu, rng)

@@ -47,8 +47,11 @@ def test_tensor_copies_its_input(device):
     t = ember.tensor(a, device=device)
     a[0] = 100
     assert t.tolist() == [0.0, 1.0, 2.0, 3.0]
-    u = ember.tensor(t)
+    u = ember.tensor(t)  # like torch.tensor(t): a copy on t's device
     assert u.tolist() == t.tolist() and u.device == device
+    assert u.storage is not t.storage
+    v = ember.tensor(t.T, dtype=ember.f16, device="cpu")
+    assert v.dtype is ember.f16 and v.device == ember.Device.cpu() and v.tolist() == [0, 1, 2, 3]
 
 
 @pytest.mark.parametrize("dtype_name", ALL)
