@@ -7,6 +7,7 @@ WebGPU device), so a page can build on earlier snippets, as in a notebook.
 import contextlib
 import io
 import json
+import math
 import traceback
 
 _namespace = {}
@@ -52,11 +53,22 @@ def _answer(ok, value, out):
     except Exception as exc:  # e.g. a tensor whose repr needs a readback that cannot run here
         text = f"<repr failed: {type(exc).__name__}: {exc}>"
     try:
-        payload = json.dumps({"ok": ok, "value": value, "repr": text, "stdout": out.getvalue()},
-                             allow_nan=False)
-    except (TypeError, ValueError):
+        payload = json.dumps({"ok": ok, "value": _json_safe(value), "repr": text,
+                              "stdout": out.getvalue()}, allow_nan=False)
+    except (TypeError, ValueError):  # not JSON-able: the repr is the answer
         payload = json.dumps({"ok": ok, "value": None, "repr": text, "stdout": out.getvalue()})
     return payload
+
+
+def _json_safe(value):
+    """JSON has no inf/nan: send them as the strings float() reads back ("inf", "nan")."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    return value
 
 
 def _failure(exc, out):

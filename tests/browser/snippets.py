@@ -25,10 +25,10 @@ def tensor_inputs(seed, **specs):
     return out
 
 
-def snippet(inputs, expression, setup=""):
+def snippet(inputs, expression, setup="", device="dev"):
     lines = ["import ember"]
     for name, (values, dtype) in inputs.items():
-        lines.append(f"{name} = ember.tensor({values!r}, dtype=ember.{dtype}, device=dev)")
+        lines.append(f"{name} = ember.tensor({values!r}, dtype=ember.{dtype}, device={device})")
     if setup:
         lines.append(setup)
     lines.append(f"_out = {expression}")
@@ -36,11 +36,11 @@ def snippet(inputs, expression, setup=""):
     return "\n".join(lines)
 
 
-def run_here(code, dev):
+def run_here(code, dev, **names):
     """Run a snippet in this process with `dev` as the device; the value of its last line."""
     import ember
     tree = ast.parse(code)
     last = tree.body.pop()
-    namespace = {"ember": ember, "dev": dev}
+    namespace = {"ember": ember, "dev": dev, **names}
     exec(compile(tree, "<snippet>", "exec"), namespace)
     return eval(compile(ast.Expression(last.value), "<snippet>", "eval"), namespace)

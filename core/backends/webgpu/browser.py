@@ -153,8 +153,10 @@ class BrowserDriver:
 
     @property
     def name(self):
-        return self.info.get("description") or self.info.get("device") or \
-            self.info.get("vendor") or "browser adapter"
+        described = self.info.get("description") or self.info.get("device")
+        return described or " ".join(filter(None, (self.info.get("vendor"),
+                                                   self.info.get("architecture")))) \
+            or "browser adapter"
 
     def _record_error(self, event):
         self._errors.append(str(getattr(event.error, "message", event.error)))
