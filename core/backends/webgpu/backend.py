@@ -237,6 +237,8 @@ class WebGPUBackend(Backend):
         for d in shape:
             n *= d
         mv = memoryview(data)
+        if mv.nbytes and not mv.c_contiguous:
+            mv = memoryview(mv.tobytes())      # one C-order copy of a strided host view
         raw = mv.cast("B") if mv.nbytes and (mv.format != "B" or mv.ndim != 1) else mv
         if raw.nbytes != n * dtype.itemsize:
             raise UnsupportedOp(
