@@ -1,5 +1,6 @@
 """ember's API inside the page: without numpy, sync readback through JSPI, the async
 readback API, errors carried back with their message, the device's description."""
+import numpy as np
 import pytest
 
 from page_harness import PageError
@@ -77,3 +78,34 @@ def test_page_describes_its_adapter(ember_page):
     assert any(info["adapter"].values())
     timings = info["timings_ms"]
     assert timings["total"] >= timings["pyodide"] > 0
+
+
+def test_js_array_buffer_goes_to_the_gpu_without_python_bytes(ember_page):
+    values = [0.5, -1.25, 3.0, 1e-3, -7.5, 42.0]
+    got = ember_page.run(
+        "import js\n"
+        "from pyodide.ffi import to_js\n"
+        "from ember.backends.webgpu.browser import tensor_from_js\n"
+        f"_ab = js.Float32Array.new(to_js({values!r})).buffer\n"
+        "_from_host = dev.backend.from_host\n"
+        "def _refuse(*args, **kw):\n"
+        "    raise AssertionError('f32 upload went through Python bytes')\n"
+        "dev.backend.from_host = _refuse\n"
+        "try:\n"
+        "    _t = tensor_from_js(_ab, ember.f32, (2, 3))\n"
+        "finally:\n"
+        "    dev.backend.from_host = _from_host\n"
+        "_i = tensor_from_js(js.Int32Array.new(to_js([3, -4, 5])), ember.i32, (3,))\n"
+        "[_t.tolist(), (_t * 2).sum().item(), _i.tolist()]")
+    expected = np.asarray(values, dtype=np.float32)
+    assert got[0] == expected.reshape(2, 3).tolist()
+    assert got[1] == pytest.approx(float((expected * 2).sum(dtype=np.float32)), rel=1e-6)
+    assert got[2] == [3, -4, 5]
+
+
+def test_js_buffer_of_the_wrong_size_names_shape_and_dtype(ember_page):
+    answer = ember_page.result(
+        "import js\nfrom ember.backends.webgpu.browser import tensor_from_js\n"
+        "tensor_from_js(js.ArrayBuffer.new(12), ember.f32, (2, 2))")
+    assert answer["error"]["type"] == "ShapeMismatch"
+    assert "12 bytes" in answer["error"]["message"] and "[2, 2]" in answer["error"]["message"]

@@ -327,3 +327,38 @@ class BrowserDriver:
             raise DeviceError(f"webgpu: reading back {size} bytes failed on {self.name}: "
                               f"{exc}", device="webgpu") from None
         return self._finish_read(staging, size)
+
+
+def tensor_from_js(data, dtype, shape, device=None):
+    """A WebGPU tensor filled from a JS ArrayBuffer or typed array (e.g. a fetched weights
+    file, or a slice of one) without copying the bytes through Python: for f32 (and f16
+    on adapters with shader-f16) the queue copies them straight into the GPU buffer. Other
+    dtypes need a widening kernel and go through one host copy and `from_host`."""
+    from ... import dtype as dt
+    from ...device import Device
+    from ...errors import ShapeMismatch
+    from ...layout import Layout
+    from ...tensor import Tensor
+    device = Device.webgpu() if device is None else Device.parse(device)
+    dtype = dt.as_dtype(dtype)
+    shape = tuple(int(d) for d in shape)
+    if not isinstance(data, JsProxy):
+        raise TypeError(f"tensor_from_js: expected a JS ArrayBuffer or typed array, got "
+                        f"{type(data).__name__}; use ember.tensor() for Python data")
+    view = data if hasattr(data, "BYTES_PER_ELEMENT") else js.Uint8Array.new(data)
+    nbytes = int(view.byteLength)
+    n = 1
+    for d in shape:
+        n *= d
+    if nbytes != n * dtype.itemsize:
+        raise ShapeMismatch(f"tensor_from_js: {nbytes} bytes cannot hold shape {list(shape)} "
+                            f"of {dtype.name} ({n * dtype.itemsize} bytes)",
+                            op="tensor_from_js", shape=shape, dtype=dtype)
+    backend = device.backend
+    kept = backend.types.get(dtype.name)
+    if kept is not None and not kept.packed and dtype.is_float and nbytes % 4 == 0 and n:
+        storage = backend._alloc(n, dtype, "tensor_from_js")
+        backend._write(storage.buf, view)
+    else:
+        storage = backend.from_host(view.to_bytes(), dtype, shape)
+    return Tensor(storage, Layout(shape), dtype, device)
