@@ -161,6 +161,7 @@ class LlamaForCausalLM(Module):
         """A model directory holding config.json and safetensors weights."""
         device = as_device(device) if device is not None else as_device("cpu")
         cfg = LlamaConfig.from_file(path)
+        _merge_generation_config(cfg, path)
         vb = VarBuilder.from_dir(path, dtype=dtype, device=device)
         return cls(cfg, vb, device)
 
@@ -298,6 +299,24 @@ class LlamaForCausalLM(Module):
                 elif isinstance(value, Tensor):
                     total += value.numel() * value.dtype.itemsize
         return total
+
+
+def _merge_generation_config(cfg, path):
+    """Chat models list extra end-of-turn ids in generation_config.json: stop on those too."""
+    import json
+    import os
+    gpath = os.path.join(path, "generation_config.json")
+    if not os.path.exists(gpath):
+        return
+    try:
+        with open(gpath, encoding="utf-8") as f:
+            eos = json.load(f).get("eos_token_id")
+    except (OSError, ValueError, AttributeError):
+        return
+    if eos is None:
+        return
+    extra = eos if isinstance(eos, list) else [eos]
+    cfg.eos_token_id = sorted(set(cfg.eos_token_ids) | {int(e) for e in extra})
 
 
 def load_model(path, device=None, dtype=dt.f32):

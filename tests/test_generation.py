@@ -1,0 +1,325 @@
+"""ember.generation: logits processors against transformers', seeded sampling against
+numpy's softmax, stop tokens and strings, streaming text deltas, chat templates against
+transformers' apply_chat_template, and the `ember generate` / `ember chat` commands."""
+import io
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from helpers import require
+
+import ember
+from ember.errors import EmberError
+from ember.generation import (ChatTemplate, GenerationConfig, IncrementalDecoder, StopStrings,
+                              TextGeneration, apply_repetition_penalty, apply_temperature,
+                              apply_top_k, apply_top_p, generate)
+
+CORPUS = ["The quick brown fox jumps over the lazy dog.", "naïve café, 東京, emoji 🙂!",
+          "Once upon a time there was a tiny model.", "Hello world. Hello there. STOP here."] * 4
+TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{{ eos_token }}"
+            "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+# --- a scripted model: logits chosen by the test ----------------------------------------------
+class _Cache:
+    def __init__(self, batch, max_len):
+        self.batch, self.max_len, self.length, self.steps = batch, max_len, 0, 0
+
+
+class ScriptedModel:
+    """Emits `script[i]` at step i (as a one-hot logit), or fixed `logits` every step."""
+
+    class config:
+        eos_token_ids = [0]
+
+    def __init__(self, vocab, script=None, logits=None):
+        self.vocab, self.script, self.logits = vocab, script, logits
+        self.calls = []
+
+    def new_cache(self, batch, max_len):
+        return _Cache(batch, max_len)
+
+    def __call__(self, ids, cache=None, attention_mask=None, last_only=False):
+        ids = np.asarray(ids)
+        self.calls.append(ids.shape)
+        b, t = ids.shape
+        k = cache.steps          # the script restarts with each generation (each cache)
+        cache.steps += 1
+        cache.length += t
+        if self.logits is not None:
+            row = np.broadcast_to(self.logits, (b, self.vocab))
+        else:
+            row = np.full((b, self.vocab), -10.0, np.float32)
+            row[:, self.script[min(k, len(self.script) - 1)]] = 10.0
+        return ember.from_numpy(np.ascontiguousarray(row, dtype=np.float32).reshape(b, 1, self.vocab))
+
+
+@pytest.fixture(scope="module")
+def torch():
+    return require("torch")
+
+
+@pytest.fixture(scope="module")
+def hf_tok():
+    tokenizers = require("tokenizers")
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE())
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<s>", "</s>"],
+        initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(CORPUS, trainer)
+    return tok
+
+
+@pytest.fixture(scope="module")
+def tok(hf_tok):
+    from ember.tokenizers import Tokenizer
+    return Tokenizer.from_str(hf_tok.to_str())
+
+
+# --- processors -----------------------------------------------------------------------------------
+def test_processors_match_transformers(torch):
+    lp = require("transformers.generation.logits_process")
+    rng = np.random.default_rng(0)
+    scores = rng.standard_normal((3, 50)).astype(np.float32) * 3
+    history = rng.integers(0, 50, (3, 12))
+    ts, th = torch.from_numpy(scores.copy()), torch.from_numpy(history)
+    ref = lp.RepetitionPenaltyLogitsProcessor(1.3)(th, ts.clone()).numpy()
+    np.testing.assert_array_equal(apply_repetition_penalty(scores, history.tolist(), 1.3), ref)
+    ref = lp.TemperatureLogitsWarper(0.7)(th, ts.clone()).numpy()
+    np.testing.assert_allclose(apply_temperature(scores, 0.7), ref, rtol=1e-6)
+    for k in (1, 5, 49):
+        ref = lp.TopKLogitsWarper(k)(th, ts.clone()).numpy()
+        np.testing.assert_array_equal(apply_top_k(scores, k), ref)
+    for p in (0.05, 0.5, 0.9):
+        ref = lp.TopPLogitsWarper(p)(th, ts.clone()).numpy()
+        np.testing.assert_array_equal(apply_top_p(scores, p), ref)
+
+
+def test_sampling_frequencies_follow_softmax():
+    """2,000 seeded draws at temperature 0.8 land on each token about as often as
+    numpy's softmax(logits / 0.8) says; top-p never draws outside the nucleus."""
+    logits = np.array([2.0, 1.0, 0.5, 0.0, -1.0, -3.0], np.float32)
+    model = ScriptedModel(6, logits=logits)
+    draws = generate(model, [[1]] * 2000, max_new_tokens=1, temperature=0.8, seed=5,
+                     stop_token_ids=())
+    counts = np.bincount([d[0] for d in draws], minlength=6) / 2000
+    p = np.exp(logits / 0.8) / np.exp(logits / 0.8).sum()
+    assert np.abs(counts - p).max() < 0.035, (counts, p)
+    draws = generate(model, [[1]] * 500, max_new_tokens=1, temperature=1.0, top_p=0.6, seed=6,
+                     stop_token_ids=())
+    q = np.exp(logits) / np.exp(logits).sum()
+    nucleus = set(np.argsort(-q)[:np.searchsorted(np.cumsum(np.sort(q)[::-1]), 0.6) + 1].tolist())
+    assert {d[0] for d in draws} <= nucleus and len({d[0] for d in draws}) == len(nucleus)
+
+
+def test_seeded_sampling_is_reproducible():
+    logits = np.random.default_rng(1).standard_normal(40).astype(np.float32)
+    model = ScriptedModel(40, logits=logits)
+    a = generate(model, [3, 4], max_new_tokens=20, temperature=1.0, seed=11, stop_token_ids=())
+    b = generate(model, [3, 4], max_new_tokens=20, temperature=1.0, seed=11, stop_token_ids=())
+    c = generate(model, [3, 4], max_new_tokens=20, temperature=1.0, seed=12, stop_token_ids=())
+    g = ember.Generator(11)
+    d = generate(model, [3, 4], max_new_tokens=20, temperature=1.0, generator=g, stop_token_ids=())
+    assert a == b == d and a != c
+    greedy = generate(model, [3, 4], max_new_tokens=5, stop_token_ids=())
+    top1 = generate(model, [3, 4], max_new_tokens=5, temperature=1.5, top_k=1, seed=3, stop_token_ids=())
+    assert greedy == top1 == [int(np.argmax(logits))] * 5
+
+
+def test_prompt_runs_in_one_pass_then_one_token_per_step():
+    model = ScriptedModel(10, script=[5, 6, 7, 8])
+    out = generate(model, [[1, 2, 3], [4]], max_new_tokens=4, stop_token_ids=())
+    assert out == [[5, 6, 7, 8]] * 2
+    assert model.calls == [(2, 3), (2, 1), (2, 1), (2, 1)]
+
+
+def test_stop_tokens_end_generation_and_are_kept():
+    model = ScriptedModel(10, script=[5, 6, 0, 7])
+    assert generate(model, [1], max_new_tokens=8) == [5, 6, 0]            # the model's eos
+    assert generate(model, [1], max_new_tokens=8, stop_token_ids=[6]) == [5, 6]
+    assert generate(model, [1], max_new_tokens=8, stop_token_ids=()) == [5, 6, 0, 7, 7, 7, 7, 7]
+    assert generate(model, [1], max_new_tokens=0) == []
+
+
+def test_generation_config_rejects_bad_values():
+    for bad in ({"temperature": -1}, {"top_p": 0}, {"top_k": -2}, {"max_new_tokens": -1},
+                {"repetition_penalty": 0}):
+        with pytest.raises(EmberError, match=next(iter(bad))):
+            GenerationConfig(**bad)
+    with pytest.raises(EmberError, match="at least one token"):
+        generate(ScriptedModel(4, script=[1]), [[]])
+
+
+# --- streaming ----------------------------------------------------------------------------------
+def test_streamed_deltas_never_split_a_character(hf_tok, tok):
+    text = "naïve café, 東京 🙂 and more 東京🙂"
+    ids = hf_tok.encode(text).ids
+    # Also one id per byte: every multi-byte character arrives over several tokens.
+    alphabet = {b: hf_tok.token_to_id(ch) for b, ch in zip(range(256), _bytes_to_unicode())}
+    per_byte = [alphabet[b] for b in text.encode("utf-8")]
+    for seq in (ids, per_byte):
+        dec = IncrementalDecoder(tok)
+        deltas = [dec.push(t) for t in seq] + [dec.flush()]
+        assert "".join(deltas) == hf_tok.decode(seq) == text
+        assert all("\ufffd" not in d for d in deltas)
+
+
+def _bytes_to_unicode():
+    """GPT-2's byte-to-printable-character table (public definition)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    table = dict(zip(bs, cs))
+    return [chr(table[b]) for b in range(256)]
+
+
+def test_stop_strings_cut_the_stream_across_deltas():
+    s = StopStrings(["STOP", "\n\n"])
+    out = []
+    for d in ["Hello ", "wor", "ld S", "TO", "P trailing"]:
+        text, stopped = s.feed(d)
+        out.append(text)
+        if stopped:
+            break
+    assert "".join(out) == "Hello world " and stopped
+    s = StopStrings(["STOP"])
+    assert s.feed("ST") == ("", False) and s.feed("ay") == ("STay", False)
+    assert s.flush() == ""
+
+
+def test_text_generation_streams_until_a_stop_string(hf_tok, tok):
+    target = "Hello world. Hello there. STOP here."
+    script = hf_tok.encode(target).ids
+    model = ScriptedModel(hf_tok.get_vocab_size(), script=script)
+    gen = TextGeneration(model, tok, [1], max_new_tokens=len(script) + 2, stop_token_ids=(),
+                         stop_strings=["STOP"])
+    deltas = list(gen)
+    assert "".join(deltas) == gen.text == "Hello world. Hello there. "
+    assert gen.stop_reason == "stop_string"
+    gen = TextGeneration(model, tok, [1], max_new_tokens=len(script), stop_token_ids=())
+    assert gen.run() == target and gen.token_ids == script and gen.stop_reason == "length"
+
+
+# --- chat templates -------------------------------------------------------------------------
+def test_chat_template_matches_transformers(tmp_path, hf_tok):
+    transformers = require("transformers")
+    require("jinja2")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(
+        {"chat_template": TEMPLATE, "bos_token": "<s>", "eos_token": "</s>"}))
+    ours = ChatTemplate.from_tokenizer_config(str(tmp_path))
+    ref = transformers.PreTrainedTokenizerFast(tokenizer_object=hf_tok, bos_token="<s>",
+                                               eos_token="</s>", chat_template=TEMPLATE)
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi 🙂"},
+                {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Bye"}]
+    for gen_prompt in (True, False):
+        assert ours.render(messages, add_generation_prompt=gen_prompt) == ref.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=gen_prompt)
+
+
+def test_chat_template_errors_are_clear(tmp_path, monkeypatch):
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<s>"}))
+    with pytest.raises(ember.FormatError, match="no chat_template"):
+        ChatTemplate.from_tokenizer_config(str(tmp_path))
+    t = ChatTemplate("{{ raise_exception('only user turns') }}")
+    require("jinja2")
+    with pytest.raises(EmberError, match="only user turns"):
+        t.render([{"role": "user", "content": "x"}])
+    monkeypatch.setitem(sys.modules, "jinja2", None)
+    with pytest.raises(EmberError, match="needs the jinja2 package"):
+        ChatTemplate(TEMPLATE).render([{"role": "user", "content": "x"}])
+
+
+# --- the commands -----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, hf_tok, torch):
+    transformers = require("transformers")
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2,
+                                   vocab_size=hf_tok.get_vocab_size(), max_position_embeddings=256,
+                                   bos_token_id=hf_tok.token_to_id("<s>"),
+                                   eos_token_id=hf_tok.token_to_id("</s>"))
+    torch.manual_seed(3)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.2)
+    path = tmp_path_factory.mktemp("tinychat")
+    model.save_pretrained(path, safe_serialization=True)
+    (path / "tokenizer.json").write_text(hf_tok.to_str())
+    (path / "tokenizer_config.json").write_text(json.dumps(
+        {"chat_template": TEMPLATE, "bos_token": "<s>", "eos_token": "</s>"}))
+    return str(path), model
+
+
+def _run_cli(argv, stdin=""):
+    from ember.cli import main
+    out, old_out, old_in = io.StringIO(), sys.stdout, sys.stdin
+    sys.stdout, sys.stdin = out, io.StringIO(stdin)
+    try:
+        rc = main(argv)
+    finally:
+        sys.stdout, sys.stdin = old_out, old_in
+    return rc, out.getvalue()
+
+
+def test_cli_generate_json_matches_transformers(model_dir, hf_tok, torch):
+    path, hf = model_dir
+    prompt = "Once upon a time"
+    ids = hf_tok.encode(prompt).ids
+    with torch.no_grad():
+        out = hf.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                          do_sample=False, max_new_tokens=20, pad_token_id=0)
+    new = out[0, len(ids):].tolist()
+    rc, text = _run_cli(["generate", "--model", path, "--device", "cpu", "--max-new-tokens", "20",
+                         "--json", prompt])
+    assert rc == 0
+    got = json.loads(text)
+    assert got["token_ids"] == new
+    eos = hf_tok.token_to_id("</s>")
+    assert got["text"] == hf_tok.decode([t for t in new if t != eos])
+    rc, streamed = _run_cli(["generate", "--model", path, "--device", "cpu",
+                             "--max-new-tokens", "20", prompt])
+    assert rc == 0 and streamed == got["text"] + "\n"
+
+
+def test_cli_generate_seeded_sampling_repeats(model_dir):
+    path, _ = model_dir
+    args = ["generate", "--model", path, "--device", "cpu", "--max-new-tokens", "12",
+            "--temperature", "0.9", "--top-k", "20", "--top-p", "0.95", "--json"]
+    a = json.loads(_run_cli(args + ["--seed", "4", "Hello"])[1])
+    b = json.loads(_run_cli(args + ["--seed", "4", "Hello"])[1])
+    assert a == b and len(a["token_ids"]) >= 1
+
+
+def test_cli_chat_uses_the_template(model_dir, hf_tok, torch):
+    path, hf = model_dir
+    transformers = require("transformers")
+    rc, out = _run_cli(["chat", "--model", path, "--device", "cpu", "--max-new-tokens", "8"],
+                       stdin="Hi there\n/exit\n")
+    assert rc == 0
+    ref_tok = transformers.PreTrainedTokenizerFast(tokenizer_object=hf_tok, bos_token="<s>",
+                                                   eos_token="</s>", chat_template=TEMPLATE)
+    prompt = ref_tok.apply_chat_template([{"role": "user", "content": "Hi there"}], tokenize=False,
+                                         add_generation_prompt=True)
+    ids = hf_tok.encode(prompt).ids
+    with torch.no_grad():
+        gen = hf.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                          do_sample=False, max_new_tokens=8, pad_token_id=0)
+    new = [t for t in gen[0, len(ids):].tolist() if t != hf_tok.token_to_id("</s>")]
+    assert out == hf_tok.decode(new) + "\n"
+
+
+def test_cli_generate_without_a_model_says_so(capsys):
+    from ember.cli import main
+    assert main(["generate", "--device", "cpu", "hello"]) == 1
+    assert "--model" in capsys.readouterr().err
