@@ -42,8 +42,10 @@ class SentenceEmbedder:
         path = resolve(path_or_id)
         config = BertConfig.from_json(os.path.join(path, "config.json"))
         model = BertModel(config, VarBuilder.from_dir(path, dtype=dtype, device=device))
-        tokenizer = load_tokenizer(os.path.join(path, "tokenizer.json"))
         pooling = read_pooling_config(path)
+        limit = config.max_position_embeddings
+        max_len = min(pooling.max_seq_length or limit, limit)
+        tokenizer = load_tokenizer(os.path.join(path, "tokenizer.json"), max_len)
         out = cls(model, tokenizer, pooling, device, model_path=path,
                   pad_id=config.pad_token_id or 0)
         out.timings["load"] = time.perf_counter() - start

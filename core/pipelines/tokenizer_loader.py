@@ -5,9 +5,11 @@ import os
 from ..errors import EmberError
 
 
-def load_tokenizer(path):
+def load_tokenizer(path, max_length=None):
     """ember's pure-Python Tokenizer; the `tokenizers` package stands in while
-    ember.tokenizers has no Tokenizer (both share the API used here)."""
+    ember.tokenizers has no Tokenizer (both share the API used here). Padding is turned
+    off; truncation is set to `max_length` (sentence-transformers' max_seq_length, which
+    overrides tokenizer.json's own setting)."""
     if not os.path.isfile(path):
         raise EmberError(f"tokenizer: {path} does not exist", path=path)
     try:
@@ -20,10 +22,12 @@ def load_tokenizer(path):
                 f"tokenizer: ember.tokenizers has no Tokenizer here and the `tokenizers` "
                 f"package is missing ({exc})", path=path) from None
     tok = Tokenizer.from_file(path)
-    for switch in ("no_padding", "no_truncation"):
-        fn = getattr(tok, switch, None)
-        if fn is not None:
-            fn()
+    if hasattr(tok, "no_padding"):
+        tok.no_padding()
+    if max_length and hasattr(tok, "enable_truncation"):
+        tok.enable_truncation(max_length)
+    elif hasattr(tok, "no_truncation"):
+        tok.no_truncation()
     return tok
 
 
