@@ -731,6 +731,8 @@ class Tensor:
         self._check_index("gather", index)
         dim = normalize_dim(dim, self.ndim, "gather", self.shape)
         self._check_index_shape("gather", dim, index, self)
+        if self.ndim == 0:  # torch allows a 0-d input with a 0-d index
+            return self.reshape(1).gather(0, index.reshape(1)).reshape(())
         return self._new(self.backend.gather(self.storage, self.layout, index.storage,
                                              index.layout, dim, self.dtype), index.shape)
 
@@ -739,6 +741,8 @@ class Tensor:
         self._check_same("scatter_add", src)
         dim = normalize_dim(dim, self.ndim, "scatter_add", self.shape)
         self._check_index_shape("scatter_add", dim, index, self, src)
+        if self.ndim == 0:
+            return self.reshape(1).scatter_add(0, index.reshape(1), src.reshape(1)).reshape(())
         return self._new(self.backend.scatter_add(self.storage, self.layout, index.storage,
                                                   index.layout, src.storage, src.layout, dim,
                                                   self.dtype), self.shape)

@@ -172,3 +172,12 @@ def test_resize_to_one_pixel(device):
     for align in (False, True):
         check(ember.interpolate(x, size=(1, 1), mode="bilinear", align_corners=align),
               _ref("interpolate", xn, size=(1, 1), mode="bilinear", align_corners=align), "f32")
+
+
+def test_pool_and_resize_empty_batch(device):
+    x = on_device(np.zeros((0, 2, 4, 4), np.float32), "f32", device)
+    check(ember.max_pool2d(x, 2), np.zeros((0, 2, 2, 2), np.float32), "f32")
+    check(ember.avg_pool2d(x, 2), np.zeros((0, 2, 2, 2), np.float32), "f32")
+    check(ember.upsample_nearest2d(x, scale_factor=2.0), np.zeros((0, 2, 8, 8), np.float32), "f32")
+    check(ember.interpolate(x, size=(3, 5), mode="bilinear"), np.zeros((0, 2, 3, 5), np.float32),
+          "f32")

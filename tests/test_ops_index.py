@@ -167,3 +167,14 @@ def test_pad_0d_and_empty(device):
     check(ember.pad(t, (0, 0, 1, 0), value=2.0), np.array([[2.0, 2.0, 2.0]], np.float32), "f32")
     s = on_device(np.float32(4.0), "f32", device)
     check(ember.pad(s, ()), np.float32(4.0), "f32")
+
+
+def test_gather_0d_and_empty(device):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t = on_device(x, "f32", device)
+    ids = np.zeros((0, 3), np.int64)
+    check(t.gather(0, on_device(ids, "i64", device)), np.zeros((0, 3), np.float32), "f32")
+    s = on_device(np.float32(5.0), "f32", device)
+    check(s.gather(0, on_device(np.int64(0), "i64", device)), np.float32(5.0), "f32")
+    ones = on_device(np.float32(1.5), "f32", device)
+    check(s.scatter_add(0, on_device(np.int64(0), "i64", device), ones), np.float32(6.5), "f32")
