@@ -42,3 +42,8 @@ def main(argv=None):
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `ember embed ... | head`: the reader left; stop quietly, as Unix tools do.
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

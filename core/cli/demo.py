@@ -46,12 +46,19 @@ def semantic_search(query=QUERY, sentences=SENTENCES, device="best", model=None)
     return dev, timings, [(s, sentences[i]) for i, s in rank(scores, sentences)]
 
 
+def describe(dev):
+    """' (adapter name)' for a GPU device, ' (numpy)' for the CPU."""
+    driver = getattr(dev.backend, "driver", None)
+    name = getattr(driver, "name", None) if driver is not None else None
+    if name is None and dev.kind == "cpu":
+        name = "numpy"
+    return f" ({name})" if name else ""
+
+
 def run(args, out=None):
     out = out or sys.stdout
     dev, timings, results = semantic_search(args.query, device=args.device, model=args.model)
-    backend = getattr(dev.backend, "name", "")
-    out.write(f"ember semantic search — device: {dev}"
-              f"{f' ({backend})' if backend and backend != str(dev) else ''}\n")
+    out.write(f"ember semantic search — device: {dev}{describe(dev)}\n")
     out.write("timings: " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in timings.items())
               + f" ({len(results) + 1} texts)\n")
     out.write(f"query: {args.query}\n")
