@@ -271,10 +271,39 @@ def linear(x, weight, bias=None):
     return out + bias if bias is not None else out
 
 
+def rope(x, cos, sin, interleaved=False):
+    """Rotary position embedding of x [..., T, D] with cos/sin tables [T, D/2].
+
+    Pairs are (2i, 2i+1) when `interleaved`, else (i, i + D/2) (half-split, as in Hugging
+    Face Llama). Uses the backend's fused kernel when it has one (Backend.rope)."""
+    from .tensor import cat, stack
+    x._require_kind("rope", "f")
+    x._check_same("rope", cos)
+    x._check_same("rope", sin)
+    if x.ndim < 2 or x.shape[-1] % 2:
+        raise ShapeMismatch(f"rope: x must be [..., T, D] with an even D, got "
+                            f"{fmt_shape(x.shape)}", op="rope", shape=x.shape)
+    t, half = x.shape[-2], x.shape[-1] // 2
+    for table in (cos, sin):
+        if table.shape != (t, half):
+            raise ShapeMismatch(f"rope: cos/sin must be [{t}, {half}] for x {fmt_shape(x.shape)}, "
+                                f"got {fmt_shape(table.shape)}", op="rope",
+                                shapes=(x.shape, table.shape))
+    if x.backend.has_fused("rope"):
+        return x._new(x.backend.rope(x.storage, x.layout, cos.storage, cos.layout, sin.storage,
+                                     sin.layout, x.dtype, interleaved), x.shape)
+    if interleaved:
+        pairs = x.reshape(x.shape[:-1] + (half, 2))
+        a, b = pairs.select(-1, 0), pairs.select(-1, 1)
+        return stack([a * cos - b * sin, b * cos + a * sin], -1).reshape(x.shape)
+    a, b = x.narrow(-1, 0, half), x.narrow(-1, half, half)
+    return cat([a * cos - b * sin, b * cos + a * sin], -1)
+
+
 def _min_int(dtype):
     return {"u8": 0, "u32": 0, "i32": -(2 ** 31), "i64": -(2 ** 63)}[dtype.name]
 
 
 __all__ = ["pad", "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "max_pool2d",
-           "avg_pool2d", "upsample_nearest2d", "interpolate", "embedding", "linear",
+           "avg_pool2d", "upsample_nearest2d", "interpolate", "embedding", "linear", "rope",
            "normalize_dim", "Tensor"]

@@ -92,6 +92,14 @@ class Backend:
     # --- fused fast paths ---------------------------------------------------------------
     fused = frozenset()
 
+    # Optional: rope(storage, layout, cos, lcos, sin, lsin, dtype, interleaved) -> storage.
+    # Rotary embedding of x [..., T, D] (read through `layout`) with cos and sin tables
+    # [T, D/2] (their layouts may be strided or broadcast). Pairs are (2i, 2i+1) when
+    # `interleaved` (GPT-J, GGUF llama) and (i, i + D/2) otherwise (half-split, HF Llama):
+    #     out[first] = x[first] * cos[t, i] - x[second] * sin[t, i]
+    #     out[second] = x[second] * cos[t, i] + x[first] * sin[t, i]
+    # Computed in f32, stored in dtype; the result is contiguous. Offered as "rope".
+
     def has_fused(self, name):
         return name in self.fused
 
