@@ -319,6 +319,20 @@ def pair_of(request, tk):
     return get
 
 
+@pytest.fixture(scope="session")
+def own_pair_of(request, tk):
+    """Like pair_of, but instances of its own, for tests that change padding/truncation."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            text = request.getfixturevalue(name)
+            cache[name] = (Tokenizer.from_str(text), tk.Tokenizer.from_str(text))
+        return cache[name]
+
+    return get
+
+
 # -- comparison helpers --------------------------------------------------------------------
 
 FIELDS = ("ids", "tokens", "type_ids", "attention_mask", "special_tokens_mask", "offsets", "word_ids")
@@ -421,6 +435,23 @@ def test_batch_padding_and_truncation(pair_of, name, strategy, trunc_dir):
                 assert_same_encoding(g, w, (x, cfg, special))
 
 
+def test_truncation_shorter_than_the_special_tokens(pair_of):
+    """max_length below the number of special tokens: the reference leaves the input
+    whole (its unsigned subtraction wraps); equal to it: only the special tokens stay."""
+    _, base = pair_of("minilm_json")
+    ref = type(base).from_str(base.to_str())
+    mine = Tokenizer.from_str(base.to_str())
+    for t in (mine, ref):
+        t.no_padding()
+    for n in (0, 1, 2, 3, 4):
+        for t in (mine, ref):
+            t.enable_truncation(n)
+        for args in (("hello world again",), ("hello world", "again here")):
+            for special in (True, False):
+                assert_same_encoding(mine.encode(*args, add_special_tokens=special),
+                                     ref.encode(*args, add_special_tokens=special), (n, args, special))
+
+
 def test_offsets_point_into_the_input(pair_of):
     mine, _ = pair_of("minilm_json")
     text = "Héllo, Wörld! 中文"
@@ -483,9 +514,18 @@ def test_added_tokens_normalized_with_bert(tk, pair_of):
     _, base = pair_of("minilm_json")
     ref = tk.Tokenizer.from_str(base.to_str())
     ref.add_tokens([tk.AddedToken("ÉTÉ", normalized=True), tk.AddedToken("RAW", normalized=False)])
+    ref.add_special_tokens([tk.AddedToken("Zz", normalized=True)])
     mine = Tokenizer.from_str(ref.to_str())
-    for text in ["été ÉTÉ ete RAW raw", "[CLS] literal [SEP] [MASK]"]:
+    for text in ["été ÉTÉ ete RAW raw", "[CLS] literal [SEP] [MASK]", "zz Zz ZZ"]:
         assert_same_encoding(mine.encode(text), ref.encode(text), text)
+        ids = ref.encode(text).ids
+        for skip in (True, False):
+            assert mine.decode(ids, skip) == ref.decode(ids, skip), text
+    # a normalized added token reads back (and decodes) as its normalized form
+    for content in ("ÉTÉ", "RAW", "Zz"):
+        i = ref.token_to_id(content)
+        assert mine.token_to_id(content) == i
+        assert mine.id_to_token(i) == ref.id_to_token(i)
 
 
 def test_add_tokens_api(tk, pair_of):
@@ -700,6 +740,61 @@ def test_random_text_unigram_and_byte_fallback(pair_of, text):
 
 
 if given is not None:
+    _WORDS = st.sampled_from(["hello", "Hello", "HELLO", "café", "中文", "👍🏽", "<s>", "</s>", " ", "  ", "\t", "!!",
+                              "123", "\u00a0", "e\u0301", "<sw>", "[L]", "[R]", "<both>", "<|special|>", "<eot>",
+                              "ÉTÉ", "été", "RAW", "[CLS]", "[MASK]", "a b c d e f"])
+    _TEXT = st.lists(st.one_of(_WORDS, st.text(max_size=4)), max_size=12).map("".join)
+
+    @pytest.fixture(scope="session")
+    def added_token_pairs(tk, minilm_json, gpt2_bpe_json, roberta_bpe_json):
+        out = []
+        for base in (minilm_json, gpt2_bpe_json, roberta_bpe_json):
+            ref = tk.Tokenizer.from_str(base)
+            AT = tk.AddedToken
+            ref.add_tokens([AT("<sw>", single_word=True), AT("[L]", lstrip=True), AT("[R]", rstrip=True),
+                            AT("Hello", normalized=True), AT("<both>", lstrip=True, rstrip=True),
+                            AT("ÉTÉ", normalized=True), AT("RAW", normalized=False, single_word=True, lstrip=True)])
+            ref.add_special_tokens([AT("<|special|>", normalized=False), "<eot>"])
+            ref.no_padding()
+            out.append((Tokenizer.from_str(ref.to_str()), ref))
+        return out
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(a=_TEXT, b=_TEXT, n=st.integers(1, 20))
+    def test_random_text_with_added_tokens(added_token_pairs, a, b, n):
+        for mine, ref in added_token_pairs:
+            for t in (mine, ref):
+                t.enable_truncation(n)
+            for args in ((a,), (a, b)):
+                want = ref.encode(*args)
+                assert_same_encoding(mine.encode(*args), want, args)
+                for skip in (True, False):
+                    assert mine.decode(want.ids, skip) == ref.decode(want.ids, skip), args
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(items=st.lists(st.one_of(_TEXT, st.tuples(_TEXT, _TEXT)), min_size=1, max_size=4), n=st.integers(0, 25),
+           strategy=st.sampled_from(["longest_first", "only_first", "only_second"]),
+           direction=st.sampled_from(["left", "right"]), pad_direction=st.sampled_from(["left", "right"]),
+           length=st.one_of(st.none(), st.integers(0, 30)), multiple=st.one_of(st.none(), st.integers(1, 8)),
+           special=st.booleans(), which=st.sampled_from(["minilm_json", "gpt2_bpe_json", "unigram_json"]))
+    def test_random_batches_padding_truncation(own_pair_of, items, n, strategy, direction, pad_direction, length,
+                                               multiple, special, which):
+        mine, ref = own_pair_of(which)
+        for t in (mine, ref):
+            t.enable_truncation(n, strategy=strategy, direction=direction)
+            t.enable_padding(direction=pad_direction, length=length, pad_to_multiple_of=multiple, pad_id=1,
+                             pad_type_id=3, pad_token="<p>")
+        try:
+            want = ref.encode_batch(items, add_special_tokens=special)
+        except Exception:
+            with pytest.raises(ValueError):
+                mine.encode_batch(items, add_special_tokens=special)
+            return
+        got = mine.encode_batch(items, add_special_tokens=special)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert_same_encoding(g, w, items)
+
     @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(ids=st.lists(st.integers(min_value=0, max_value=700), max_size=20))
     def test_random_ids_decode(pair_of, ids):
@@ -709,6 +804,12 @@ if given is not None:
                 assert mine.decode(ids, skip) == ref.decode(ids, skip), (name, ids)
 else:
     def test_random_ids_decode():
+        require("hypothesis")
+
+    def test_random_text_with_added_tokens():
+        require("hypothesis")
+
+    def test_random_batches_padding_truncation():
         require("hypothesis")
 
 

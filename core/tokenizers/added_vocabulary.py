@@ -55,6 +55,7 @@ class AddedVocabulary:
         self.special_contents = set()
         self._raw = None  # (compiled alternation, {content: (id, token)})
         self._norm = None
+        self._strings = {}  # id -> normalized content, for normalized tokens
 
     def __len__(self):
         return len(self.content_to_id)
@@ -75,6 +76,11 @@ class AddedVocabulary:
         return self.content_to_id.get(content)
 
     def id_to_token(self, i):
+        """The token's string; for a `normalized` token that is its normalized
+        content (which is what the reference decodes it to)."""
+        s = self._strings.get(i)
+        if s is not None:
+            return s
         t = self.tokens.get(i)
         return t.content if t is not None else None
 
@@ -84,12 +90,14 @@ class AddedVocabulary:
     def refresh(self, normalizer):
         """Rebuild the matchers (call after adding tokens or changing the normalizer)."""
         raw, norm = {}, {}
+        self._strings = {}
         for tid, tok in self.tokens.items():
             if tok.normalized:
                 if normalizer is not None:
                     ns = NormalizedString(tok.content)
                     normalizer.normalize(ns)
                     key = ns.text
+                    self._strings[tid] = key
                 else:
                     key = tok.content
                 if key:

@@ -247,8 +247,11 @@ class Tokenizer:
         trunc = self._truncation
         if trunc is not None:
             n_added = self.num_special_tokens_to_add(pair is not None) if add_special_tokens else 0
-            max_length = max(0, trunc["max_length"] - n_added)
-            _truncate_encodings(encoding, pair, max_length, trunc["strategy"], trunc["direction"])
+            # A max_length below the special tokens' count leaves the input whole,
+            # as in the reference (whose unsigned subtraction wraps around there).
+            if trunc["max_length"] >= n_added:
+                _truncate_encodings(encoding, pair, trunc["max_length"] - n_added, trunc["strategy"],
+                                    trunc["direction"])
         if self.post_processor is not None:
             final = self.post_processor.process(encoding, pair, add_special_tokens)
         else:
