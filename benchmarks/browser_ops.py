@@ -6,6 +6,7 @@ next to native wgpu-py for the same ops, as ratios. Figures, not pass/fail.
 The page is the playground served by ember's own server, in Debian's Chromium with
 --enable-unsafe-webgpu (SwiftShader); native is wgpu-py on whatever adapter opens here
 (lavapipe on a machine without a GPU). Both run the same snippet text:
+- "record": the Python + driver cost of recording one op (no waiting for the GPU);
 - "batched": N ops recorded back to back and one readback at the end (dispatch overhead
   plus GPU time, amortised), per op;
 - "round trip": one op and its readback, N times, per op (latency of a result).
@@ -47,21 +48,24 @@ _r = ({expr}); _r.tolist()          # warm: pipeline compiled, buffers pooled
 _t0 = time.perf_counter()
 for _ in range({repeats}):
     _r = ({expr})
+_record = (time.perf_counter() - _t0) / {repeats}
 _r.tolist()
 _batched = (time.perf_counter() - _t0) / {repeats}
 _t0 = time.perf_counter()
 for _ in range({max(1, repeats // 4)}):
     ({expr}).tolist()
 _round = (time.perf_counter() - _t0) / {max(1, repeats // 4)}
-[_batched, _round]
+[_record, _batched, _round]
 """
 
 
 def run_native(code, namespace):
+    """Run a snippet here; the value of its last line when that is an expression."""
     tree = ast.parse(code)
-    last = tree.body.pop()
+    last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
     exec(compile(tree, "<bench>", "exec"), namespace)
-    return eval(compile(ast.Expression(last.value), "<bench>", "eval"), namespace)
+    if last is not None:
+        return eval(compile(ast.Expression(last.value), "<bench>", "eval"), namespace)
 
 
 def main():
@@ -105,15 +109,21 @@ def main():
         ns = {"ember": ember, "dev": native}
         if native is not None:
             run_native(SETUP, ns)
-        print(f"\nper-op time, {args.repeats} repeats (µs); ratio = page / native")
-        print(f"{'op':<20}{'page batched':>14}{'native':>10}{'ratio':>8}"
-              f"{'page round trip':>18}{'native':>10}{'ratio':>8}")
+        print(f"\nper-op time, {args.repeats} repeats, in µs; ratio = page / native")
+        print("  record: Python + driver cost of recording one op (no GPU wait)")
+        print("  batched: N ops then one readback, per op;  round trip: op + readback, per op")
+        header = "".join(f"{col:>{w}}" for col, w in (
+            ("record", 9), ("native", 8), ("ratio", 7), ("batched", 10), ("native", 8),
+            ("ratio", 7), ("round trip", 12), ("native", 8), ("ratio", 7)))
+        print(f"{'op':<20}{header}")
         for name, expr in OPS.items():
             code = timing_snippet(expr, args.repeats)
-            pb, pr = page.run(code)
-            nb, nr = run_native(code, ns) if native is not None else (float("nan"),) * 2
-            print(f"{name:<20}{pb * 1e6:>14.1f}{nb * 1e6:>10.1f}{pb / nb:>8.2f}"
-                  f"{pr * 1e6:>18.1f}{nr * 1e6:>10.1f}{pr / nr:>8.2f}")
+            page_t = page.run(code)
+            native_t = run_native(code, ns) if native is not None else [float("nan")] * 3
+            cells = ""
+            for p_, n_, w in zip(page_t, native_t, (9, 10, 12)):
+                cells += f"{p_ * 1e6:>{w}.1f}{n_ * 1e6:>8.1f}{p_ / n_:>7.2f}"
+            print(f"{name:<20}{cells}")
         browser.close()
     server.shutdown()
     return 0

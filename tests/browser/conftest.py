@@ -28,14 +28,20 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(scope="session")
 def bundle_dir():
-    return load_build_web().ensure_bundle()
+    try:
+        return load_build_web().ensure_bundle()
+    except SystemExit as exc:  # build_web explains what is missing (npm, the build package)
+        missing("the browser bundle", str(exc))
 
 
 @pytest.fixture(scope="session")
 def server_url(bundle_dir):
     """`ember serve` itself (a subprocess on a free port), so every browser test loads the
     pages exactly as a person would after `make web`."""
-    cmd = [sys.executable, "-m", "ember.cli", "serve", "--port", "0", "--bundle", str(bundle_dir)]
+    from ember.web.server import bundle_dir as default_bundle
+    cmd = [sys.executable, "-m", "ember.cli", "serve", "--port", "0"]
+    if os.path.realpath(bundle_dir) != os.path.realpath(default_bundle()):
+        cmd += ["--bundle", str(bundle_dir)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     line = proc.stdout.readline()
     match = re.search(r"(http://127\.0\.0\.1:\d+/)", line)
