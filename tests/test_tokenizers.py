@@ -212,6 +212,10 @@ GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
+O200K_PATTERN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+                 r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+                 r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
 
 @pytest.fixture(scope="session")
 def llama3_bpe_json(tk):
@@ -607,6 +611,11 @@ PRE_TOKENIZERS = [
     # GPT-2 (via Split) and the Llama-3 / cl100k pattern
     {"type": "Split", "pattern": {"Regex": GPT2_PATTERN}, "behavior": "Isolated", "invert": False},
     {"type": "Split", "pattern": {"Regex": LLAMA3_PATTERN}, "behavior": "Isolated", "invert": False},
+    {"type": "Split", "pattern": {"Regex": O200K_PATTERN}, "behavior": "Isolated", "invert": False},
+    {"type": "Split", "pattern": {"Regex": "[一-龥\\u3040-ゟ゠-ヿ]+|\\s?[!-/:-~！-／：-～‘-‟　-。]+"},
+     "behavior": "Isolated", "invert": False},
+    {"type": "Split", "pattern": {"Regex": r"(?<w>\w+)\s+\k<w>|^\s+|\s+$|\x{1F600}|\x41|[[:digit:][:space:]]+"},
+     "behavior": "Isolated", "invert": False},
     {"type": "Split", "pattern": {"Regex": r"[\p{Lu}\p{Lt}]?[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|\p{N}|[^\P{P}]+"},
      "behavior": "Isolated", "invert": False},
     {"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"}, {"type": "Digits", "individual_digits": True},
@@ -880,6 +889,8 @@ def test_nested_unknown_component_names_its_path(tmp_path):
      "normalizer.normalizers[0].type 'Precompiled' is not supported"),
     (dict(MINIMAL, pre_tokenizer={"type": "Split", "pattern": {"Regex": r"\p{Han}+"}, "behavior": "Isolated"}),
      "pre_tokenizer.pattern.Regex"),
+    (dict(MINIMAL, normalizer={"type": "Replace", "pattern": {"Regex": "[[:alpha:]]"}, "content": ""}),
+     "normalizer.pattern.Regex"),
     (dict(MINIMAL, padding={"strategy": "Sometimes"}), "padding.strategy"),
     (dict(MINIMAL, truncation={"max_length": 3, "strategy": "Middle"}), "truncation.strategy"),
     ({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}}, "model.merges"),

@@ -170,21 +170,22 @@ def _category_ranges():
     return out
 
 
+# Long names of the general categories (and the POSIX classes whose Oniguruma
+# meaning is a plain category); binary properties such as Alphabetic are not
+# known here and make a pattern unsupported.
 _LONG_NAMES = {
     "letter": "L", "cased_letter": "LC", "uppercase_letter": "Lu", "lowercase_letter": "Ll",
     "titlecase_letter": "Lt", "modifier_letter": "Lm", "other_letter": "Lo",
     "mark": "M", "combining_mark": "M", "nonspacing_mark": "Mn", "spacing_mark": "Mc",
     "enclosing_mark": "Me", "number": "N", "decimal_number": "Nd", "digit": "Nd",
-    "letter_number": "Nl", "other_number": "No", "punctuation": "P", "punct": "P",
+    "letter_number": "Nl", "other_number": "No", "punctuation": "P",
     "connector_punctuation": "Pc", "dash_punctuation": "Pd", "open_punctuation": "Ps",
     "close_punctuation": "Pe", "initial_punctuation": "Pi", "final_punctuation": "Pf",
     "other_punctuation": "Po", "symbol": "S", "math_symbol": "Sm", "currency_symbol": "Sc",
     "modifier_symbol": "Sk", "other_symbol": "So", "separator": "Z", "space_separator": "Zs",
     "line_separator": "Zl", "paragraph_separator": "Zp", "other": "C", "control": "Cc",
     "cntrl": "Cc", "format": "Cf", "private_use": "Co", "surrogate": "Cs", "unassigned": "Cn",
-    "any": "Any", "l&": "LC",
-    "alpha": "Alpha", "alphabetic": "Alpha", "white_space": "Space", "space": "Space",
-    "whitespace": "Space", "word": "Word", "alnum": "Alnum", "upper": "Lu", "lower": "Ll",
+    "any": "Any", "l&": "LC", "space": "Space", "white_space": "Space", "whitespace": "Space",
     "xdigit": "XDigit", "blank": "Blank",
 }
 
@@ -206,12 +207,6 @@ def property_ranges(name):
         return ((0, MAX_CP),)
     if key == "Space":
         return WHITESPACE_RANGES
-    if key == "Alpha":
-        return merge_ranges(property_ranges("L") + property_ranges("Nl") + _ALPHA_SYMBOL_RANGES)
-    if key == "Word":
-        return word_ranges("onig")
-    if key == "Alnum":
-        return merge_ranges(property_ranges("Alpha") + property_ranges("Nd"))
     if key == "XDigit":
         return ((0x30, 0x39), (0x41, 0x46), (0x61, 0x66))
     if key == "Blank":
