@@ -171,3 +171,34 @@ def test_cli_refuses_a_busy_port(site):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_serve_builds_a_missing_bundle(tmp_path):
+    """The bundle `ember serve` builds when none exists: pages, Pyodide core, and a pure
+    wheel whose numpy/wgpu requirements are skipped under Pyodide."""
+    import json
+    import zipfile
+    from ember.cli import serve
+    if serve._build_script() is None:
+        pytest.skip("not a source checkout: no build_scripts/build_web.py")
+    try:
+        bundle = serve.ensure_bundle(tmp_path / "bundle")
+    except SystemExit as exc:  # build_web names what is missing (npm, the build package)
+        from helpers import missing
+        missing("the bundle's build tools", str(exc))
+    for name in ("index.html", "worker.js", "ember-client.js", "playground.js",
+                 "pyodide/pyodide.mjs", "pyodide/pyodide.asm.wasm", "pyodide/python_stdlib.zip"):
+        assert (bundle / name).is_file(), name
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    wheel = bundle / manifest["wheel"]
+    assert wheel.name.endswith("-py3-none-any.whl")
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        metadata = next(z.read(n).decode() for n in names if n.endswith(".dist-info/METADATA"))
+    assert {"ember/__init__.py", "ember/web/page_runtime.py", "ember/shaders/prelude.wgsl",
+            "ember/backends/webgpu/browser.py"} <= names
+    requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")
+                and "extra ==" not in line]
+    assert requires, "the wheel declares no runtime requirements"
+    for line in requires:
+        assert "sys_platform != \"emscripten\"" in line, line
