@@ -202,15 +202,25 @@ class ArrayBackend(Backend):
         x = self.load(a, la, dtype)
         w = self.load(b, lb, dtype)
         batch = la.shape[:-2]
-        if batch and all(s == 0 or n == 1 for s, n in zip(lb.strides[:-2], batch)):
-            # A weight shared across the batch: one large GEMM instead of one per row.
-            w2 = w[(0,) * len(batch)]
-            x2 = x.reshape(-1, la.shape[-1])
-            y = _blasable(xp, x2) @ _blasable(xp, w2)
-            y = y.reshape(batch + (la.shape[-2], lb.shape[-1]))
-        else:
-            y = xp.matmul(_blasable(xp, x), _blasable(xp, w))
+        shared = batch and all(s == 0 or n == 1 for s, n in zip(lb.strides[:-2], batch))
+        rows = la.numel // max(la.shape[-1], 1) if shared else la.shape[-2]
+        with self._gemm_threads(rows * la.shape[-1] * lb.shape[-1]):
+            if shared:
+                # A weight shared across the batch: one large GEMM instead of one per row.
+                w2 = w[(0,) * len(batch)]
+                x2 = x.reshape(-1, la.shape[-1])
+                y = _blasable(xp, x2) @ _blasable(xp, w2)
+                y = y.reshape(batch + (la.shape[-2], lb.shape[-1]))
+            else:
+                y = xp.matmul(_blasable(xp, x), _blasable(xp, w))
         return self.store(y, dtype)
+
+    def _gemm_threads(self, macs):
+        """One BLAS thread for small products (see blas_threads); numpy only."""
+        if not self._is_numpy:
+            return _Null()
+        from .blas_threads import single_thread_below
+        return single_thread_below(macs)
 
     # --- indexing ---------------------------------------------------------------------------
     def _check_ids(self, ids, size, op, dim):

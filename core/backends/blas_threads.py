@@ -1,0 +1,76 @@
+"""Small GEMMs on one BLAS thread.
+
+numpy's OpenBLAS splits every GEMM above a tiny size over all cores. For a few rows
+(one query, one sentence: M of 4-30) waking the worker threads costs more than the
+work, and on a busy machine each wake-up waits for a time slice: an 8x384 @ 384x1536
+product measured 39 ms on two threads against 1 ms on one. `single_thread_below(flops)`
+pins such products to one thread; large ones keep the pool. When the BLAS library or
+its thread call cannot be found, it does nothing.
+"""
+import glob
+import os
+
+# Products with fewer multiply-adds than this run on one thread (about 0.3 ms of work).
+SMALL_GEMM_MACS = 1 << 23
+
+_api = []  # [(set_fn, default_threads)] once probed; [] = not probed, [None] = unavailable
+
+
+def _probe():
+    try:
+        import ctypes
+
+        import numpy
+        base = os.path.dirname(numpy.__file__)
+        paths = glob.glob(os.path.join(base, "..", "numpy.libs", "*openblas*")) + \
+            glob.glob(os.path.join(base, ".dylibs", "*openblas*"))
+        for path in paths:
+            lib = ctypes.CDLL(path)  # the copy numpy already loaded: same handle
+            for stem in ("scipy_openblas_", "openblas_"):
+                for suffix in ("64_", ""):
+                    setter = getattr(lib, f"{stem}set_num_threads{suffix}", None)
+                    getter = getattr(lib, f"{stem}get_num_threads{suffix}", None)
+                    if setter is not None and getter is not None:
+                        setter.argtypes = [ctypes.c_int]
+                        return setter, int(getter())
+    except Exception:  # any failure leaves BLAS threading as it is
+        pass
+    return None
+
+
+class _Single:
+    __slots__ = ("setter", "threads")
+
+    def __init__(self, setter, threads):
+        self.setter = setter
+        self.threads = threads
+
+    def __enter__(self):
+        self.setter(1)
+
+    def __exit__(self, *exc):
+        self.setter(self.threads)
+        return False
+
+
+class _Nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+_NOTHING = _Nothing()
+
+
+def single_thread_below(macs, limit=SMALL_GEMM_MACS):
+    """A context manager: one BLAS thread if `macs` < limit, else nothing changes."""
+    if macs >= limit:
+        return _NOTHING
+    if not _api:
+        _api.append(_probe())
+    api = _api[0]
+    if api is None or api[1] <= 1:
+        return _NOTHING
+    return _Single(*api)
