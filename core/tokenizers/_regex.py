@@ -167,7 +167,7 @@ class _Parser:
                     self.i = end + 2
                     continue
                 self.i += 1
-                ranges.extend(self._class_ranges_nested())
+                ranges.extend(self._class())  # a nested class: union
                 continue
             if c == "&" and p.startswith("&&", self.i):
                 self.error("character class intersection is not supported")
@@ -198,9 +198,6 @@ class _Parser:
             else:
                 ranges.append((lo, lo))
         return U.complement(ranges) if negated else U.merge_ranges(ranges)
-
-    def _class_ranges_nested(self):
-        return self._class()
 
     # -- main loop ---------------------------------------------------------------
     def translate(self):

@@ -229,7 +229,3 @@ def word_ranges(flavor):
         base.extend(_ONIG_LATIN1_WORD)
     return merge_ranges(base)
 
-
-def char_set_class(chars):
-    """A compiled class matching any char of the given iterable of single chars."""
-    return "[" + class_body(merge_ranges((ord(c), ord(c)) for c in chars)) + "]"

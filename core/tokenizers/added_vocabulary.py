@@ -6,7 +6,15 @@ from . import _unicode as U
 from .normalized import NormalizedString
 from .pretokenized import PreTokenizedString
 
-_WORD_CHAR = re.compile("[" + U.class_body(U.word_ranges("rust")) + "]")
+_word_char = None
+
+
+def _is_word_char(ch):
+    """Regex `\\w` of the reference (built on first use: it needs the category tables)."""
+    global _word_char
+    if _word_char is None:
+        _word_char = re.compile("[" + U.class_body(U.word_ranges("rust")) + "]")
+    return _word_char.match(ch) is not None
 
 
 class AddedToken:
@@ -41,11 +49,11 @@ class AddedToken:
 
 
 def _ends_with_word(text):
-    return bool(text) and _WORD_CHAR.match(text[-1]) is not None
+    return bool(text) and _is_word_char(text[-1])
 
 
 def _starts_with_word(text):
-    return bool(text) and _WORD_CHAR.match(text[0]) is not None
+    return bool(text) and _is_word_char(text[0])
 
 
 class AddedVocabulary:
