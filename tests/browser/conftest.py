@@ -13,7 +13,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from page_harness import EmberPage, chromium_problem, launch, load_build_web  # noqa: E402
+from page_harness import (EmberPage, PlaywrightThread, chromium_problem,  # noqa: E402
+                          load_build_web)
 from helpers import missing  # noqa: E402
 
 ARTIFACTS = os.path.join(os.path.dirname(__file__), "..", "..", "test-artifacts")
@@ -57,34 +58,36 @@ def server_url(bundle_dir):
 
 @pytest.fixture(scope="session")
 def chromium():
+    """(PlaywrightThread, Browser): the session's one Chromium, driven from its own thread."""
     problem = chromium_problem()
     if problem:
         missing("Chromium for the browser tests", problem)
-    from playwright.sync_api import sync_playwright
-    pw = sync_playwright().start()
+    thread = PlaywrightThread()
     try:
-        browser = launch(pw)
+        browser = thread.launch()
     except Exception as exc:  # playwright's Error: the binary would not start
-        pw.stop()
+        thread.stop()
         missing("Chromium for the browser tests", f"launch failed: {exc}")
-    yield browser
-    browser.close()
-    pw.stop()
+    yield thread, browser
+    try:
+        thread.do(browser.close)
+    finally:
+        thread.stop()
 
 
 @pytest.fixture(scope="session")
 def ember_page(chromium, server_url):
     """The playground page, booted once (Pyodide, the ember wheel, the WebGPU device)."""
-    context = chromium.new_context(viewport={"width": 1000, "height": 900})
-    page = context.new_page()
-    booted = EmberPage(page, server_url)
+    thread, browser = chromium
+    context = thread.do(lambda: browser.new_context(viewport={"width": 1000, "height": 900}))
+    booted = EmberPage(thread.do(context.new_page), server_url, do=thread.do)
     try:
         booted.boot()
     except Exception as exc:
         console = "\n".join(booted.console[-30:])
         pytest.fail(f"the ember page did not boot: {exc}\nconsole:\n{console}")
     yield booted
-    context.close()
+    thread.do(context.close)
 
 
 @pytest.fixture(scope="session")

@@ -50,27 +50,60 @@ def launch(playwright):
     return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
 
 
-class EmberPage:
-    """A page with ember's worker booted; `run` executes Python in it."""
+class PlaywrightThread:
+    """Playwright's sync API confined to a thread of its own. While it runs it marks its
+    thread's asyncio loop as running, so on the test thread every later `asyncio.run()`
+    of the session (native async-readback tests, say) would fail."""
 
-    def __init__(self, page, url):
+    def __init__(self):
+        from concurrent.futures import ThreadPoolExecutor
+        from playwright.sync_api import sync_playwright
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="playwright")
+        self.playwright = self.do(lambda: sync_playwright().start())
+
+    def do(self, fn, *args):
+        """Run fn(*args) on the playwright thread and return its result (or raise)."""
+        return self._executor.submit(fn, *args).result()
+
+    def launch(self):
+        return self.do(launch, self.playwright)
+
+    def stop(self):
+        try:
+            self.do(self.playwright.stop)
+        finally:
+            self._executor.shutdown()
+
+
+class EmberPage:
+    """A page with ember's worker booted; `run` executes Python in it. `do` runs playwright
+    calls where the browser lives (a PlaywrightThread's `do`, or directly)."""
+
+    def __init__(self, page, url, do=None):
         self.page = page
         self.url = url
+        self.do = do or (lambda fn, *args: fn(*args))
         self.console = []
-        page.on("console", lambda msg: self.console.append(f"{msg.type}: {msg.text}"))
-        page.on("pageerror", lambda err: self.console.append(f"pageerror: {err}"))
-        page.set_default_timeout(PAGE_TIMEOUT_MS)
         self.info = None
+
+        def attach():
+            page.on("console", lambda msg: self.console.append(f"{msg.type}: {msg.text}"))
+            page.on("pageerror", lambda err: self.console.append(f"pageerror: {err}"))
+            page.set_default_timeout(PAGE_TIMEOUT_MS)
+        self.do(attach)
 
     def boot(self):
         """Open the page and wait until Pyodide, ember and the device are ready."""
-        self.page.goto(self.url)
-        self.info = self.page.evaluate("() => window.ember.ready")
+        self.do(self.page.goto, self.url)
+        self.info = self.evaluate("() => window.ember.ready")
         return self
+
+    def evaluate(self, script, arg=None):
+        return self.do(self.page.evaluate, script, arg)
 
     def result(self, code, mode="async"):
         """The worker's whole answer: {ok, value, repr, stdout, error}."""
-        return self.page.evaluate("([code, mode]) => window.ember.run(code, {mode})", [code, mode])
+        return self.evaluate("([code, mode]) => window.ember.run(code, {mode})", [code, mode])
 
     def run(self, code, mode="async"):
         """The snippet's value (its last expression); a Python error in the page raises PageError."""

@@ -176,3 +176,16 @@ def test_capped_backend_really_splits(capped_page):
         "    return d.backend.counters['dispatches'] - n0\n"
         "[_dispatches(dev), _dispatches(capped)]")
     assert counts[1] > counts[0] >= 1
+
+
+def test_async_readback_matches_native_async_beside_the_browser(ember_page, reference_device):
+    # asyncio.run on the test thread while the browser session lives (playwright runs on
+    # a thread of its own), and the async readback agrees in both places.
+    import asyncio
+    inputs = tensor_inputs(50, a=((3, 7), "f32"))
+    code = snippet(inputs, "a.softmax(-1) * 3.0")
+    native_tensor = run_here(code.rsplit("\n", 1)[0] + "\n_out", reference_device)
+    expected = asyncio.run(native_tensor.tolist_async())
+    got = ember_page.run(code.rsplit("\n", 1)[0] + "\nawait _out.tolist_async()")
+    np.testing.assert_allclose(np.asarray(got, dtype=np.float64),
+                               np.asarray(expected, dtype=np.float64), rtol=1e-5, atol=1e-6)
