@@ -1003,6 +1003,11 @@ def cat(tensors, dim=0):
     if not tensors:
         raise ValueError("cat: expects a non-empty list of tensors")
     first = tensors[0]
+    if any(t.ndim == 0 for t in tensors):
+        raise ShapeMismatch(
+            f"cat: 0-d tensors cannot be concatenated, got shapes "
+            f"{' '.join(fmt_shape(x.shape) for x in tensors)}; use stack",
+            op="cat", shapes=[x.shape for x in tensors])
     dim = normalize_dim(dim, first.ndim, "cat", first.shape)
     for t in tensors[1:]:
         first._check_same("cat", t)

@@ -41,6 +41,8 @@ def test_matmul_shape_mismatch_message(device):
      r"reshape: cannot reshape \[2, 3\] \(6 elements\) into \[4, 2\]"),
     (lambda d: ember.cat([ember.zeros(2, 3, device=d), ember.zeros(2, 4, device=d)], 0),
      r"cat: shapes \[2, 3\] \[2, 4\] differ outside dim 0"),
+    (lambda d: ember.cat([ember.zeros(2, device=d), ember.zeros((), device=d)]),
+     r"cat: 0-d tensors cannot be concatenated, got shapes \[2\] \[\]"),
     (lambda d: ember.stack([ember.zeros(2, device=d), ember.zeros(3, device=d)]),
      r"stack: .*\[2\] \[3\]"),
     (lambda d: ember.zeros(2, 3, device=d).broadcast_to(2, 4),
