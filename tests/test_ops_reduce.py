@@ -205,3 +205,36 @@ def test_mean_var_softmax_refuse_integers(device, dtype_name):
     for op in ("mean", "var", "softmax", "log_softmax"):
         with pytest.raises(ember.UnsupportedDType, match=f"{op}.*{dtype_name}"):
             getattr(t, op)(-1) if op.endswith("softmax") else getattr(t, op)()
+
+
+@pytest.mark.parametrize("affine", [False, True])
+@pytest.mark.parametrize("kind", VARIANTS)
+@pytest.mark.parametrize("dtype_name", FLOATS)
+def test_layer_norm_and_rms_norm(device, dtype_name, kind, affine):
+    torch = require("torch")
+    rng = rng_for("norm", dtype_name, kind, affine)
+    # 2-D, so that the broadcast variant repeats rows, not values within a row (a constant
+    # row normalizes to 0/sqrt(eps), where any rounding of the mean is amplified 300x).
+    t, x = variant(kind, (6, SHAPE[-1]), dtype_name, device, rng)
+    w = sample((SHAPE[-1],), dtype_name, rng) if affine else None
+    b = sample((SHAPE[-1],), dtype_name, rng) if affine else None
+    tw = on_device(w, dtype_name, device) if affine else None
+    tb = on_device(b, dtype_name, device) if affine else None
+    tx = torch.from_numpy(np.array(x, np.float64))
+    tw64 = torch.from_numpy(np.array(w, np.float64)) if affine else None
+    tb64 = torch.from_numpy(np.array(b, np.float64)) if affine else None
+    expected = torch.nn.functional.layer_norm(tx, (SHAPE[-1],), tw64, tb64, eps=1e-5).numpy()
+    tol = (1e-5, 1e-5) if dtype_name == "f32" else (None, None)
+    check(t.layer_norm(tw, tb, eps=1e-5), expected, dtype_name, *tol)
+    expected = torch.nn.functional.rms_norm(tx, (SHAPE[-1],), tw64, eps=1e-6).numpy()
+    check(t.rms_norm(tw, eps=1e-6), expected, dtype_name, *tol)
+
+
+@pytest.mark.parametrize("kind", VARIANTS)
+@pytest.mark.parametrize("dtype_name", ["f32", "f64", "i64", "i32"])
+def test_prod(device, dtype_name, kind):
+    rng = rng_for("prod", dtype_name, kind)
+    t, x = variant(kind, SHAPE, dtype_name, device, rng, 1, 3)
+    check(t.prod(-1), np.prod(x, axis=-1, dtype=x.dtype), dtype_name)
+    check(t.prod((0, 1), keepdim=True), np.prod(x, axis=(0, 1), keepdims=True, dtype=x.dtype),
+          dtype_name)
