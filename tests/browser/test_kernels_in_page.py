@@ -80,11 +80,32 @@ CASES = {
     "cast_f32_to_i64": (tensor_inputs(27, a=((40,), "f32", -50.0, 50.0)), "a.to(ember.i64)"),
     "cast_i64_to_f32": (tensor_inputs(28, a=((30,), "i64", -1000, 1000)), "a.to(ember.f32) * 0.5"),
     "cast_u8_mask": (tensor_inputs(29, a=((12,), "f32")), "(a > 0).to(ember.f32)"),
+    # more of the surface, each a composite of the primitives above
+    "creation": ({}, "ember.arange(12, device=dev).reshape(3, 4).to(ember.f32)"
+                     " + ember.eye(3, 4, device=dev) * ember.full((3, 4), 2.5, device=dev)"
+                     " - ember.ones(3, 4, device=dev) + ember.zeros(4, device=dev)"),
+    "activations": (tensor_inputs(30, a=((5, 16), "f32")),
+                    "a.gelu_tanh() * a.silu() + a.sigmoid() - a.relu() + a.erf()"),
+    "clamp_masked_fill": (tensor_inputs(31, a=((5, 16), "f32")),
+                          "a.clamp(-0.5, 0.5).masked_fill(a > 1.0, 7.0)"),
+    "reduce_var_prod_argmin": (tensor_inputs(32, a=((6, 10), "f32", 0.5, 1.5)),
+                               "ember.stack([a.var(-1), a.prod(-1), a.argmin(-1).to(ember.f32)])"),
+    "reduce_integer_sum": (tensor_inputs(33, a=((4, 50), "i64", -1000, 1000)), "a.sum(-1)"),
+    "chunk_stack": (tensor_inputs(34, a=((3, 8), "f32")), "ember.stack(a.chunk(2, dim=1), 0)"),
+    "max_pool2d": (tensor_inputs(35, x=((1, 2, 8, 8), "f32")), "ember.max_pool2d(x, 2)"),
+    "avg_pool2d": (tensor_inputs(36, x=((1, 2, 7, 7), "f32")),
+                   "ember.avg_pool2d(x, 3, stride=2, padding=1)"),
+    "interpolate_nearest": (tensor_inputs(37, x=((1, 2, 3, 4), "f32")),
+                            "ember.interpolate(x, scale_factor=2)"),
+    "conv_transpose2d": (tensor_inputs(38, x=((1, 3, 5, 5), "f32"), w=((3, 2, 3, 3), "f32")),
+                         "ember.conv_transpose2d(x, w, stride=2)"),
+    "pad_replicate": (tensor_inputs(39, a=((2, 3, 6), "f32")), "a.pad((2, 1), mode='replicate')"),
 }
 
 # (rtol, atol) by case; exact for integer and compare results.
 TOLERANCE = {"default": (1e-4, 1e-5), "unary_exp_gelu": (2e-4, 2e-5),
-             "log_softmax": (1e-4, 1e-4), "layer_norm": (2e-4, 1e-4), "rms_norm": (2e-4, 1e-4)}
+             "log_softmax": (1e-4, 1e-4), "layer_norm": (2e-4, 1e-4), "rms_norm": (2e-4, 1e-4),
+             "activations": (2e-4, 2e-5)}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
