@@ -477,6 +477,21 @@ def test_vocab_queries(pair_of):
         assert mine.id_to_token(10 ** 9) is None
 
 
+def test_decode_accepts_integer_like_ids(pair_of):
+    mine, _ = pair_of("unigram_json")
+    ids = mine.encode("Hello world").ids
+
+    class IntLike:  # what numpy integers look like to Python
+        def __init__(self, v):
+            self.v = v
+
+        def __index__(self):
+            return self.v
+
+    assert mine.decode([IntLike(i) for i in ids]) == mine.decode(ids)
+    assert mine.id_to_token(IntLike(ids[0])) == mine.id_to_token(ids[0])
+
+
 def test_encode_batch_mixes_singles_and_pairs(pair_of):
     mine, ref = pair_of("gpt2_bpe_json")
     items = ["a b", ("first", "second"), ["x", "y z"], ""]

@@ -4,6 +4,8 @@ added tokens → normalizer → pre-tokenizer → model → truncation → post-
 → padding; and back again with `decode`.
 """
 
+import operator
+
 from . import _json
 from . import decoders as _decoders
 from . import models as _models
@@ -99,6 +101,7 @@ class Tokenizer:
         return tid if tid is not None else self.model.token_to_id(token)
 
     def id_to_token(self, i):
+        i = operator.index(i)  # numpy integers too
         tok = self._added.id_to_token(i)
         return tok if tok is not None else self.model.id_to_token(i)
 
