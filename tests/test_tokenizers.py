@@ -688,6 +688,7 @@ def test_decoders_match_reference(tk, spec):
         assert mine.decode(tokens) == ref.decode(tokens), tokens
 
 
+@pytest.mark.slow
 def test_unicode_tables_match_reference(tk):
     """Character classes over (nearly) every code point: long runs of consecutive
     code points go through both implementations."""
