@@ -7,7 +7,6 @@ import pytest
 import ember
 from ember.backends.array import ArrayBackend
 from ember.backends.base import Backend
-from strided import on_device
 
 
 def test_every_error_is_an_ember_error_and_a_builtin():
@@ -137,7 +136,8 @@ def test_device_mismatch_with_the_device_fixture(device):
     (lambda d: ember.zeros(2, 3, device=d)[2], r"index: index 2 out of range for dim 0 of size 2"),
     (lambda d: ember.zeros(2, 3, device=d)[0, 0, 0], r"index: too many indices \(3\) .*\[2, 3\]"),
     (lambda d: ember.zeros(4, 2, device=d).index_select(
-        0, ember.tensor([1, 4], device=d)), r"index_select: index 4 out of range for dim 0 of size 4"),
+        0, ember.tensor([1, 4], device=d)),
+     r"index_select: index 4 out of range for dim 0 of size 4"),
     (lambda d: ember.zeros(4, 2, device=d).gather(
         1, ember.tensor([[0, 2]], device=d)), r"gather: index 2 out of range for dim 1 of size 2"),
     (lambda d: ember.embedding(ember.tensor([5], device=d), ember.zeros(3, 2, device=d)),
