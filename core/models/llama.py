@@ -16,7 +16,7 @@ from ..device import as_device
 from ..errors import EmberError, ShapeMismatch, fmt_shape
 from ..io.quant import QTensor
 from ..nn import Embedding, Linear, Module, ModuleList, RmsNorm, VarBuilder, get_activation
-from ..tensor import Tensor, from_numpy, tensor
+from ..tensor import Tensor, cat, from_numpy, tensor
 from .kv_cache import KVCache
 from .llama_config import LlamaConfig
 from .quant_layers import QuantEmbedding, QuantLinear
@@ -38,6 +38,20 @@ def linear(vb, in_features, out_features, bias):
     return layer
 
 
+def fused_linear(vb, names, in_features, outs, bias):
+    """One Linear over the concatenated weights of `names` (q/k/v, or gate/up): one GEMM
+    per step instead of several, which matters when decoding one token at a time.
+    Quantized weights stay separate (their rows cannot be concatenated as one QTensor);
+    then a list of layers comes back."""
+    layers = [linear(vb.pp(n), in_features, o, bias) for n, o in zip(names, outs)]
+    if any(isinstance(layer, QuantLinear) for layer in layers):
+        return layers
+    fused = Linear(in_features, sum(outs), bias=bias)
+    fused.weight = cat([layer.weight for layer in layers], 0)
+    fused.bias = cat([layer.bias for layer in layers], 0) if bias else None
+    return fused
+
+
 def rms_norm(vb, dim, eps, plus_one):
     norm = RmsNorm(dim, eps)
     w = vb.get((dim,), "weight")
@@ -55,29 +69,34 @@ class Attention(Module):
         self.layer_idx = layer_idx
         h, hd = cfg.hidden_size, cfg.head_dim
         qkv_bias = cfg.attention_bias or cfg.qkv_bias
+        outs = [self.n_heads * hd, self.n_kv * hd, self.n_kv * hd]
         if cfg.fused_qkv:
-            self.qkv_proj = linear(vb.pp("qkv_proj"), h, (self.n_heads + 2 * self.n_kv) * hd, qkv_bias)
+            self.qkv_proj = linear(vb.pp("qkv_proj"), h, sum(outs), qkv_bias)
         else:
-            self.q_proj = linear(vb.pp("q_proj"), h, self.n_heads * hd, qkv_bias)
-            self.k_proj = linear(vb.pp("k_proj"), h, self.n_kv * hd, qkv_bias)
-            self.v_proj = linear(vb.pp("v_proj"), h, self.n_kv * hd, qkv_bias)
+            fused = fused_linear(vb, ("q_proj", "k_proj", "v_proj"), h, outs, qkv_bias)
+            if isinstance(fused, list):
+                self.q_proj, self.k_proj, self.v_proj = fused
+            else:
+                self.qkv_proj = fused
         self.o_proj = linear(vb.pp("o_proj"), self.n_heads * hd, h, cfg.attention_bias)
         self.scale = float(hd) ** -0.5
-
-    def project(self, x):
-        if hasattr(self, "qkv_proj"):
-            qkv = self.qkv_proj(x)
-            nq, nk = self.n_heads * self.head_dim, self.n_kv * self.head_dim
-            return qkv.narrow(-1, 0, nq), qkv.narrow(-1, nq, nk), qkv.narrow(-1, nq + nk, nk)
-        return self.q_proj(x), self.k_proj(x), self.v_proj(x)
 
     def forward(self, x, rope, cos, sin, cache, masks):
         b, t, _ = x.shape
         hd, nh, nkv = self.head_dim, self.n_heads, self.n_kv
-        q, k, v = self.project(x)
-        q = rope.rotate(q.reshape(b, t, nh, hd).transpose(1, 2), cos, sin)
-        k = rope.rotate(k.reshape(b, t, nkv, hd).transpose(1, 2), cos, sin)
-        v = v.reshape(b, t, nkv, hd).transpose(1, 2)
+        # cos/sin are [batch or 1, t, rot]; heads sit in dim 2 here, so broadcast over it.
+        cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
+        if hasattr(self, "qkv_proj"):
+            # q and k are adjacent heads of one output: rotate them in one pass.
+            qkv = self.qkv_proj(x).reshape(b, t, nh + 2 * nkv, hd)
+            qk = rope.rotate(qkv.narrow(2, 0, nh + nkv), cos, sin)
+            q = qk.narrow(2, 0, nh).transpose(1, 2)
+            k = qk.narrow(2, nh, nkv).transpose(1, 2)
+            v = qkv.narrow(2, nh + nkv, nkv).transpose(1, 2)
+        else:
+            q = rope.rotate(self.q_proj(x).reshape(b, t, nh, hd), cos, sin).transpose(1, 2)
+            k = rope.rotate(self.k_proj(x).reshape(b, t, nkv, hd), cos, sin).transpose(1, 2)
+            v = self.v_proj(x).reshape(b, t, nkv, hd).transpose(1, 2)
         if cache is not None:
             k, v = cache.update(self.layer_idx, k, v)
         length = k.shape[2]
@@ -101,8 +120,11 @@ class MLP(Module):
         if cfg.fused_gate_up:
             self.gate_up_proj = linear(vb.pp("gate_up_proj"), h, 2 * i, cfg.mlp_bias)
         else:
-            self.gate_proj = linear(vb.pp("gate_proj"), h, i, cfg.mlp_bias)
-            self.up_proj = linear(vb.pp("up_proj"), h, i, cfg.mlp_bias)
+            fused = fused_linear(vb, ("gate_proj", "up_proj"), h, (i, i), cfg.mlp_bias)
+            if isinstance(fused, list):
+                self.gate_proj, self.up_proj = fused
+            else:
+                self.gate_up_proj = fused
         self.down_proj = linear(vb.pp("down_proj"), i, h, cfg.mlp_bias)
         self._act = get_activation(cfg.hidden_act)
 

@@ -53,7 +53,7 @@ def inverse_frequencies(rot_dim, theta, scaling=None, seq_len=None):
 class RotaryEmbedding:
     """cos/sin tables for positions [0, max_len) on a device, and `apply(x, positions)`.
 
-    x is [batch, heads, seq, head_dim]; positions is either an int (the first position,
+    x is [..., head_dim]; positions is either an int (the first position,
     the same for every row: the tables are narrowed, a view) or a [batch, seq] integer
     Tensor (left-padded batches: rows are gathered).
     """
@@ -87,21 +87,18 @@ class RotaryEmbedding:
         self._swap = tensor([1, 0], dtype=dt.i64, device=device)
 
     def tables(self, positions, seq_len):
-        """(cos, sin) shaped to broadcast against [batch, heads, seq, rot_dim]."""
+        """(cos, sin), each [batch or 1, seq, rot_dim]: unsqueeze the heads dim to apply."""
         if isinstance(positions, int):
             if positions < 0 or positions + seq_len > self.max_len:
                 raise EmberError(f"rope: positions {positions}..{positions + seq_len - 1} exceed "
                                  f"the {self.max_len} the cache was built for", op="rope")
             cos = self.cos.narrow(0, positions, seq_len)
             sin = self.sin.narrow(0, positions, seq_len)
-            return cos.reshape(1, 1, seq_len, self.rot_dim), sin.reshape(1, 1, seq_len, self.rot_dim)
-        b, t = positions.shape
-        cos = self.cos.index_select(0, positions).reshape(b, 1, t, self.rot_dim)
-        sin = self.sin.index_select(0, positions).reshape(b, 1, t, self.rot_dim)
-        return cos, sin
+            return cos.unsqueeze(0), sin.unsqueeze(0)
+        return self.cos.index_select(0, positions), self.sin.index_select(0, positions)
 
     def rotate(self, x, cos, sin):
-        """Rotate the first rot_dim features of x [b, h, t, head_dim]."""
+        """Rotate the first rot_dim features of x [..., head_dim]; cos/sin broadcast to it."""
         if self.rot_dim < self.head_dim:
             rot = x.narrow(-1, 0, self.rot_dim)
             rest = x.narrow(-1, self.rot_dim, self.head_dim - self.rot_dim)
