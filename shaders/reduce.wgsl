@@ -1,11 +1,13 @@
-// Reduction over trailing (permuted) dims: one workgroup per output element, each
-// invocation folds a strided slice, then a workgroup-shared tree combines them.
+// Reduction over trailing (permuted) dims: one workgroup per (output element, chunk of
+// the reduced range); each invocation folds a strided slice, then a workgroup-shared tree
+// combines them. Large reductions run in two passes (chunks, then their partials), which
+// also keeps every invocation under lavapipe's cap of 65,535 loop iterations.
 // Placeholders: {{S}} input storage type, {{SO}} output storage type, {{NK}} kept dims,
 // {{NR}} reduced dims, {{COMBINE}} fold of (acc, ai) with (v, vi) -> keeps in acc/ai,
 // {{INIT}} the initial accumulator (may read `first`), {{RESULT}} stored value from acc, ai,
 // {{ISNAN}} a NaN test of v (`false` for integers).
-// P: 0 n_out, 1 k (reduced count), 2 x offset, 3 scale (f32), 8.. kept shape, kept
-// strides, reduced shape, reduced strides
+// P: 0 rows (outputs x chunks), 1 k (reduced count), 2 x offset, 3 scale (f32), 4 chunk
+// length, 5 chunks per output, 8.. kept shape, kept strides, reduced shape, reduced strides
 @group(0) @binding(1) var<storage, read> X: array<{{S}}>;
 @group(0) @binding(2) var<storage, read_write> O: array<{{SO}}>;
 
@@ -35,13 +37,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         @builtin(num_workgroups) nwg: vec3<u32>) {
     let row = wid.x + wid.y * nwg.x;
     if (row >= p(0u)) { return; }
-    let k_total = p(1u);
-    let base = strided(row, {{NK}}u, 8u, 8u + {{NK}}u, p(2u));
+    let chunks = p(5u);
+    let k0 = (row % chunks) * p(4u);
+    let k1 = min(p(1u), k0 + p(4u));
+    let base = strided(row / chunks, {{NK}}u, 8u, 8u + {{NK}}u, p(2u));
     let rs = 8u + 2u * {{NK}}u;
-    let first = T(X[base]);
+    let first = T(X[strided(k0, {{NR}}u, rs, rs + {{NR}}u, base)]);
     var acc: T = {{INIT}};
-    var ai: u32 = 0u;
-    for (var k = lid.x; k < k_total; k += {{WG}}u) {
+    var ai: u32 = k0;
+    for (var k = k0 + lid.x; k < k1; k += {{WG}}u) {
         fold(&acc, &ai, T(X[strided(k, {{NR}}u, rs, rs + {{NR}}u, base)]), k);
     }
     sv[lid.x] = acc;

@@ -28,6 +28,7 @@ _BLOCK = 256               # bytes of uniform data per dispatch
 _ARENA = 256 * 1024        # uniform arena per batch: up to 1,024 dispatches
 _WG = 256                  # invocations per workgroup of elementwise kernels
 _MAX_DIMS = 10
+_REDUCE_CHUNK = 1 << 16   # reduced elements per workgroup before a second pass
 
 
 class WebGPUBackend(Backend):
@@ -463,7 +464,6 @@ class WebGPUBackend(Backend):
             k_total *= d
         is_arg = op in ("argmax", "argmin")
         out_dtype = dt.i64 if is_arg else dtype
-        ot = self._type(out_dtype, op)
         out = self._alloc(n_out, out_dtype, op)
         if n_out == 0:
             return out
@@ -472,6 +472,32 @@ class WebGPUBackend(Backend):
             rshape, (rstr,) = collapse(rshape, [rstr])
         elif not rshape:
             rshape, rstr = [1], [0]
+        src = (storage, layout.offset, span(layout.shape, layout.strides))
+        if is_arg and k_total >= 65535 * 256 and self.driver.info.get("adapter_type") == "CPU":
+            # lavapipe stops every invocation after 65,535 loop iterations (NOTES.md).
+            raise UnsupportedOp(f"{op}: {k_total} elements in one reduction exceed what a "
+                                f"CPU WebGPU adapter (lavapipe) runs per workgroup", op=op)
+        if is_arg or k_total <= _REDUCE_CHUNK:
+            self._reduce_pass(op, t, t, self._type(out_dtype, op), src, kshape, kstr, rshape,
+                              rstr, k_total, 1, out, k_total)
+            return out
+        # Two passes: chunks of the reduced range into f32/int partials, then those.
+        chunks = -(-k_total // _REDUCE_CHUNK)
+        pt = self.types["f32"] if t.compute == "f32" else t
+        partial = self._alloc(n_out * chunks, pt.dtype, op)
+        first = {"mean": "sum"}.get(op, op)
+        self._reduce_pass(first, t, t, pt, src, kshape, kstr, rshape, rstr, k_total, chunks,
+                          partial, k_total, round_out=False)
+        self._reduce_pass(op, pt, t, t, (partial, 0, n_out * chunks), [n_out], [chunks],
+                          [chunks], [1], chunks, 1, out, k_total)
+        return out
+
+    def _reduce_pass(self, op, tin, tcomp, tout, src, kshape, kstr, rshape, rstr, k_total,
+                     chunks, out, mean_count, round_out=True):
+        """One reduce dispatch: n_out x chunks workgroups, each folding one chunk."""
+        n_out = 1
+        for d in kshape:
+            n_out *= d
         combine = {
             "sum": "*acc = *acc + v;", "mean": "*acc = *acc + v;", "prod": "*acc = *acc * v;",
             "max": "if (better_max(v, vi, *acc, *ai)) { *acc = v; *ai = vi; }",
@@ -482,26 +508,27 @@ class WebGPUBackend(Backend):
         if combine is None:
             raise UnsupportedOp(f"reduce: unknown op {op!r}", op=op)
         init = {"sum": "T(0)", "mean": "T(0)", "prod": "T(1)"}.get(op, "first")
-        if is_arg:
+        rnd = tcomp.round if round_out else ""
+        if op in ("argmax", "argmin"):
             result = "i32(ai_final)"
         elif op == "mean":
-            result = f"{t.round}(acc_final * T(pf(3u)))"
+            result = f"{rnd}(acc_final * T(pf(3u)))"
         else:
-            result = f"{t.round}(acc_final)"
-        wg = 256 if k_total >= 2048 else 64
-        spec = {"S": t.storage, "SO": ot.storage, "NK": len(kshape), "NR": len(rshape),
+            result = f"{rnd}(acc_final)"
+        chunk = -(-k_total // chunks)
+        wg = 256 if chunk >= 2048 else 64
+        spec = {"S": tin.storage, "SO": tout.storage, "NK": len(kshape), "NR": len(rshape),
                 "COMBINE": combine, "INIT": init, "RESULT": result, "WG": wg,
-                "ISNAN": "nan_f(f32(v))" if t.compute == "f32" else "false"}
-        pipe = self._kernel("reduce", t, spec, op)
-        rng, rel = self._bind(storage, layout.offset, layout.offset + span(layout.shape,
-                                                                         layout.strides),
-                              t.size, op)
-        orng, _ = self._bind(out, 0, n_out, ot.size, op)
-        scale = struct.unpack("<I", struct.pack("<f", 1.0 / k_total if k_total else float("inf")))[0]
-        params = [n_out, k_total, rel, scale] + [0] * 4 + list(kshape) + list(kstr) + \
-            list(rshape) + list(rstr)
-        self._launch(pipe, params, [rng, orng], self._grid(n_out, 1))
-        return out
+                "ISNAN": "nan_f(f32(v))" if tcomp.compute == "f32" else "false"}
+        pipe = self._kernel("reduce", tcomp, spec, op)
+        st, off, extent = src
+        rng, rel = self._bind(st, off, off + extent, tin.size, op)
+        orng, _ = self._bind(out, 0, n_out * chunks, tout.size, op)
+        scale = struct.unpack("<I", struct.pack(
+            "<f", 1.0 / mean_count if mean_count else float("inf")))[0]
+        params = [n_out * chunks, k_total, rel, scale, chunk, chunks, 0, 0] + list(kshape) + \
+            list(kstr) + list(rshape) + list(rstr)
+        self._launch(pipe, params, [rng, orng], self._grid(n_out * chunks, 1))
 
     def _rows(self, layout, dim):
         """Kept dims (all but `dim`) of layout, and the output's contiguous strides."""
