@@ -202,3 +202,18 @@ def test_serve_builds_a_missing_bundle(tmp_path):
     assert requires, "the wheel declares no runtime requirements"
     for line in requires:
         assert "sys_platform != \"emscripten\"" in line, line
+
+
+def test_unchanged_files_revalidate_with_304(site):
+    _, headers, body = get(site, "/pyodide/pyodide.asm.wasm")
+    conn = http.client.HTTPConnection(site["host"], site["port"], timeout=30)
+    conn.request("GET", "/pyodide/pyodide.asm.wasm",
+                 headers={"If-Modified-Since": headers["last-modified"]})
+    resp = conn.getresponse()
+    assert resp.status == 304 and resp.read() == b""
+    assert resp.getheader("Cross-Origin-Embedder-Policy") == "require-corp"
+    conn.request("GET", "/pyodide/pyodide.asm.wasm",
+                 headers={"If-Modified-Since": "Thu, 01 Jan 1998 00:00:00 GMT"})
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.read() == body
+    conn.close()

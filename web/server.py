@@ -5,6 +5,7 @@ once, any `..`, backslash, NUL or drive-like segment is refused, and the resolve
 path (symlinks followed) must still lie inside the bundle. Pages get the cross-origin
 isolation headers, which give the worker precise timers and SharedArrayBuffer.
 """
+import email.utils
 import http.server
 import os
 import posixpath
@@ -85,6 +86,15 @@ class BundleHandler(http.server.BaseHTTPRequestHandler):
         try:
             with open(path, "rb") as f:
                 stat = os.fstat(f.fileno())
+                if self._not_modified(stat.st_mtime):
+                    # The browser's cached copy is current: for pyodide.asm.wasm that also
+                    # keeps Chromium's compiled-code cache, so a reload boots faster.
+                    self.send_response(304)
+                    self.send_header("Cache-Control", "no-cache")
+                    for name, value in ISOLATION_HEADERS.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    return
                 self.send_response(200)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(stat.st_size))
@@ -104,6 +114,15 @@ class BundleHandler(http.server.BaseHTTPRequestHandler):
             pass
         except OSError:
             self._send_error(404, "not found")
+
+    def _not_modified(self, mtime):
+        since = self.headers.get("If-Modified-Since")
+        if not since:
+            return False
+        try:
+            return int(mtime) <= email.utils.parsedate_to_datetime(since).timestamp()
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return False
 
     def _send_error(self, code, text):
         body = f"{code} {text}\n".encode()
