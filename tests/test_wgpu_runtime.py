@@ -1,0 +1,185 @@
+"""The WebGPU backend's runtime structure: pooled buffers, cached pipelines, batched
+submits, async readback, and errors that name what failed."""
+import asyncio
+
+import numpy as np
+import pytest
+
+import ember
+from ember.functional import rope
+from wgpu_device import wgpu  # noqa: F401  (fixture)
+
+D, HEADS, HIDDEN = 32, 4, 64
+
+
+def _weights(device, rng):
+    names = {"wq": (D, D), "wk": (D, D), "wv": (D, D), "wo": (D, D), "w1": (HIDDEN, D),
+             "w2": (D, HIDDEN), "ln1": (D,), "ln2": (D,), "b1": (HIDDEN,)}
+    return {k: ember.tensor(rng.standard_normal(s, dtype=np.float32) * 0.2, device=device)
+            for k, s in names.items()}
+
+
+def _block(x, w):
+    """A small pre-norm transformer block: layer_norm, softmax attention, gelu MLP,
+    residuals (linear layers are x @ W.T as in nn.Linear)."""
+    b, t, _ = x.shape
+    h = x.layer_norm(w["ln1"])
+    q = (h @ w["wq"].t()).reshape(b, t, HEADS, D // HEADS).transpose(1, 2)
+    k = (h @ w["wk"].t()).reshape(b, t, HEADS, D // HEADS).transpose(1, 2)
+    v = (h @ w["wv"].t()).reshape(b, t, HEADS, D // HEADS).transpose(1, 2)
+    att = ((q @ k.transpose(-1, -2)) * (1.0 / (D // HEADS) ** 0.5)).softmax(-1)
+    o = (att @ v).transpose(1, 2).reshape(b, t, D)
+    x = x + o @ w["wo"].t()
+    h = x.layer_norm(w["ln2"])
+    return x + ((h @ w["w1"].t()) + w["b1"]).gelu() @ w["w2"].t()
+
+
+def test_repeated_forward_creates_no_new_buffers_or_pipelines(wgpu):
+    rng = np.random.default_rng(0)
+    xs = rng.standard_normal((2, 8, D), dtype=np.float32)
+    w = _weights(wgpu, np.random.default_rng(1))
+    x = ember.tensor(xs, device=wgpu)
+    backend = wgpu.backend
+    first = _block(x, w).numpy()                     # warm-up: buffers and pipelines made
+    made = backend.memory_stats()["buffers_created"]
+    stats = backend.kernel_stats()
+    for _ in range(3):
+        again = _block(x, w).numpy()
+        np.testing.assert_array_equal(again, first)
+    assert backend.memory_stats()["buffers_created"] == made
+    after = backend.kernel_stats()
+    assert after["pipeline_misses"] == stats["pipeline_misses"]
+    assert after["pipeline_hits"] > stats["pipeline_hits"]
+    # Same block on the CPU gives the same numbers (f32 tolerance).
+    cpu = ember.Device.cpu()
+    ref = _block(ember.tensor(xs), {k: v.to(cpu) for k, v in w.items()}).numpy()
+    np.testing.assert_allclose(first, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_memory_stats_track_live_and_pooled_bytes(wgpu):
+    backend = wgpu.backend
+    before = backend.memory_stats()
+    t = ember.zeros(1000, 257, device=wgpu)          # a size class no other test uses
+    during = backend.memory_stats()
+    assert during["bytes_in_use"] >= before["bytes_in_use"] + 1000 * 257 * 4
+    del t
+    after = backend.memory_stats()
+    assert after["bytes_in_use"] == before["bytes_in_use"]
+    assert after["bytes_pooled"] >= before["bytes_pooled"] + 1000 * 257 * 4
+    again = ember.zeros(1000, 257, device=wgpu)      # reuses the pooled buffer
+    assert backend.memory_stats()["buffers_created"] == during["buffers_created"]
+    del again
+
+
+def test_one_submit_per_readback(wgpu):
+    backend = wgpu.backend
+    x = ember.tensor(np.arange(64, dtype=np.float32).reshape(8, 8), device=wgpu)
+    x.numpy()
+    start = backend.kernel_stats()
+    y = x
+    for _ in range(20):                               # 20+ dispatches, nothing submitted
+        y = (y * 0.5 + 1.0).relu()
+    mid = backend.kernel_stats()
+    assert mid["submits"] == start["submits"]
+    assert mid["dispatches"] >= start["dispatches"] + 40
+    got = y.numpy()
+    end = backend.kernel_stats()
+    assert end["submits"] == start["submits"] + 1
+    expected = np.arange(64, dtype=np.float32).reshape(8, 8)
+    for _ in range(20):
+        expected = np.maximum(expected * np.float32(0.5) + np.float32(1.0), 0)
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+def test_async_readback(wgpu):
+    x = np.arange(10, dtype=np.float32).reshape(2, 5)
+    t = ember.tensor(x, device=wgpu)
+
+    async def main():
+        a, b = await asyncio.gather((t * 2.0).numpy_async(), t.T.tolist_async())
+        c = await t.sum().item_async()
+        return a, b, c
+
+    a, b, c = asyncio.run(main())
+    np.testing.assert_array_equal(a, x * 2)
+    assert b == x.T.tolist()
+    assert c == float(x.sum())
+
+
+@pytest.mark.parametrize("dtype_name", ["bf16", "f16", "i64", "u8"])
+def test_async_readback_of_converted_dtypes(wgpu, dtype_name):
+    x = np.array([[-3, 1, 2], [7, 0, 5]]) if dtype_name != "u8" else np.array([[3, 255, 0]])
+    t = ember.tensor(x, dtype=dtype_name, device=wgpu)
+    got = asyncio.run(t.numpy_async())
+    np.testing.assert_array_equal(got, x)
+
+
+def test_shader_failure_is_a_device_error_naming_the_kernel(wgpu):
+    backend = wgpu.backend
+    t = backend.types["f32"]
+    spec = {"S": "f32", "OP": "no_such_function(x)", "PARAM": "pf", "ROUND": "", "ND": 1,
+            "WG": 64}
+    with pytest.raises(ember.DeviceError) as info:
+        backend._kernel("unary", t, spec, op="broken_op")
+    assert "unary" in str(info.value) and "broken_op" in str(info.value)
+    assert "no_such_function" in str(info.value)
+    # The device still works afterwards.
+    assert (ember.ones(3, device=wgpu) + 1).tolist() == [2.0, 2.0, 2.0]
+
+
+def test_op_across_cpu_and_wgpu_is_a_device_mismatch(wgpu):
+    a = ember.ones(3, device=wgpu)
+    b = ember.ones(3)
+    with pytest.raises(ember.DeviceMismatch, match="cpu"):
+        a + b
+    with pytest.raises(ember.DeviceMismatch):
+        b.matmul(a.reshape(3, 1))
+
+
+def test_no_adapter_says_how_to_get_one(monkeypatch):
+    native = pytest.importorskip("ember.backends.webgpu.native")
+    monkeypatch.setattr(native.wgpu.gpu, "enumerate_adapters_sync", lambda: [])
+    with pytest.raises(ember.DeviceError) as info:
+        native.open_native_backend(0)
+    assert "mesa-vulkan-drivers" in str(info.value) and "driver" in str(info.value)
+
+
+def test_unsupported_dtypes_and_i64_range_are_clear_errors(wgpu):
+    with pytest.raises(ember.UnsupportedDType, match="f64"):
+        ember.tensor(np.ones(2), dtype="f64", device=wgpu)
+    with pytest.raises(ember.UnsupportedDType, match="i64.*32 bits"):
+        ember.tensor(np.array([2 ** 40]), device=wgpu)
+    ids = ember.tensor([0, 5], device=wgpu)
+    with pytest.raises(ember.DimOutOfRange, match="index_select.*5"):
+        ember.ones(3, 2, device=wgpu).index_select(0, ids)
+
+
+def _rope_reference(x, cos, sin, interleaved):
+    x = x.astype(np.float64)
+    out = np.empty_like(x)
+    half = x.shape[-1] // 2
+    for i in range(half):
+        a, b = (2 * i, 2 * i + 1) if interleaved else (i, i + half)
+        out[..., a] = x[..., a] * cos[:, i] - x[..., b] * sin[:, i]
+        out[..., b] = x[..., b] * cos[:, i] + x[..., a] * sin[:, i]
+    return out
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("dtype_name", ["f32", "f16", "bf16"])
+def test_fused_rope_matches_reference(wgpu, interleaved, dtype_name):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 5, 3, 8)).astype(np.float32)    # [b, t, h, d] ...
+    pos = np.arange(5)[:, None] / (100.0 ** (np.arange(4)[None, :] / 4))
+    cos, sin = np.cos(pos).astype(np.float32), np.sin(pos).astype(np.float32)
+    # ... viewed as [b, h, t, d]: a strided input, read in place.
+    tx = ember.tensor(x, dtype=dtype_name, device=wgpu).transpose(1, 2)
+    got = rope(tx, ember.tensor(cos, dtype=dtype_name, device=wgpu),
+               ember.tensor(sin, dtype=dtype_name, device=wgpu), interleaved)
+    xr = ember.tensor(x, dtype=dtype_name).to(ember.f32).numpy().transpose(0, 2, 1, 3)
+    cr = ember.tensor(cos, dtype=dtype_name).to(ember.f32).numpy()
+    sr = ember.tensor(sin, dtype=dtype_name).to(ember.f32).numpy()
+    expected = _rope_reference(xr, cr, sr, interleaved)
+    from helpers import TOL
+    rtol, atol = TOL[dtype_name]
+    np.testing.assert_allclose(got.to(ember.f32).numpy(), expected, rtol=rtol, atol=atol)
