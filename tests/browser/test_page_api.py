@@ -109,3 +109,16 @@ def test_js_buffer_of_the_wrong_size_names_shape_and_dtype(ember_page):
         "tensor_from_js(js.ArrayBuffer.new(12), ember.f32, (2, 2))")
     assert answer["error"]["type"] == "ShapeMismatch"
     assert "12 bytes" in answer["error"]["message"] and "[2, 2]" in answer["error"]["message"]
+
+
+def test_a_runaway_snippet_can_be_interrupted(ember_page):
+    answer = ember_page.evaluate("""async () => {
+        const running = window.ember.run("n = 0\\nwhile True:\\n    n += 1");
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        const interrupted = window.ember.interrupt();
+        return [interrupted, await running];
+    }""")
+    assert answer[0] is True
+    assert answer[1]["error"]["type"] == "KeyboardInterrupt"
+    # The worker keeps working afterwards, and the loop did run.
+    assert ember_page.run("n > 0 and ember.tensor([2.0], device=dev).item() == 2.0") is True

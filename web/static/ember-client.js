@@ -14,6 +14,11 @@ export class EmberWorker {
     this.ready = new Promise((resolve, reject) => { this._resolve = resolve; this._reject = reject; });
     this.worker = new Worker(workerURL, { type: "module" });
     this.worker.onmessage = (event) => this._receive(event.data);
+    // A shared flag Pyodide polls between bytecodes: interrupt() stops a runaway snippet
+    // with KeyboardInterrupt. SharedArrayBuffer needs cross-origin isolation (ember serve
+    // sends the headers); without it there is no interrupt.
+    this.interruptFlag = self.crossOriginIsolated ? new Int32Array(new SharedArrayBuffer(4)) : null;
+    if (this.interruptFlag) this.worker.postMessage({ type: "interrupt-buffer", buffer: this.interruptFlag });
     this.worker.onerror = (event) => this._fail(`worker error: ${event.message || "failed to start"}`);
   }
 
@@ -47,6 +52,13 @@ export class EmberWorker {
     this._reject(err);
     for (const entry of this.pending.values()) entry.reject(err);
     this.pending.clear();
+  }
+
+  // Stops the running snippet with KeyboardInterrupt; returns false where not possible.
+  interrupt() {
+    if (!this.interruptFlag) return false;
+    Atomics.store(this.interruptFlag, 0, 2);   // 2 is SIGINT
+    return true;
   }
 
   // Runs Python in the worker; resolves with {ok, value, repr, stdout, error}.

@@ -47,6 +47,7 @@ async function runEditor() {
   const button = $("run");
   if (button.disabled) return;
   button.disabled = true;
+  $("stop").disabled = !ember.interruptFlag;
   $("run-status").textContent = "running…";
   const started = performance.now();
   const result = await ember.run($("code").value).catch((err) => ({ ok: false, stdout: "", error: { type: "Error", message: err.message } }));
@@ -59,9 +60,11 @@ async function runEditor() {
   out.textContent = text;
   $("run-status").textContent = `${result.ok ? "done" : "error"} in ${ms.toFixed(0)} ms`;
   button.disabled = false;
+  $("stop").disabled = true;
 }
 
 $("run").addEventListener("click", runEditor);
+$("stop").addEventListener("click", () => ember.interrupt());
 $("code").addEventListener("keydown", (event) => {
   if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) { event.preventDefault(); runEditor(); }
 });

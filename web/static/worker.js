@@ -11,6 +11,8 @@ const progress = (stage, fraction, text) => post({ type: "progress", stage, frac
 
 let runtime = null;   // the Python module ember.web.page_runtime
 let queue = Promise.resolve();
+let interruptFlag = null;   // Int32Array over a SharedArrayBuffer the page writes 2 into
+let setInterrupt = null;
 
 // Fetch a file while reporting how much of it has arrived; the fraction moves the bar
 // between `from` and `to`.
@@ -58,6 +60,8 @@ with zipfile.ZipFile(${JSON.stringify(zipPath)}) as z:
     z.extractall(${JSON.stringify(sitePackages)})
 import importlib; importlib.invalidate_caches()
 `);
+  setInterrupt = (flag) => pyodide.setInterruptBuffer(flag);
+  if (interruptFlag) setInterrupt(interruptFlag);
   progress("wheel", 0.8, "Importing ember");
   runtime = pyodide.pyimport("ember.web.page_runtime");
   const t2 = performance.now();
@@ -78,6 +82,7 @@ const booted = boot().catch((err) => {
 
 async function runOne(id, code, mode) {
   await booted;
+  if (interruptFlag) Atomics.store(interruptFlag, 0, 0);   // an old Stop must not hit this run
   // "async" runs as a coroutine (JSPI: sync readback works); "plain" runs as an ordinary
   // call, where the browser cannot suspend Python, so only the async readback works.
   const json = mode === "plain" ? runtime.run_plain(code) : await runtime.run(code);
@@ -86,6 +91,11 @@ async function runOne(id, code, mode) {
 
 self.onmessage = (event) => {
   const { type, id, code, mode } = event.data;
+  if (type === "interrupt-buffer") {
+    interruptFlag = event.data.buffer;
+    if (setInterrupt) setInterrupt(interruptFlag);
+    return;
+  }
   if (type !== "run") return;
   // One snippet at a time, in the order they arrived.
   queue = queue.then(() => runOne(id, code, mode)).catch((err) => post({
