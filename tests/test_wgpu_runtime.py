@@ -183,3 +183,13 @@ def test_fused_rope_matches_reference(wgpu, interleaved, dtype_name):
     from helpers import TOL
     rtol, atol = TOL[dtype_name]
     np.testing.assert_allclose(got.to(ember.f32).numpy(), expected, rtol=rtol, atol=atol)
+
+
+def test_adapter_listing_matches_the_opened_device(wgpu):
+    from ember.backends.webgpu.info import list_adapters
+    adapters = list_adapters()
+    first = adapters[0]
+    assert first["device"] == "wgpu:0"
+    assert first["name"] == wgpu.backend.driver.name
+    assert first["limits"]["max-storage-buffer-binding-size"] == wgpu.backend.max_binding
+    assert first["f16"] == ("shader-f16" in wgpu.backend.driver.adapter.features)
