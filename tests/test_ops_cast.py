@@ -97,3 +97,12 @@ def test_to_device_0d_and_empty(device, shape):
     t = ember.tensor(x).to(device)
     check(t, x, "f32")
     check(t.to("cpu"), x, "f32")
+
+
+def test_device_identity_and_names(device):
+    cpu = ember.Device.cpu()
+    assert cpu is ember.Device.cpu() and cpu == "cpu" and str(cpu) == "cpu"
+    assert hash(cpu) == hash(ember.Device.parse("cpu"))
+    assert ember.Device.parse(device) is device and device == str(device)
+    assert isinstance(ember.Device.best(), ember.Device)
+    assert (device == cpu) == (device.kind == "cpu")

@@ -48,14 +48,24 @@ def _copy_sources(dst):
             shutil.copy(os.path.join(ROOT, name), dst)
 
 
+def _has_setuptools(major):
+    try:
+        from importlib.metadata import version
+        return int(version("setuptools").split(".")[0]) >= major
+    except Exception:
+        return False
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
     pytest.importorskip("build", reason="the `build` package (in ember[test])")
     src = tmp_path_factory.mktemp("src")
     out = tmp_path_factory.mktemp("dist")
     _copy_sources(src)
-    # --no-isolation uses this environment's setuptools, so no download is needed.
-    proc = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation",
+    # With a recent enough setuptools here, --no-isolation builds without a download;
+    # otherwise build fetches the build requirements from the package index.
+    isolation = ["--no-isolation"] if _has_setuptools(77) else []
+    proc = subprocess.run([sys.executable, "-m", "build", "--wheel", *isolation,
                            "--outdir", str(out), str(src)], capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
