@@ -147,7 +147,8 @@ def main():
     if not args.skip_torch:
         rows.append(("torch cpu (transformers)", "torch", "cpu"))
     if not args.skip_wgpu:
-        rows.append(("ember wgpu", "ember", "wgpu"))
+        rows.append((f"ember wgpu ({min(args.sentences, args.wgpu_sentences)} texts)", "ember",
+                     "wgpu"))
     results = {}
     # Rounds alternate the engines, and each figure is the best over the rounds, so a
     # burst of load from other processes does not land on one engine only.
