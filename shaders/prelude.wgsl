@@ -18,6 +18,9 @@ fn flat_index(gid: vec3<u32>, nwg: vec3<u32>, wg: u32) -> u32 {
 // Element offset of flat (row-major) index i in a strided view whose `nd` dims sit at
 // P[shp..] and strides at P[str..]; `off` is the view's offset.
 fn strided(i: u32, nd: u32, shp: u32, str: u32, off: u32) -> u32 {
+    // One dim (every contiguous operand after collapsing): no division, which CPU
+    // adapters cannot vectorise.
+    if (nd == 1u) { return off + i * p(str); }
     var rem = i;
     var o = off;
     for (var k = nd; k > 0u; k--) {
