@@ -7,7 +7,8 @@ network at all.
                       python_stdlib.zip, pyodide-lock.json
       wheels/ember-<version>-py3-none-any.whl     (pure Python; numpy/wgpu are skipped
                       under Pyodide by their `sys_platform != 'emscripten'` markers)
-      manifest.json   wheel path, Pyodide version, and a hash of the sources it came from
+      models/all-MiniLM-L6-v2/   the embedding demo's model, when `make models` fetched it
+      manifest.json   wheel path, Pyodide version, models, and a hash of the sources
 
 The bundle is assembled in a temporary directory and swapped in whole, so a server never
 sees half of one. `--if-stale` rebuilds only when the sources' hash changed.
@@ -29,17 +30,39 @@ PYODIDE_PKG = WEB / "node_modules" / "pyodide"
 PYODIDE_FILES = ["pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip",
                  "pyodide-lock.json", "pyodide.js"]
 # What the wheel and pages are made of: a change here makes the bundle stale.
-SOURCES = ["core", "shaders", "web/static", "web/__init__.py", "web/page_runtime.py",
-           "web/server.py", "pyproject.toml", "web/package-lock.json"]
+SOURCES = ["core", "shaders", "web", "pyproject.toml"]
+_NOT_SOURCES = ("node_modules", "bundle", "__pycache__")
+
+
+def model_files():
+    """(name, source dir, [relative files]) of the demo models present in ember's cache
+    (`make models` puts all-MiniLM-L6-v2 there); a missing model is simply left out and
+    the page that needs it says so."""
+    try:
+        from ember.hub import DEFAULT_MODEL, default_model_dir
+    except ImportError:
+        return []
+    src = Path(default_model_dir())
+    if not (src / "model.safetensors").is_file() or not (src / "tokenizer.json").is_file():
+        return []
+    files = [p.relative_to(src).as_posix() for p in sorted(src.rglob("*"))
+             if p.is_file() and (p.suffix == ".json" or p.name == "model.safetensors")
+             and not p.name.startswith(".")]
+    return [(DEFAULT_MODEL, src, files)]
 
 
 def source_hash():
     h = hashlib.sha256()
+    for name, src, files in model_files():  # by name, size and time: 90 MB is not hashed
+        for rel in files:
+            st = (src / rel).stat()
+            h.update(f"model {name}/{rel} {st.st_size} {int(st.st_mtime)}\0".encode())
     for top in SOURCES:
         base = ROOT / top
         files = [base] if base.is_file() else sorted(
-            p for p in base.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-            and p.suffix != ".pyc")
+            p for p in base.rglob("*") if p.is_file() and p.suffix != ".pyc"
+            and not any(part in _NOT_SOURCES or part.startswith((".bundle-", ".old-"))
+                        for part in p.relative_to(ROOT).parts))
         for path in files:
             h.update(str(path.relative_to(ROOT)).encode() + b"\0")
             h.update(path.read_bytes())
@@ -114,7 +137,19 @@ def build(bundle=BUNDLE):
         with tempfile.TemporaryDirectory() as wheel_dir:
             wheel = build_wheel(wheel_dir)
             shutil.copy2(wheel, tmp / "wheels" / wheel.name)
-        manifest = {"wheel": f"wheels/{wheel.name}", "pyodide": version, "sources": digest}
+        models = {}
+        for name, src, files in model_files():
+            for rel in files:
+                dst = tmp / "models" / name / rel
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    os.link(src / rel, dst)    # no 90 MB copy when on one filesystem
+                except OSError:
+                    shutil.copy2(src / rel, dst)
+            models[name] = {"path": f"models/{name}/", "files": {
+                rel: (src / rel).stat().st_size for rel in files}}
+        manifest = {"wheel": f"wheels/{wheel.name}", "pyodide": version, "sources": digest,
+                    "models": models}
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
         os.chmod(tmp, 0o755)
         old = None

@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from page_harness import (EmberPage, PlaywrightThread, chromium_problem,  # noqa: E402
                           load_build_web)
-from helpers import missing  # noqa: E402
+from helpers import ON_CI, missing  # noqa: E402
 
 ARTIFACTS = os.path.join(os.path.dirname(__file__), "..", "..", "test-artifacts")
 
@@ -94,3 +94,16 @@ def ember_page(chromium, server_url):
 def artifacts_dir():
     os.makedirs(ARTIFACTS, exist_ok=True)
     return os.path.abspath(ARTIFACTS)
+
+
+@pytest.fixture(scope="session")
+def reference_device():
+    """The native WebGPU device (wgpu-py) that page results are compared with; the CPU
+    stands in where wgpu cannot open here (under CI=true both must exist)."""
+    import ember
+    try:
+        return ember.Device.wgpu()
+    except ember.DeviceError as exc:
+        if ON_CI:
+            pytest.fail(f"the native wgpu device is required under CI=true: {exc}")
+        return ember.Device.cpu()

