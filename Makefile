@@ -43,7 +43,7 @@ system-deps:
 models: setup
 	$(PY) build_scripts/fetch_models.py
 
-web: setup web-deps
+web: setup web-deps models
 	$(PY) build_scripts/build_web.py
 
 # The pinned npm pyodide package (web/package-lock.json) that the browser bundle and tests use.
