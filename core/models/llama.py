@@ -81,12 +81,20 @@ class Attention(Module):
         self.o_proj = linear(vb.pp("o_proj"), self.n_heads * hd, h, cfg.attention_bias)
         self.scale = float(hd) ** -0.5
 
-    def forward(self, x, rope, cos, sin, cache, masks):
+    def forward(self, x, rope, tables, cache, masks):
         b, t, _ = x.shape
         hd, nh, nkv = self.head_dim, self.n_heads, self.n_kv
+        cos, sin, fused = tables
         # cos/sin are [batch or 1, t, rot]; heads sit in dim 2 here, so broadcast over it.
         cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
-        if hasattr(self, "qkv_proj"):
+        if hasattr(self, "qkv_proj") and fused is not None:
+            # The backend's rope kernel reads the strided [b, heads, t, hd] view of q and k
+            # and writes them contiguous, heads first, as attention wants them.
+            qkv = self.qkv_proj(x).reshape(b, t, nh + 2 * nkv, hd)
+            qk = rope.rotate_fused(qkv.narrow(2, 0, nh + nkv).transpose(1, 2), fused)
+            q, k = qk.narrow(1, 0, nh), qk.narrow(1, nh, nkv)
+            v = qkv.narrow(2, nh + nkv, nkv).transpose(1, 2)
+        elif hasattr(self, "qkv_proj"):
             # q and k are adjacent heads of one output: rotate them in one pass.
             qkv = self.qkv_proj(x).reshape(b, t, nh + 2 * nkv, hd)
             qk = rope.rotate(qkv.narrow(2, 0, nh + nkv), cos, sin)
@@ -147,8 +155,8 @@ class DecoderLayer(Module):
                                                  cfg.hidden_size, eps, plus)
         self.mlp = MLP(cfg, vb.pp("mlp"))
 
-    def forward(self, x, rope, cos, sin, cache, masks):
-        x = x + self.self_attn(self.input_layernorm(x), rope, cos, sin, cache, masks)
+    def forward(self, x, rope, tables, cache, masks):
+        x = x + self.self_attn(self.input_layernorm(x), rope, tables, cache, masks)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -239,14 +247,14 @@ class LlamaForCausalLM(Module):
                     op="llama.forward", shapes=(key_mask.shape,))
         rope = self.rope(cache.max_len if cache is not None else total)
         positions = self._positions(key_mask, b, past, t)
-        cos, sin = rope.tables(positions, t)
+        tables = rope.tables(positions, t) + (rope.fused_tables(positions, t),)
         masks = self._masks(b, t, past, key_mask)
 
         x = self.embed_tokens(ids)
         if self.config.embed_scale is not None:
             x = x * float(np.float32(self.config.embed_scale))
         for layer in self.layers:
-            x = layer(x, rope, cos, sin, cache, masks)
+            x = layer(x, rope, tables, cache, masks)
         if cache is not None:
             cache.advance(t)
         if last_only and t > 1:

@@ -85,6 +85,23 @@ class RotaryEmbedding:
         if dtype is not dt.f32:
             self.cos, self.sin = self.cos.to(dtype), self.sin.to(dtype)
         self._swap = tensor([1, 0], dtype=dt.i64, device=device)
+        # A backend with a fused rope kernel takes plain [T, rot/2] tables (ember.functional.rope).
+        self.fused = self.cos.backend.has_fused("rope") and self.rot_dim == head_dim
+        if self.fused:
+            self.cos_half = from_numpy(np.ascontiguousarray(cos, dtype=np.float32)).to(device).to(dtype)
+            self.sin_half = from_numpy(np.ascontiguousarray(sin, dtype=np.float32)).to(device).to(dtype)
+
+    def fused_tables(self, positions, seq_len):
+        """([T, rot/2] cos, sin) for the backend's fused kernel, or None when it cannot be
+        used (no kernel, partial rotation, or per-row positions of a left-padded batch)."""
+        if not self.fused or not isinstance(positions, int):
+            return None
+        return self.cos_half.narrow(0, positions, seq_len), self.sin_half.narrow(0, positions, seq_len)
+
+    def rotate_fused(self, x, tables):
+        """x [..., T, head_dim] rotated by the backend's fused kernel (a new tensor)."""
+        from ..functional import rope
+        return rope(x, tables[0], tables[1], interleaved=self.interleaved)
 
     def tables(self, positions, seq_len):
         """(cos, sin), each [batch or 1, seq, rot_dim]: unsqueeze the heads dim to apply."""
