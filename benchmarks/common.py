@@ -31,20 +31,42 @@ def median_time(fn, repeats=7, warmup=2, min_time=0.0):
     return statistics.median(samples)
 
 
-def compare_times(fns, repeats=7, warmup=2, min_time=0.0):
-    """Median seconds per call of each of `fns` (a dict name -> callable or None).
+class Timing:
+    """Seconds per call, one sample per round of `compare_times` (in round order)."""
 
-    The runs are interleaved (a, b, c, a, b, c, ...) so that load from other processes
-    hits every contender alike, and their ratios stay meaningful on a busy machine."""
+    def __init__(self, samples):
+        self.samples = list(samples)
+        self.median = statistics.median(self.samples)
+        self.best = min(self.samples)
+
+
+def paired_ratio(a, b):
+    """Median over rounds of a's time / b's time in the same round (Timings from one
+    `compare_times` call). Pairing cancels the drift of a shared machine's load, which
+    a ratio of two medians keeps."""
+    if a is None or b is None:
+        return None
+    return statistics.median(x / y for x, y in zip(a.samples, b.samples))
+
+
+def compare_times(fns, repeats=7, warmup=2, min_time=0.0):
+    """A Timing for each of `fns` (a dict name -> callable, or None to skip it).
+
+    The runs are interleaved so that load from other processes hits every contender
+    alike, and the order rotates each round (a b c, b c a, c a b, ...): a library whose
+    worker threads keep spinning after a call (OpenMP in torch, OpenBLAS) would otherwise
+    always slow down the same neighbour."""
     live = {name: fn for name, fn in fns.items() if fn is not None}
     for fn in live.values():
         for _ in range(warmup):
             fn()
     samples = {name: [] for name in live}
-    for _ in range(repeats):
-        for name, fn in live.items():
-            samples[name].append(median_time(fn, repeats=1, warmup=0, min_time=min_time))
-    return {name: statistics.median(samples[name]) if name in samples else None for name in fns}
+    names = list(live)
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            samples[name].append(median_time(live[name], repeats=1, warmup=0,
+                                             min_time=min_time))
+    return {name: Timing(samples[name]) if name in samples else None for name in fns}
 
 
 def rss_mib():
@@ -110,3 +132,7 @@ def ms(seconds):
 
 def ratio(a, b):
     return "-" if a is None or b is None or b == 0 else f"{a / b:.2f}x"
+
+
+def times(value):
+    return "-" if value is None else f"{value:.2f}x"
