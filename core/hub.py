@@ -153,7 +153,11 @@ def _download(model_id, revision):
     try:
         path = snapshot_download(model_id, revision=revision, allow_patterns=HUB_PATTERNS)
     except Exception as exc:  # offline, unknown repo, gated, ... : all become one reason
-        return None, f"download failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        offline = any(k in f"{type(exc).__name__} {text}" for k in
+                      ("ConnectError", "ConnectionError", "Name or service", "LocalEntryNotFound"))
+        why = "the hub is unreachable (offline?)" if offline else "download failed"
+        return None, f"{why}: {type(exc).__name__}: {text}"
     why = _check_dir(path)
     return (path, None) if why is None else (None, f"downloaded to {path}, but the {why}")
 
