@@ -139,6 +139,10 @@ def main():
     if args.worker:
         return run_worker(args)
 
+    sys.path.insert(0, HERE)
+    from common import machine_report
+    for line in machine_report():
+        print(line)
     lengths = [len(t.split()) for t in corpus(args.sentences)]
     print(f"all-MiniLM-L6-v2, {args.sentences} sentences ({min(lengths)}-{max(lengths)} words), "
           f"batch {BATCH}; best of {args.rounds} alternating rounds, each engine in a fresh "
@@ -174,6 +178,8 @@ def main():
             print(f"{label:<26}  unavailable: {r['error']}")
             continue
         print(f"{label:<26}{r['cold_s']:>10.2f} s{r['per_s']:>14.1f}{r['rss_mb']:>9.0f} MB")
+    for line in machine_report()[:1]:
+        print("after: " + line)
     e, t = results.get("ember cpu", {}), results.get("torch cpu (transformers)", {})
     if "cold_s" in e and "cold_s" in t:
         print(f"\nember cpu / torch cpu: cold start {e['cold_s'] / t['cold_s']:.3f}x (target <= 0.1), "
