@@ -528,3 +528,8 @@ def test_uploads_stream_without_keeping_the_file_in_memory(tmp_path):
     assert out.returncode == 0, out.stderr
     grown_kib = int(out.stdout.split()[-1])
     assert grown_kib < 20 * 1024, f"peak RSS grew {grown_kib} KiB streaming a 100 MiB file"
+
+
+def test_missing_file_is_file_not_found(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nowhere.safetensors"):
+        load_safetensors(tmp_path / "nowhere.safetensors")

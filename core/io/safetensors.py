@@ -21,7 +21,6 @@ so a malformed file raises `FormatError` naming the file, the tensor and the fie
 never makes the reader allocate without bound, loop, or crash.
 """
 import json
-import mmap
 import os
 import struct
 import sys
@@ -274,17 +273,17 @@ class SafetensorsFile:
     def __init__(self, path):
         self.path = os.fspath(path)
         source = self.path
-        try:
-            with open(self.path, "rb") as fh:
-                size = os.fstat(fh.fileno()).st_size
-                if size < 8:
-                    raise _fail(source, f"file is {size} bytes, shorter than the 8-byte header "
-                                        "length", field="header_length")
+        with open(self.path, "rb") as fh:  # a missing file raises FileNotFoundError
+            size = os.fstat(fh.fileno()).st_size
+            if size < 8:
+                raise _fail(source, f"file is {size} bytes, shorter than the 8-byte header "
+                                    "length", field="header_length")
+            import mmap  # here, not at the top: `import ember` must work where it is missing
+            try:
                 # The mapping keeps its own reference to the file; the handle can close.
                 self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        except OSError as exc:
-            raise FormatError(f"safetensors file {source}: cannot open ({exc})",
-                              path=self.path, tensor=None, field=None) from None
+            except (OSError, ValueError) as exc:
+                raise _fail(source, f"cannot map the file ({exc})") from None
         try:
             self._header = parse_header(self._map, size, source)
         except BaseException:
@@ -337,6 +336,7 @@ class SafetensorsFile:
     def _drop_pages(self, begin, end):
         # After an upload to another device the host pages are dead weight: hand them
         # back so peak RSS stays near one tensor while a large model streams out.
+        import mmap
         madvise = getattr(self._map, "madvise", None)
         if madvise is None or not hasattr(mmap, "MADV_DONTNEED"):
             return
