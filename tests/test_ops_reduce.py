@@ -238,3 +238,20 @@ def test_prod(device, dtype_name, kind):
     check(t.prod(-1), np.prod(x, axis=-1, dtype=x.dtype), dtype_name)
     check(t.prod((0, 1), keepdim=True), np.prod(x, axis=(0, 1), keepdims=True, dtype=x.dtype),
           dtype_name)
+
+
+def test_reductions_over_long_rows(device):
+    """A few explicit sizes past one workgroup / one tile: 70,001 elements in a row."""
+    rng = rng_for("long-rows")
+    x = sample((2, 70001), "f32", rng)
+    t = on_device(x, "f32", device)
+    check(t.sum(-1), x.astype(np.float64).sum(-1), "f32", rtol=1e-4, atol=1e-3)
+    check(t.max(-1), x.max(-1), "f32")
+    check(t.argmin(-1), x.argmin(-1), "i64")
+    check(t.mean(0), x.mean(0), "f32")
+    torch = require("torch")
+    check(t.softmax(-1), torch.softmax(torch.from_numpy(x), -1).numpy(), "f32", rtol=1e-4,
+          atol=1e-9)
+    y = x[:, :5003]
+    check(on_device(y, "f32", device).cumsum(-1), np.cumsum(y.astype(np.float64), -1), "f32",
+          rtol=1e-4, atol=1e-3)
