@@ -187,6 +187,7 @@ def test_dtype_argument_converts_floats_only(tmp_path):
     assert loaded["half"].dtype is ember.f32 and loaded["ids"].dtype is ember.i64
     np.testing.assert_array_equal(loaded["half"].numpy(), half.astype(np.float32))
     np.testing.assert_array_equal(loaded["ids"].numpy(), ids)
+    assert load_safetensors(path, dtype="float32")["half"].dtype is ember.f32
 
 
 def test_saved_layout_is_aligned_and_tiled(tmp_path):

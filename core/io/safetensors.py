@@ -234,16 +234,18 @@ def _make_tensor(buf, info, device, dtype, source, after_upload=None):
     from ..tensor import Tensor
 
     begin, end = info.file_offsets
+    dtype = None if dtype is None else dt.as_dtype(dtype)
     convert = dtype is not None and info.dtype.is_float and dtype is not info.dtype
     if device.kind == "cpu":
         import numpy
         storage = numpy.frombuffer(buf, dtype=info.dtype.numpy_name, count=info.numel,
                                    offset=begin)
     else:
+        # No `with` on the slice: a backend may keep a view of it, and releasing an
+        # exported memoryview raises; dropping our reference is enough.
+        piece = memoryview(buf)[begin:end]
         try:
-            with memoryview(buf) as view:
-                with view[begin:end] as piece:
-                    storage = device.backend.from_host(piece, info.dtype, info.shape)
+            storage = device.backend.from_host(piece, info.dtype, info.shape)
         except UnsupportedDType as exc:
             if not convert:
                 hint = "; pass dtype= to convert it while loading" if info.dtype.is_float else ""
@@ -253,6 +255,7 @@ def _make_tensor(buf, info, device, dtype, source, after_upload=None):
             host = _make_tensor(buf, info, _device("cpu"), dtype, source)
             return host.to(device)
         finally:
+            del piece
             if after_upload is not None:
                 after_upload(begin, end)
     t = Tensor(storage, Layout(info.shape), info.dtype, device)
