@@ -99,6 +99,7 @@ def test_config_that_disagrees_with_the_checkpoint_names_the_tensor(tmp_path):
     ("num_attention_heads", 5, "not divisible by num_attention_heads"),
     ("hidden_size", 0, "'hidden_size'"),
     ("position_embedding_type", "relative_key", "position_embedding_type"),
+    ("model_type", "roberta", "model_type 'roberta'"),
 ])
 def test_bad_config_names_the_field(tmp_path, field, value, pattern):
     cfg = {"hidden_size": 32, "num_attention_heads": 4, field: value}

@@ -10,10 +10,9 @@ import dataclasses
 import json
 import math
 
-from .. import dtype as dt
 from ..errors import FormatError, ShapeMismatch, fmt_shape
 from ..nn import Dropout, Embedding, LayerNorm, Linear, Module, ModuleList, get_activation
-from ..tensor import arange, cat
+from ..tensor import cat
 
 
 @dataclasses.dataclass
@@ -67,6 +66,11 @@ class BertConfig:
                 f"BertConfig: position_embedding_type {self.position_embedding_type!r} in "
                 f"{source} is not supported (only 'absolute')", path=source,
                 field="position_embedding_type")
+        if self.model_type not in ("bert", None, ""):
+            raise FormatError(
+                f"BertConfig: model_type {self.model_type!r} in {source} is not a BERT encoder "
+                "(its weights or position ids differ); ember.models.bert runs model_type 'bert'",
+                path=source, field="model_type")
         get_activation(self.hidden_act)
 
     @property
