@@ -68,6 +68,38 @@ def run_native(code, namespace):
         return eval(compile(ast.Expression(last.value), "<bench>", "eval"), namespace)
 
 
+SENTENCES = [f"Sentence number {i} talks about {topic} in a few more words than needed."
+             for i, topic in enumerate(["cats", "the weather", "stock markets", "guitars",
+                                        "compilers", "football", "bread", "rivers"] * 4)]
+
+
+def embed_figures(browser, url, native):
+    """The embedding demo: open -> model ready, and sentences/s in the page vs native."""
+    import json
+    from ember.pipelines.sentence_embedder import SentenceEmbedder
+    demo = EmberPage(browser.new_page(), url + "embed.html")
+    t0 = time.perf_counter()
+    demo.boot()
+    demo.evaluate("() => window.demoReady")
+    ready = time.perf_counter() - t0
+    texts = json.dumps(json.dumps(SENTENCES))
+    demo.run(f"from ember.web import demo_embed\ndemo_embed.embed({texts})")   # warm
+    page_s = json.loads(demo.run(f"demo_embed.embed({texts})"))["seconds"]
+    print(f"\nembedding demo (all-MiniLM-L6-v2): page open -> model ready {ready:.2f} s")
+    line = f"  {len(SENTENCES)} sentences + similarity: page {page_s:.2f} s " \
+           f"({len(SENTENCES) / page_s:.1f} sentences/s)"
+    if native is not None:
+        from ember.hub import default_model_dir
+        emb = SentenceEmbedder.from_pretrained(default_model_dir(), device=native)
+        emb.similarity(emb.encode(SENTENCES)).tolist()   # warm
+        t0 = time.perf_counter()
+        emb.similarity(emb.encode(SENTENCES)).tolist()
+        native_s = time.perf_counter() - t0
+        line += f"; native wgpu {native_s:.2f} s ({len(SENTENCES) / native_s:.1f} sentences/s);" \
+                f" ratio page / native {page_s / native_s:.2f}"
+    print(line)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=200)
@@ -131,6 +163,8 @@ def main():
             for p_, n_, w in zip(page_t, native_t, (9, 10, 12)):
                 cells += f"{p_ * 1e6:>{w}.1f}{n_ * 1e6:>8.1f}{p_ / n_:>7.2f}"
             print(f"{name:<20}{cells}")
+        if page.info["manifest"].get("models", {}).get("all-MiniLM-L6-v2"):
+            embed_figures(browser, url, native)
         browser.close()
     server.shutdown()
     return 0
