@@ -108,8 +108,8 @@ def tiles(be):
     vectorise across invocations, so small workgroups of tall tiles suit them."""
     info = be.driver.info
     if info.get("adapter_type") == "CPU":
-        return {"nn": (4, 8, 4), "nt": (4, 4, 8, 4)}
-    return {"nn": (8, 16, 8), "nt": (4, 4, 16, 8)}
+        return {"nn": (8, 1, 8, 4), "nt": (8, 4, 8, 4)}
+    return {"nn": (8, 1, 16, 8), "nt": (4, 4, 16, 8)}
 
 
 def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc):
@@ -135,13 +135,13 @@ def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc):
         groups = (-(-(-(-n // tn)) // wgx), -(-(-(-m // tm)) // wgy), nb)
     elif fast and A.cs == 1 and B.cs == 1 and _all4(n, k, rel[0], A.rs, rel[1], B.rs, rel[2],
                                                    O.rs) and batch4:
-        tm, wgx, wgy = tile["nn"]
-        spec = {"TM": tm, "WGX": wgx, "WGY": wgy, "NB": nbd}
+        tm, tc, wgx, wgy = tile["nn"]
+        spec = {"TM": tm, "TC": tc, "WGX": wgx, "WGY": wgy, "NB": nbd}
         pipe = be._pipeline("matmul_nn", "f32", spec, "matmul")
         params = [m, n // 4, k // 4, 0, rel[0] // 4, rel[1] // 4, rel[2] // 4, int(acc),
                   A.rs // 4, 0, B.rs // 4, 0, O.rs // 4, 0, 0, 0] + list(bshape) + \
             [s // 4 for s in A.bs + B.bs + O.bs]
-        groups = (-(-(n // 4) // wgx), -(-(-(-m // tm)) // wgy), nb)
+        groups = (-(-(-(-(n // 4) // tc)) // wgx), -(-(-(-m // tm)) // wgy), nb)
     else:
         spec = {"S": t.storage, "ROUND": t.round, "NB": nbd, "WG": 64}
         pipe = be._kernel("matmul", t, spec, "matmul")
