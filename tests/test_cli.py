@@ -120,3 +120,14 @@ def test_python_m_ember_cli_runs_the_demo_on_the_best_device(minilm_dir):
     assert done.returncode == 0, done.stderr
     assert "device: " in done.stdout and "timings:" in done.stdout
     assert len([line for line in done.stdout.splitlines() if line.startswith("  ")]) == 12
+
+
+def test_embed_reads_texts_from_stdin(capsys, monkeypatch, minilm_dir):
+    import io
+    monkeypatch.setattr(sys, "stdin", io.StringIO("first line\n\nsecond line\n"))
+    code, out, _ = _run(capsys, "embed", "--device", "cpu", "--json")
+    assert code == 0
+    v = np.array(json.loads(out)["embeddings"])
+    assert v.shape == (2, 384)
+    expected = _reference(minilm_dir, ["first line", "second line"])
+    assert ((v * expected).sum(1)).min() >= 0.9999
