@@ -122,3 +122,30 @@ def test_a_runaway_snippet_can_be_interrupted(ember_page):
     assert answer[1]["error"]["type"] == "KeyboardInterrupt"
     # The worker keeps working afterwards, and the loop did run.
     assert ember_page.run("n > 0 and ember.tensor([2.0], device=dev).item() == 2.0") is True
+
+
+BROKEN_WGSL = "@compute @workgroup_size(1) fn main() { let x: f32 = undefined_name; }"
+
+
+def test_a_kernel_that_fails_to_compile_names_itself_and_the_compiler_message(ember_page):
+    answer = ember_page.result(
+        f"dev.backend.driver.create_pipeline({BROKEN_WGSL!r}, 'broken_kernel', 1, [True])")
+    assert answer["error"]["type"] == "DeviceError"
+    message = answer["error"]["message"]
+    assert "broken_kernel" in message and "undefined_name" in message
+
+
+def test_without_jspi_a_gpu_error_surfaces_at_the_next_readback(ember_page):
+    # No JSPI: the pipeline cannot be checked when made; the device reports the error
+    # later, and the next readback raises it instead of losing it.
+    made = ember_page.result(
+        f"dev.backend.driver.create_pipeline({BROKEN_WGSL!r}, 'late_kernel', 1, [True])",
+        mode="plain")
+    assert made["ok"], made
+    answer = ember_page.result(
+        "import asyncio\nawait asyncio.sleep(0.3)\n"
+        "await ember.tensor([1.0], device=dev).tolist_async()")
+    assert answer["error"]["type"] == "DeviceError"
+    assert "late_kernel" in answer["error"]["message"]
+    # Reported once: the device works on.
+    assert ember_page.run("await (ember.tensor([1.0], device=dev) * 3).tolist_async()") == [3.0]
