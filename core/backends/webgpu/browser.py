@@ -60,6 +60,21 @@ def _is_null(value):
     return value is None or value is _jsnull
 
 
+_DISPATCH_JS = """(pass, pipeline, bindGroup, offset, x, y, z) => {
+  pass.setPipeline(pipeline);
+  pass.setBindGroup(0, bindGroup, [offset]);
+  pass.dispatchWorkgroups(x, y, z);
+}"""
+_dispatch_fn = []
+
+
+def _dispatch_js():
+    if not _dispatch_fn:
+        from pyodide.code import run_js
+        _dispatch_fn.append(run_js(_DISPATCH_JS))
+    return _dispatch_fn[0]
+
+
 class _Opened:
     """The adapter and device that `request_device_async` obtained, kept for Device.webgpu()."""
     adapter = None
@@ -253,11 +268,10 @@ class BrowserDriver:
     def dispatch(self, pipeline, bind_group, uniform_offset, groups):
         if self._pass is None:
             self._pass = self._enc().beginComputePass()
-        p = self._pass
-        p.setPipeline(pipeline[0])
-        p.setBindGroup(0, bind_group, to_js([int(uniform_offset)]))
         x, y, z = (tuple(groups) + (1, 1))[:3]
-        p.dispatchWorkgroups(int(x), int(y), int(z))
+        # One crossing into JS instead of three (about 3 µs instead of 24 in Chromium).
+        _dispatch_js()(self._pass, pipeline[0], bind_group, int(uniform_offset),
+                       int(x), int(y), int(z))
 
     def copy(self, src, src_off, dst, dst_off, size):
         self._end_pass()
