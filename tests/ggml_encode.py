@@ -57,8 +57,8 @@ def permute_for_interleaved_rope(w, n_heads):
 
 
 def write_llama_gguf(path, hf_model, qtypes, tokenizer_json=None, gguf=None):
-    """Write a transformers LlamaForCausalLM to GGUF. `qtypes` maps "linear", "embed"
-    and "output" to a type name ("F32", "Q8_0", "Q4_K", ...). Returns {gguf name: the
+    """Write a transformers LlamaForCausalLM to GGUF. `qtypes` maps "linear", "embed",
+    "output" (and optionally "v", for attn_v alone) to a type name ("F32", "Q8_0", "Q4_K", ...). Returns {gguf name: the
     f32 values ember should see} (dequantized by the `gguf` package)."""
     import gguf as _gguf
     gguf = gguf or _gguf
@@ -103,7 +103,7 @@ def write_llama_gguf(path, hf_model, qtypes, tokenizer_json=None, gguf=None):
                                                               cfg.num_attention_heads), "linear")
         put(b + "attn_k.weight", permute_for_interleaved_rope(sd[p + "self_attn.k_proj.weight"],
                                                               cfg.num_key_value_heads), "linear")
-        put(b + "attn_v.weight", sd[p + "self_attn.v_proj.weight"], "linear")
+        put(b + "attn_v.weight", sd[p + "self_attn.v_proj.weight"], "v" if "v" in qtypes else "linear")
         put(b + "attn_output.weight", sd[p + "self_attn.o_proj.weight"], "linear")
         put(b + "ffn_norm.weight", sd[p + "post_attention_layernorm.weight"], "norm")
         put(b + "ffn_gate.weight", sd[p + "mlp.gate_proj.weight"], "linear")

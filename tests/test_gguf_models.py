@@ -81,6 +81,8 @@ def f32_file(tmp_path_factory, hf_llama, hf_tokenizer):
 QUANT = {
     "Q8_0": {"linear": "Q8_0", "embed": "Q8_0", "output": "Q8_0"},
     "Q4_K": {"linear": "Q4_K", "embed": "Q8_0", "output": "Q4_K"},
+    # mixed types in one layer, as llama.cpp's Q4_K_M does (q/k/v cannot be stacked)
+    "mixed": {"linear": "Q4_K", "v": "Q8_0", "embed": "Q8_0", "output": "Q8_0"},
 }
 
 
@@ -159,8 +161,12 @@ def test_f32_gguf_matches_transformers(f32_file, hf_llama, torch):
 def test_quantized_gguf_matches_its_dequantized_reference(quant_file, hf_llama, torch):
     qname, path, seen = quant_file
     model = load_gguf_model(path)
-    layer = model.layers[0].self_attn.q_proj
-    assert layer.qweight.ggml_type.name == QUANT[qname]["linear"]
+    attn = model.layers[0].self_attn
+    if qname == "mixed":
+        assert attn.v_proj.qweight.ggml_type.name == "Q8_0"
+        assert attn.q_proj.qweight.ggml_type.name == "Q4_K"
+    else:
+        assert attn.qkv_proj.qweight.ggml_type.name == QUANT[qname]["linear"]
     ref_model = _reference_from(hf_llama, seen, torch)
     ids = _prompt(hf_llama.config.vocab_size, seed=1)
     with torch.no_grad():
@@ -195,7 +201,7 @@ def test_quantized_greedy_agreement_with_f32(quant_file, f32_file, hf_llama, cap
     # A loose sanity bound: random tiny models amplify weight noise about 13x (measured:
     # 0.5% Q8_0 / 7.8% Q4_K per-weight noise gave 0.07 / 0.9 of the logit std). The exact
     # check is test_quantized_gguf_matches_its_dequantized_reference.
-    assert max(rel) < {"Q8_0": 0.15, "Q4_K": 2.0}[qname]
+    assert max(rel) < {"Q8_0": 0.15, "Q4_K": 2.0, "mixed": 2.0}[qname]
 
 
 def test_q4_k_weights_take_under_0_3_of_f32(tmp_path_factory, hf_llama, hf_tokenizer, f32_file):

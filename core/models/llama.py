@@ -41,10 +41,17 @@ def linear(vb, in_features, out_features, bias):
 def fused_linear(vb, names, in_features, outs, bias):
     """One Linear over the concatenated weights of `names` (q/k/v, or gate/up): one GEMM
     per step instead of several, which matters when decoding one token at a time.
-    Quantized weights stay separate (their rows cannot be concatenated as one QTensor);
-    then a list of layers comes back."""
+    Quantized weights of one ggml type are stacked as bytes; of mixed types (Q4_K_M
+    files) they stay separate, and a list of layers comes back."""
     layers = [linear(vb.pp(n), in_features, o, bias) for n, o in zip(names, outs)]
-    if any(isinstance(layer, QuantLinear) for layer in layers):
+    quant = [isinstance(layer, QuantLinear) for layer in layers]
+    if all(quant) and len({layer.qweight.ggml_type for layer in layers}) == 1:
+        # Rows are whole blocks, so same-type quantized weights stack row-wise as bytes.
+        w = layers[0].qweight
+        raw = np.concatenate([layer.qweight.raw for layer in layers])
+        b = cat([layer.bias for layer in layers], 0) if bias else None
+        return QuantLinear(QTensor(raw, w.ggml_type, (sum(outs), in_features)), b)
+    if any(quant):
         return layers
     fused = Linear(in_features, sum(outs), bias=bias)
     fused.weight = cat([layer.weight for layer in layers], 0)
