@@ -6,6 +6,7 @@ transformers model with every weight replaced by the `gguf` package's dequantiza
 what was written (so ember's quantized matmul is checked, not the quantizer's error).
 """
 import copy
+import json
 
 import numpy as np
 import pytest
@@ -265,3 +266,63 @@ def test_missing_metadata_key_is_named(tmp_path, gguf):
     w.close()
     with pytest.raises(FormatError, match="llama.feed_forward_length"):
         load_gguf_model(str(path))
+
+
+def _sentencepiece_style(tokenizers):
+    """A Llama-2-style tokenizer: '▁' for spaces, byte-fallback <0xNN> pieces, BPE merges;
+    returns (the reference tokenizer, tokens, token types, merges)."""
+    base = tokenizers.Tokenizer(tokenizers.models.BPE())
+    base.normalizer = tokenizers.normalizers.Sequence(
+        [tokenizers.normalizers.Prepend("\u2581"), tokenizers.normalizers.Replace(" ", "\u2581")])
+    base.pre_tokenizer = tokenizers.pre_tokenizers.Split("\u2581", "merged_with_next")
+    base.train_from_iterator(CORPUS[:5], tokenizers.trainers.BpeTrainer(vocab_size=200))
+    learned = json.loads(base.to_str())["model"]
+    specials = ["<unk>", "<s>", "</s>"]
+    byte_pieces = [f"<0x{b:02X}>" for b in range(256)]
+    pieces = [p for p, _ in sorted(learned["vocab"].items(), key=lambda kv: kv[1])]
+    tokens = specials + byte_pieces + pieces
+    types = [2, 3, 3] + [6] * 256 + [1] * len(pieces)
+    merges = [m if isinstance(m, str) else " ".join(m) for m in learned["merges"]]
+    vocab = {t: i for i, t in enumerate(tokens)}
+    ref = tokenizers.Tokenizer(tokenizers.models.BPE(
+        vocab=vocab, merges=[tuple(m.split(" ")) for m in merges], unk_token="<unk>",
+        byte_fallback=True, fuse_unk=True))
+    ref.add_special_tokens(specials)
+    ref.normalizer = base.normalizer
+    ref.decoder = tokenizers.decoders.Sequence([
+        tokenizers.decoders.Replace("\u2581", " "), tokenizers.decoders.ByteFallback(),
+        tokenizers.decoders.Fuse(), tokenizers.decoders.Strip(" ", 1, 0)])
+    ref.post_processor = tokenizers.processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", 1)])
+    return ref, tokens, types, merges
+
+
+@pytest.mark.parametrize("with_merges", [True, False])
+def test_sentencepiece_style_gguf_tokenizer(tmp_path, gguf, with_merges):
+    """tokenizer.ggml.model "llama": byte fallback for unseen characters, bos added; without
+    stored merges they are derived from the scores (here: later pieces score lower)."""
+    tokenizers = require("tokenizers")
+    ref, tokens, types, merges = _sentencepiece_style(tokenizers)
+    path = tmp_path / "sp.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_scores([0.0] * 259 + [-float(i) for i in range(len(tokens) - 259)])
+    if with_merges:
+        w.add_token_merges(merges)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(True)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    tok = tokenizer_from_gguf(str(path))
+    unseen = "unseen: ß 漢字 €"
+    assert any(tokens[i].startswith("<0x") for i in ref.encode(unseen).ids)
+    for text in TEXTS + CORPUS[:5] + [unseen]:
+        ids = ref.encode(text).ids
+        assert tok.encode(text).ids == ids, text
+        assert tok.decode(ids) == ref.decode(ids)
