@@ -33,19 +33,26 @@ def ensure_bundle(bundle=None, rebuild=False):
     from ember.errors import EmberError
     from ember.web.server import bundle_dir
     path = Path(bundle) if bundle else bundle_dir()
-    if (path / "index.html").is_file() and (path / "manifest.json").is_file() and not rebuild:
-        return path
     script = _build_script()
+    if (path / "index.html").is_file() and (path / "manifest.json").is_file() and not rebuild:
+        if script is not None and _load(script).is_stale(path):
+            print("ember serve: note: the bundle is older than the sources; `ember serve "
+                  "--rebuild` or `make web` refreshes it", file=sys.stderr, flush=True)
+        return path
     if script is None:
         raise EmberError(f"no bundle at {path}, and no build_scripts/build_web.py "
                          "to build one (run `make web` in an ember source checkout, or pass "
                          "--bundle DIR)")
+    print(f"ember serve: building the bundle into {path}", file=sys.stderr, flush=True)
+    return _load(script).build(path)
+
+
+def _load(script):
     import importlib.util
     spec = importlib.util.spec_from_file_location("ember_build_web", script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    print(f"ember serve: building the bundle into {path}", file=sys.stderr, flush=True)
-    return module.build(path)
+    return module
 
 
 def run(args):
