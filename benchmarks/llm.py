@@ -2,7 +2,7 @@
 GQA 12/4, intermediate 2048, vocab 32000) on ember (cpu f32, cpu Q4_K GGUF, wgpu f32)
 next to transformers on torch CPU.
 
-    python benchmarks/llm.py [--prompt 128] [--decode 32] [--skip-wgpu] [--keep DIR]
+    python benchmarks/llm.py [--prompt 128] [--decode 32] [--skip-wgpu] [--keep DIR] [--threads N]
 
 Every engine runs in its own fresh process and reports:
   prompt tok/s   128 prompt tokens in one forward pass (the KV cache filled)
@@ -123,10 +123,14 @@ def _worker_main(argv):
     print(json.dumps(res))
 
 
-def spawn(args, timeout):
+def spawn(args, timeout, threads=None):
+    env = dict(os.environ)
+    if threads:
+        # Both engines get the same thread count: OpenBLAS (numpy) and OpenMP (torch).
+        env.update(OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
     try:
         out = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", *map(str, args)],
-                             capture_output=True, text=True, timeout=timeout)
+                             capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout} s"}
     if out.returncode != 0:
@@ -144,6 +148,9 @@ def main():
     ap.add_argument("--skip-wgpu", action="store_true")
     ap.add_argument("--keep", default=None, help="reuse/keep the model files in this directory")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per engine")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="BLAS/OpenMP threads for every engine (default: the libraries' own); "
+                         "1 gives steadier ratios on a busy machine")
     args = ap.parse_args()
 
     work = args.keep or tempfile.mkdtemp(prefix="ember-llm-bench-")
@@ -169,10 +176,11 @@ def main():
         engines.append(("ember wgpu Q4_K (dequantized on upload)", ["ember", gguf_path, "wgpu", p, d, "gguf"]))
     results = {}
     for name, a in engines:
-        results[name] = spawn(a, args.timeout)
+        results[name] = spawn(a, args.timeout, args.threads)
     base = results.get("torch cpu f32 (transformers)", {})
     base_w = results.get("ember cpu f32", {}).get("weights")
-    print(f"\nprompt {p} tokens, decode {d} tokens, greedy, batch 1")
+    threads = f"{args.threads} BLAS/OpenMP thread(s) each" if args.threads else "default threads"
+    print(f"\nprompt {p} tokens, decode {d} tokens, greedy, batch 1, {threads}")
     head = f"{'engine':42s} {'prompt tok/s':>12s} {'decode tok/s':>12s} {'decode vs torch':>15s} " \
            f"{'weights MB':>10s} {'vs f32':>7s} {'peak RSS MB':>11s}"
     print(head)
