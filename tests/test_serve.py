@@ -130,7 +130,11 @@ def test_resolver_refuses_outside_paths_directly(site):
 def _start_cli(*args):
     cmd = [sys.executable, "-m", "ember.cli", "serve", *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    line = proc.stdout.readline()
+    line = ""
+    for _ in range(50):  # notes (a stale bundle, a build) may come before the URL line
+        line = proc.stdout.readline()
+        if not line or "http://" in line:
+            break
     match = re.search(r"http://(\S+):(\d+)/", line)
     if not match:
         proc.kill()

@@ -35,7 +35,7 @@ def ensure_bundle(bundle=None, rebuild=False):
     path = Path(bundle) if bundle else bundle_dir()
     script = _build_script()
     if (path / "index.html").is_file() and (path / "manifest.json").is_file() and not rebuild:
-        if script is not None and _load(script).is_stale(path):
+        if bundle is None and script is not None and _load(script).is_stale(path):
             print("ember serve: note: the bundle is older than the sources; `ember serve "
                   "--rebuild` or `make web` refreshes it", file=sys.stderr, flush=True)
         return path

@@ -44,7 +44,11 @@ def server_url(bundle_dir):
     if os.path.realpath(bundle_dir) != os.path.realpath(default_bundle()):
         cmd += ["--bundle", str(bundle_dir)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    line = proc.stdout.readline()
+    line = ""
+    for _ in range(50):  # notes (a stale bundle, a build) may come before the URL line
+        line = proc.stdout.readline()
+        if not line or "http://" in line:
+            break
     match = re.search(r"(http://127\.0\.0\.1:\d+/)", line)
     if not match:
         proc.kill()
