@@ -326,3 +326,19 @@ def test_sentencepiece_style_gguf_tokenizer(tmp_path, gguf, with_merges):
         ids = ref.encode(text).ids
         assert tok.encode(text).ids == ids, text
         assert tok.decode(ids) == ref.decode(ids)
+
+
+def test_cli_generate_from_gguf_matches_transformers(f32_file, hf_llama, hf_tokenizer, torch, capsys):
+    """`ember generate --gguf FILE --json`: tokenizer and weights both from the file."""
+    from ember.cli import main
+    prompt = "The lazy fox"
+    ids = hf_tokenizer.encode(prompt).ids
+    ref = _hf_greedy(hf_llama, ids, torch, n=10)
+    eos = hf_tokenizer.token_to_id("</s>")
+    if eos in ref:
+        ref = ref[:ref.index(eos) + 1]
+    assert main(["generate", "--gguf", f32_file[0], "--device", "cpu", "--max-new-tokens", "10",
+                 "--json", prompt]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["token_ids"] == ref
+    assert got["text"] == hf_tokenizer.decode([t for t in ref if t != eos])
