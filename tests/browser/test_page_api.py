@@ -12,6 +12,8 @@ def test_page_has_no_numpy_and_cpu_device_says_so(ember_page):
     assert not answer["ok"]
     assert answer["error"]["type"] == "DeviceError"
     assert "numpy" in answer["error"]["message"]
+    # ...and the best device in a page is the browser's WebGPU.
+    assert ember_page.run("str(ember.Device.best())") == "webgpu:0"
 
 
 def test_sync_readback_values(ember_page):
@@ -149,3 +151,22 @@ def test_without_jspi_a_gpu_error_surfaces_at_the_next_readback(ember_page):
     assert "late_kernel" in answer["error"]["message"]
     # Reported once: the device works on.
     assert ember_page.run("await (ember.tensor([1.0], device=dev) * 3).tolist_async()") == [3.0]
+
+
+def test_opening_without_a_requested_device(ember_page):
+    # Device.webgpu() normally finds the device the worker requested while loading. Without
+    # one it requests it itself through JSPI, and without JSPI it names the async call.
+    setup = ("from ember.backends.webgpu import browser\n"
+             "_saved = (browser._Opened.adapter, browser._Opened.device)\n"
+             "browser._Opened.adapter = browser._Opened.device = None\n")
+    restore = "browser._Opened.adapter, browser._Opened.device = _saved\n"
+    plain = ember_page.result(setup + "try:\n    browser.open_browser_backend()\n"
+                              "finally:\n    " + restore, mode="plain")
+    assert plain["error"]["type"] == "DeviceError"
+    assert "request_device_async" in plain["error"]["message"]
+    got = ember_page.run(setup + "try:\n    _be = browser.open_browser_backend()\n"
+                         "finally:\n    " + restore +
+                         "_d = ember.Device('webgpu', 2, _be)\n"
+                         "[_be.driver.device is not _saved[1], "
+                         "(ember.tensor([1.5, 2.5], device=_d) * 2).tolist()]")
+    assert got == [True, [3.0, 5.0]]
