@@ -8,10 +8,17 @@
 
 @compute @workgroup_size({{WG}})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = flat_index(gid, nwg, {{WG}}u);
-    if (i >= p(0u)) { return; }
-    let c = C[strided(i, {{ND}}u, 8u, 8u + {{ND}}u, p(4u))];
-    let a = A[strided(i, {{ND}}u, 8u, 8u + 2u * {{ND}}u, p(5u))];
-    let b = B[strided(i, {{ND}}u, 8u, 8u + 3u * {{ND}}u, p(6u))];
-    O[p(3u) + i] = select(b, a, c != {{SC}}(0));
+    // {{EPT}} elements per invocation, a workgroup apart so that neighbouring invocations
+    // touch neighbouring elements: fewer invocations, whose fixed cost dominates on CPU
+    // adapters, and coalesced accesses on GPUs.
+    let g = flat_index(gid, nwg, {{WG}}u);
+    let first = (g / {{WG}}u) * {{WG}}u * {{EPT}}u + g % {{WG}}u;
+    for (var e = 0u; e < {{EPT}}u; e++) {
+        let i = first + e * {{WG}}u;
+        if (i >= p(0u)) { return; }
+        let c = C[strided(i, {{ND}}u, 8u, 8u + {{ND}}u, p(4u))];
+        let a = A[strided(i, {{ND}}u, 8u, 8u + 2u * {{ND}}u, p(5u))];
+        let b = B[strided(i, {{ND}}u, 8u, 8u + 3u * {{ND}}u, p(6u))];
+        O[p(3u) + i] = select(b, a, c != {{SC}}(0));
+    }
 }

@@ -27,6 +27,7 @@ from .shapes import collapse, contiguous_strides, span
 _BLOCK = 256               # bytes of uniform data per dispatch
 _ARENA = 256 * 1024        # uniform arena per batch: up to 1,024 dispatches
 _WG = 256                  # invocations per workgroup of elementwise kernels
+_EPT = 4                   # elements per invocation of elementwise kernels
 _MAX_DIMS = 10
 _REDUCE_CHUNK = 1 << 16   # reduced elements per workgroup before a second pass
 
@@ -182,7 +183,7 @@ class WebGPUBackend(Backend):
         if len(cshape) > _MAX_DIMS:
             raise UnsupportedOp(f"{op}: more than {_MAX_DIMS} dims after collapsing", op=op)
         nd = len(cshape)
-        spec = dict(spec, ND=nd, WG=_WG)
+        spec = dict(spec, ND=nd, WG=_WG, EPT=_EPT)
         pipe = self._kernel(name, t, spec, op)
         ostr = cstrides[-1] if strided_out else contiguous_strides(cshape)
         operands = [(st, cs, off, size) for (st, _, off, size), cs in zip(inputs, cstrides)]
@@ -208,7 +209,7 @@ class WebGPUBackend(Backend):
             params[8:8 + nd] = sub
             for j, (_, cs, _, _) in enumerate(operands[:-1] if not strided_out else operands):
                 params[8 + nd * (1 + j):8 + nd * (2 + j)] = cs
-            self._launch(pipe, params, ranges, self._grid(count))
+            self._launch(pipe, params, ranges, self._grid(-(-count // _EPT)))
 
     def _rows_per_chunk(self, shape, operands, op):
         limit = self.max_binding - self.storage_align - 4
@@ -295,12 +296,13 @@ class WebGPUBackend(Backend):
         if n == 0:
             return out
         bits = _param_bits(_host_round(value, dtype), t)
-        pipe = self._kernel("fill", t, {"S": t.storage, "PARAM": t.param, "WG": _WG}, "full")
+        pipe = self._kernel("fill", t, {"S": t.storage, "PARAM": t.param, "WG": _WG, "EPT": _EPT},
+                            "full")
         per = (self.max_binding - self.storage_align) // t.size
         for s in range(0, n, per):
             e = min(n, s + per)
             rng, rel = self._bind(out, s, e, t.size, "full")
-            self._launch(pipe, [e - s, bits, 0, rel], [rng], self._grid(e - s))
+            self._launch(pipe, [e - s, bits, 0, rel], [rng], self._grid(-(-(e - s) // _EPT)))
         if dtype.is_int:
             out.known_range = (int(value), int(value))
         return out
