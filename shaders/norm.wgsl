@@ -1,6 +1,7 @@
-// Fused layer_norm / rms_norm over the last dim: one workgroup per row; mean and
-// variance by two workgroup-tree passes (centred, for accuracy), then the scaled write.
-// Placeholders: {{S}} storage type, {{ROUND}}, {{NK}} kept dims, {{WG}}.
+// Fused layer_norm / rms_norm over the last dim: mean and variance by two passes
+// (centred, for accuracy), then the scaled write. {{LANES}} invocations share a row through
+// a workgroup tree; with LANES = 1 (CPU adapters) an invocation owns a row, no barriers.
+// Placeholders: {{S}} storage type, {{ROUND}}, {{NK}} kept dims, {{WG}}, {{LANES}}.
 // P: 0 rows, 1 length, 2 x offset, 3 eps (f32), 4 x stride of the last dim, 5 flags
 // (1 weight, 2 bias, 4 rms), 6 w offset, 7 b offset, 8 w stride, 9 b stride,
 // 12.. kept shape, kept x strides
@@ -11,14 +12,15 @@
 
 var<workgroup> sv: array<f32, {{WG}}>;
 
-fn tree_sum(lid: u32, v: f32) -> f32 {
+fn tree_sum(lid: u32, lane: u32, v: f32) -> f32 {
+    if ({{LANES}}u == 1u) { return v; }
     sv[lid] = v;
     workgroupBarrier();
-    for (var s = {{WG}}u / 2u; s > 0u; s = s / 2u) {
-        if (lid < s) { sv[lid] = sv[lid] + sv[lid + s]; }
+    for (var s = {{LANES}}u / 2u; s > 0u; s = s / 2u) {
+        if (lane < s) { sv[lid] = sv[lid] + sv[lid + s]; }
         workgroupBarrier();
     }
-    let r = sv[0];
+    let r = sv[lid - lane];
     workgroupBarrier();
     return r;
 }
@@ -26,29 +28,32 @@ fn tree_sum(lid: u32, v: f32) -> f32 {
 @compute @workgroup_size({{WG}})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
-    let row = wid.x + wid.y * nwg.x;
-    if (row >= p(0u)) { return; }
-    let n = p(1u);
-    let xb = strided(row, {{NK}}u, 12u, 12u + {{NK}}u, p(2u));
+    let row = (wid.x + wid.y * nwg.x) * ({{WG}}u / {{LANES}}u) + lid.x / {{LANES}}u;
+    let lane = lid.x % {{LANES}}u;
+    let valid = row < p(0u);
+    let n = select(0u, p(1u), valid);
+    let nf = f32(p(1u));
+    let r = min(row, max(p(0u), 1u) - 1u);
+    let xb = strided(r, {{NK}}u, 12u, 12u + {{NK}}u, p(2u));
     let xs = p(4u);
     let flags = p(5u);
     let rms = (flags & 4u) != 0u;
     var mean = 0.0;
     if (!rms) {
         var s = 0.0;
-        for (var j = lid.x; j < n; j += {{WG}}u) { s += f32(X[xb + j * xs]); }
-        mean = tree_sum(lid.x, s) / f32(n);
+        for (var j = lane; j < n; j += {{LANES}}u) { s += f32(X[xb + j * xs]); }
+        mean = tree_sum(lid.x, lane, s) / nf;
     }
     var q = 0.0;
-    for (var j = lid.x; j < n; j += {{WG}}u) {
+    for (var j = lane; j < n; j += {{LANES}}u) {
         let d = f32(X[xb + j * xs]) - mean;
         q += d * d;
     }
-    let inv = inverseSqrt(tree_sum(lid.x, q) / f32(n) + pf(3u));
-    for (var j = lid.x; j < n; j += {{WG}}u) {
+    let inv = inverseSqrt(tree_sum(lid.x, lane, q) / nf + pf(3u));
+    for (var j = lane; j < n; j += {{LANES}}u) {
         var y = (f32(X[xb + j * xs]) - mean) * inv;
         if ((flags & 1u) != 0u) { y = y * f32(Wt[p(6u) + j * p(8u)]); }
         if ((flags & 2u) != 0u) { y = y + f32(Bs[p(7u) + j * p(9u)]); }
-        O[row * n + j] = {{S}}({{ROUND}}(y));
+        O[r * p(1u) + j] = {{S}}({{ROUND}}(y));
     }
 }

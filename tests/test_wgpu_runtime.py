@@ -193,3 +193,30 @@ def test_adapter_listing_matches_the_opened_device(wgpu):
     assert first["name"] == wgpu.backend.driver.name
     assert first["limits"]["max-storage-buffer-binding-size"] == wgpu.backend.max_binding
     assert first["f16"] == ("shader-f16" in wgpu.backend.driver.adapter.features)
+
+
+@pytest.mark.parametrize("split", [(64, 1), (64, 64), (256, 256), (64, 16)])
+def test_row_kernels_with_every_row_split(wgpu, monkeypatch, split):
+    """softmax and layer/rms norm give the same result whether an invocation owns a row
+    (CPU adapters) or a workgroup tree shares it (GPUs): both code paths run here."""
+    monkeypatch.setattr(type(wgpu.backend), "_row_split", lambda self, rows, n, passes: split)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 70, 33), dtype=np.float32)
+    w = rng.standard_normal(33, dtype=np.float32)
+    b = rng.standard_normal(33, dtype=np.float32)
+    t = ember.tensor(x, device=wgpu).transpose(0, 1)          # strided rows
+    xt = x.transpose(1, 0, 2).astype(np.float64)
+    e = np.exp(xt - xt.max(1, keepdims=True))
+    np.testing.assert_allclose(t.softmax(1).numpy(), e / e.sum(1, keepdims=True), rtol=1e-5,
+                               atol=1e-6)
+    np.testing.assert_allclose(t.log_softmax(-1).numpy(),
+                               xt - xt.max(-1, keepdims=True) - np.log(np.exp(
+                                   xt - xt.max(-1, keepdims=True)).sum(-1, keepdims=True)),
+                               rtol=1e-5, atol=1e-5)
+    mu = xt.mean(-1, keepdims=True)
+    ln = (xt - mu) / np.sqrt(((xt - mu) ** 2).mean(-1, keepdims=True) + 1e-5) * w + b
+    got = t.layer_norm(ember.tensor(w, device=wgpu), ember.tensor(b, device=wgpu)).numpy()
+    np.testing.assert_allclose(got, ln, rtol=1e-4, atol=1e-5)
+    rms = xt / np.sqrt((xt ** 2).mean(-1, keepdims=True) + 1e-6) * w
+    got = t.rms_norm(ember.tensor(w, device=wgpu)).numpy()
+    np.testing.assert_allclose(got, rms, rtol=1e-4, atol=1e-5)

@@ -532,6 +532,15 @@ class WebGPUBackend(Backend):
             list(kstr) + list(rshape) + list(rstr)
         self._launch(pipe, params, [rng, orng], self._grid(n_out * chunks, 1))
 
+    def _row_split(self, rows, length, passes):
+        """(workgroup size, invocations per row) for row kernels. CPU adapters give each
+        row one invocation (no barriers) while the loops stay under lavapipe's cap of
+        65,535 iterations; GPUs share a row among a workgroup."""
+        if self.driver.info.get("adapter_type") == "CPU" and passes * length < 60000:
+            return 64, 1
+        lanes = 256 if length >= 2048 else 64
+        return lanes, lanes
+
     def _rows(self, layout, dim):
         """Kept dims (all but `dim`) of layout, and the output's contiguous strides."""
         ostr = contiguous_strides(layout.shape)
@@ -570,15 +579,15 @@ class WebGPUBackend(Backend):
             return out
         kshape, kx, ko, os_ = self._rows(layout, dim)
         rows = layout.numel // layout.shape[dim]
-        wg = 256 if layout.shape[dim] >= 2048 else 64
-        spec = {"S": t.storage, "ROUND": t.round, "NK": len(kshape), "WG": wg}
+        wg, lanes = self._row_split(rows, layout.shape[dim], 3)
+        spec = {"S": t.storage, "ROUND": t.round, "NK": len(kshape), "WG": wg, "LANES": lanes}
         pipe = self._kernel("softmax", t, spec, op)
         rng, rel = self._bind(storage, layout.offset,
                               layout.offset + span(layout.shape, layout.strides), t.size, op)
         orng, _ = self._bind(out, 0, layout.numel, t.size, op)
         params = [rows, layout.shape[dim], rel, int(log), layout.strides[dim], os_, 0, 0] + \
             kshape + kx + ko
-        self._launch(pipe, params, [rng, orng], self._grid(rows, 1))
+        self._launch(pipe, params, [rng, orng], self._grid(rows, wg // lanes))
         return out
 
     def layer_norm(self, storage, layout, w, lw, b, lb, eps, dtype, rms=False):
@@ -591,8 +600,8 @@ class WebGPUBackend(Backend):
         kshape, kx, _, _ = self._rows(layout, dim)
         n = layout.shape[dim]
         rows = layout.numel // n
-        wg = 256 if n >= 2048 else 64
-        spec = {"S": t.storage, "ROUND": t.round, "NK": len(kshape), "WG": wg}
+        wg, lanes = self._row_split(rows, n, 3)
+        spec = {"S": t.storage, "ROUND": t.round, "NK": len(kshape), "WG": wg, "LANES": lanes}
         pipe = self._kernel("norm", t, spec, op)
         rng, rel = self._bind(storage, layout.offset,
                               layout.offset + span(layout.shape, layout.strides), t.size, op)
@@ -613,7 +622,7 @@ class WebGPUBackend(Backend):
         eps_bits = struct.unpack("<I", struct.pack("<f", eps))[0]
         params = [rows, n, rel, eps_bits, layout.strides[dim], flags, extra[0][0], extra[1][0],
                   extra[0][1], extra[1][1], 0, 0] + kshape + kx
-        self._launch(pipe, params, ranges, self._grid(rows, 1))
+        self._launch(pipe, params, ranges, self._grid(rows, wg // lanes))
         return out
 
     def rope(self, storage, layout, cos, lcos, sin, lsin, dtype, interleaved=False):
