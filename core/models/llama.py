@@ -25,6 +25,8 @@ from .rope import RotaryEmbedding
 # What transformers adds for a masked position: the most negative f32, so a row that is
 # masked everywhere (a padding query) softmaxes to uniform instead of NaN.
 MASKED = float(np.finfo(np.float32).min)
+# ... and for narrower compute dtypes, their own most negative finite value.
+_LOWEST = {"f16": -65504.0, "bf16": -3.3895e38}
 
 
 def linear(vb, in_features, out_features, bias):
@@ -307,7 +309,8 @@ class LlamaForCausalLM(Module):
             if allowed.all():
                 out[w] = None
                 continue
-            add = np.where(allowed, np.float32(0), np.float32(MASKED)).astype(np.float32)
+            low = MASKED if self.dtype is dt.f32 else _LOWEST.get(self.dtype.name, MASKED)
+            add = np.where(allowed, np.float32(0), np.float32(low)).astype(np.float32)
             m = from_numpy(np.ascontiguousarray(add.reshape(b, 1, 1, t, total))).to(self.device)
             out[w] = m if self.dtype is dt.f32 else m.to(self.dtype)
         return out
