@@ -152,6 +152,29 @@ def test_generation_config_rejects_bad_values():
             GenerationConfig(**bad)
     with pytest.raises(EmberError, match="at least one token"):
         generate(ScriptedModel(4, script=[1]), [[]])
+    with pytest.raises(EmberError, match="stop_strings need a tokenizer"):
+        generate(ScriptedModel(4, script=[1]), [1], stop_strings=["x"])
+
+
+def test_batched_stop_strings_end_each_row(hf_tok, tok):
+    """generate() with a tokenizer: a row whose text reaches a stop string ends there."""
+    a = hf_tok.encode("Hello world. STOP here.").ids
+    b = hf_tok.encode("Once upon a time there").ids
+    n = max(len(a), len(b))
+
+    class TwoRows(ScriptedModel):
+        def __call__(self, ids, cache=None, attention_mask=None, last_only=False):
+            k = cache.steps
+            cache.steps += 1
+            row = np.full((2, self.vocab), -10.0, np.float32)
+            row[0, a[min(k, len(a) - 1)]] = 10.0
+            row[1, b[min(k, len(b) - 1)]] = 10.0
+            return ember.from_numpy(row.reshape(2, 1, self.vocab))
+
+    out = generate(TwoRows(hf_tok.get_vocab_size()), [[1], [1]], max_new_tokens=n,
+                   stop_token_ids=(), stop_strings=["STOP"], tokenizer=tok)
+    assert "STOP" in hf_tok.decode(out[0]) and "STOP" not in hf_tok.decode(out[0][:-1])
+    assert out[1] == b + [b[-1]] * (n - len(b))
 
 
 # --- streaming ----------------------------------------------------------------------------------

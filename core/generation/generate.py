@@ -88,7 +88,10 @@ def generate(model, prompts, config=None, generator=None, tokenizer=None, **over
     finished = [False] * len(rows)
     stops = set(config.stop_token_ids if config.stop_token_ids is not None
                 else model.config.eos_token_ids)
-    check_strings = bool(config.stop_strings) and tokenizer is not None
+    if config.stop_strings and tokenizer is None:
+        raise EmberError("generate: stop_strings need a tokenizer to decode the text "
+                         "(pass tokenizer=...)", op="generate")
+    check_strings = bool(config.stop_strings)
     for nxt in generate_steps(model, rows, config, generator):
         for i, t in enumerate(nxt):
             if finished[i]:
