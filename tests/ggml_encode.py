@@ -56,10 +56,11 @@ def permute_for_interleaved_rope(w, n_heads):
     return w.reshape(n_heads, 2, hd // 2, inp).swapaxes(1, 2).reshape(out, inp)
 
 
-def write_llama_gguf(path, hf_model, qtypes, tokenizer_json=None, gguf=None):
+def write_llama_gguf(path, hf_model, qtypes, tokenizer_json=None, gguf=None, rope_freqs=None):
     """Write a transformers LlamaForCausalLM to GGUF. `qtypes` maps "linear", "embed",
     "output" (and optionally "v", for attn_v alone) to a type name ("F32", "Q8_0", "Q4_K", ...). Returns {gguf name: the
-    f32 values ember should see} (dequantized by the `gguf` package)."""
+    f32 values ember should see} (dequantized by the `gguf` package). `rope_freqs`
+    (per-frequency divisors of the inverse frequencies) is written as rope_freqs.weight."""
     import gguf as _gguf
     gguf = gguf or _gguf
     cfg = hf_model.config
@@ -109,6 +110,8 @@ def write_llama_gguf(path, hf_model, qtypes, tokenizer_json=None, gguf=None):
         put(b + "ffn_gate.weight", sd[p + "mlp.gate_proj.weight"], "linear")
         put(b + "ffn_up.weight", sd[p + "mlp.up_proj.weight"], "linear")
         put(b + "ffn_down.weight", sd[p + "mlp.down_proj.weight"], "linear")
+    if rope_freqs is not None:   # llama3 rope scaling, stored as llama.cpp does
+        put("rope_freqs.weight", np.asarray(rope_freqs, np.float32), "norm")
     put("output_norm.weight", sd["model.norm.weight"], "norm")
     if not cfg.tie_word_embeddings:
         put("output.weight", sd["lm_head.weight"], "output")

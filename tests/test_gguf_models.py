@@ -342,3 +342,29 @@ def test_cli_generate_from_gguf_matches_transformers(f32_file, hf_llama, hf_toke
     got = json.loads(capsys.readouterr().out)
     assert got["token_ids"] == ref
     assert got["text"] == hf_tokenizer.decode([t for t in ref if t != eos])
+
+
+def test_llama3_rope_scaling_from_rope_freqs(tmp_path, torch):
+    """llama.cpp keeps llama3 rope scaling as a rope_freqs.weight tensor of divisors."""
+    transformers = require("transformers")
+    cfg = transformers.LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=64, max_position_embeddings=128,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0,
+                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 8})
+    torch.manual_seed(5)
+    hf = transformers.LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.normal_(0.0, 0.3)
+    scaled = hf.model.rotary_emb.inv_freq.double().numpy()
+    plain = 1.0 / 10000.0 ** (np.arange(0, 16, 2) / 16.0)
+    assert not np.allclose(scaled, plain)      # the scaling changes these frequencies
+    path = tmp_path / "llama3.gguf"
+    write_llama_gguf(path, hf, {}, rope_freqs=plain / scaled)
+    model = load_gguf_model(str(path))
+    ids = _prompt(64, n=24, seed=3)
+    with torch.no_grad():
+        ref = hf(torch.tensor([ids])).logits[0, -1].numpy()
+    assert np.abs(model([ids], last_only=True).numpy()[0, -1] - ref).max() <= 1e-4
