@@ -124,9 +124,9 @@ def test_greedy_generation_matches_transformers(family, device, torch):
     assert got == ref
 
 
-def test_batched_left_padded_prompts_match_each_alone(family):
+def test_batched_left_padded_prompts_match_each_alone(family, device):
     name, hf, path = family
-    model = LlamaForCausalLM.from_pretrained(path)
+    model = LlamaForCausalLM.from_pretrained(path, device=device)
     prompts = [_prompt(hf.config.vocab_size, n, 10 + n) for n in (9, 3, 6)]
     together = generate(model, prompts, max_new_tokens=12, stop_token_ids=())
     alone = [generate(model, p, max_new_tokens=12, stop_token_ids=()) for p in prompts]
