@@ -213,7 +213,11 @@ def test_q4_k_weights_take_under_0_3_of_f32(tmp_path_factory, hf_llama, hf_token
     assert q <= 0.3 * f, (q, f)
 
 
-def test_gguf_on_each_device_matches_cpu(quant_file, hf_llama, device):
+def test_gguf_on_each_device_matches_cpu(quant_file, hf_llama, device, monkeypatch):
+    """Off the CPU, quantized weights are dequantized in row chunks while uploading
+    (chunks made small here so every weight takes several)."""
+    import ember.models.gguf_llama as gl
+    monkeypatch.setattr(gl, "_UPLOAD_CHUNK_BYTES", 64 * 1024)
     qname, path, _ = quant_file
     ids = _prompt(hf_llama.config.vocab_size, seed=2)
     cpu = load_gguf_model(path)([ids], last_only=True).numpy()[0, -1]

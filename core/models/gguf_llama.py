@@ -7,8 +7,9 @@ GGUF names tensors its own way (`blk.0.attn_q.weight`); `GGUFSource` presents th
 Hugging Face names to the same VarBuilder the safetensors path uses, so the model code
 is shared. On the CPU quantized weights stay packed in the file's memory map and run
 through `qmatmul` (a chunk of rows dequantized at a time). Other devices have no
-quantized kernel in ember yet: their weights are dequantized to f32 tensor by tensor
-while uploading (memory then is the f32 size on the device, never twice it on the host).
+quantized kernel in ember yet: their weights are dequantized to f32 a few MiB of rows at
+a time while uploading (memory then is the f32 size on the device; the host holds one
+chunk).
 
 llama.cpp's converter permutes the rows of q and k for the "llama" architecture so that
 rotary pairs are adjacent; those models use the interleaved rope layout.
@@ -23,7 +24,7 @@ from ..errors import FormatError
 from ..io.gguf import GGUFFile
 from ..io.quant import GGMLType
 from ..nn import VarBuilder
-from ..tensor import from_numpy
+from ..tensor import from_numpy, zeros
 from .llama import LlamaForCausalLM
 from .llama_config import LlamaConfig
 
@@ -108,12 +109,31 @@ class GGUFSource:
         gname = self._names[name]
         info = self.file.tensors[gname]
         device = as_device(device) if device is not None else as_device("cpu")
-        if info.ggml_type not in _PLAIN and len(info.shape) == 2 and device.kind == "cpu":
-            return self.file.qtensor(gname)
+        want = dt.as_dtype(dtype) if dtype is not None else dt.f32
+        if info.ggml_type not in _PLAIN and len(info.shape) == 2:
+            if device.kind == "cpu":
+                return self.file.qtensor(gname)
+            return _upload_in_row_chunks(self.file.qtensor(gname), device, want)
         t = from_numpy(self.file.dequantize(gname)).to(device)
-        if dtype is not None and t.dtype is not dt.as_dtype(dtype):
-            t = t.to(dtype)
-        return t
+        return t if t.dtype is want else t.to(want)
+
+
+# host memory a dequantized chunk may take while uploading to a device
+_UPLOAD_CHUNK_BYTES = 8 << 20
+
+
+def _upload_in_row_chunks(q, device, dtype):
+    """A quantized weight as a dense tensor on `device`, dequantized a few rows at a time
+    into its slice of one preallocated device tensor (the host never holds it whole)."""
+    rows, cols = q.shape
+    out = zeros(rows, cols, dtype=dtype, device=device)
+    step = max(1, _UPLOAD_CHUNK_BYTES // (4 * cols))
+    buf = np.empty((min(step, rows), cols), np.float32)
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        chunk = from_numpy(q.dequantize_rows(r0, r1, out=buf[:r1 - r0])).to(device)
+        out.narrow(0, r0, r1 - r0).copy_(chunk if chunk.dtype is dtype else chunk.to(dtype))
+    return out
 
 
 def config_from_gguf(gguf_file):
