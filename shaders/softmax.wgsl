@@ -38,7 +38,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let ob = strided(r, {{NK}}u, 8u, 8u + 2u * {{NK}}u, 0u);
     let xs = p(4u);
     let os = p(5u);
-    var m = -3.4028235e38;
+    var m = bitcast<f32>(0xff7fffffu);   // -FLT_MAX; Tint rejects -3.4028235e38
     for (var j = lane; j < n; j += {{LANES}}u) { m = max(m, f32(X[xb + j * xs])); }
     m = tree(lid.x, lane, m, true);
     var s = 0.0;
