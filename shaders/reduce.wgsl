@@ -1,11 +1,11 @@
-// Reduction over trailing (permuted) dims: one workgroup per (output element, chunk of
-// the reduced range); each invocation folds a strided slice, then a workgroup-shared tree
+// Reduction over trailing (permuted) dims, per (output element, chunk of the reduced
+// range): {{LANES}} invocations fold strided slices, then a workgroup-shared tree
 // combines them. Large reductions run in two passes (chunks, then their partials), which
 // also keeps every invocation under lavapipe's cap of 65,535 loop iterations.
 // Placeholders: {{S}} input storage type, {{SO}} output storage type, {{NK}} kept dims,
 // {{NR}} reduced dims, {{COMBINE}} fold of (acc, ai) with (v, vi) -> keeps in acc/ai,
 // {{INIT}} the initial accumulator (may read `first`), {{RESULT}} stored value from acc, ai,
-// {{ISNAN}} a NaN test of v (`false` for integers).
+// {{ISNAN}} a NaN test of v (`false` for integers), {{WG}}, {{LANES}}.
 // P: 0 rows (outputs x chunks), 1 k (reduced count), 2 x offset, 3 scale (f32), 4 chunk
 // length, 5 chunks per output, 8.. kept shape, kept strides, reduced shape, reduced strides
 @group(0) @binding(1) var<storage, read> X: array<{{S}}>;
@@ -35,35 +35,43 @@ fn fold(acc: ptr<function, T>, ai: ptr<function, u32>, v: T, vi: u32) {
 @compute @workgroup_size({{WG}})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
-    let row = wid.x + wid.y * nwg.x;
-    if (row >= p(0u)) { return; }
+    // {{LANES}} invocations share one (output, chunk) slot; with LANES = 1 (CPU adapters)
+    // each invocation owns a slot and no barrier runs.
+    let slot = (wid.x + wid.y * nwg.x) * ({{WG}}u / {{LANES}}u) + lid.x / {{LANES}}u;
+    let lane = lid.x % {{LANES}}u;
+    let valid = slot < p(0u);
+    let row = min(slot, p(0u) - 1u);
     let chunks = p(5u);
     let k0 = (row % chunks) * p(4u);
-    let k1 = min(p(1u), k0 + p(4u));
+    let k1 = select(k0, min(p(1u), k0 + p(4u)), valid);
     let base = strided(row / chunks, {{NK}}u, 8u, 8u + {{NK}}u, p(2u));
     let rs = 8u + 2u * {{NK}}u;
     let first = T(X[strided(k0, {{NR}}u, rs, rs + {{NR}}u, base)]);
     var acc: T = {{INIT}};
     var ai: u32 = k0;
-    for (var k = k0 + lid.x; k < k1; k += {{WG}}u) {
+    for (var k = k0 + lane; k < k1; k += {{LANES}}u) {
         fold(&acc, &ai, T(X[strided(k, {{NR}}u, rs, rs + {{NR}}u, base)]), k);
     }
-    sv[lid.x] = acc;
-    si[lid.x] = ai;
-    workgroupBarrier();
-    for (var s = {{WG}}u / 2u; s > 0u; s = s / 2u) {
-        if (lid.x < s) {
-            var a = sv[lid.x];
-            var b = si[lid.x];
-            fold(&a, &b, sv[lid.x + s], si[lid.x + s]);
-            sv[lid.x] = a;
-            si[lid.x] = b;
-        }
+    if ({{LANES}}u > 1u) {
+        sv[lid.x] = acc;
+        si[lid.x] = ai;
         workgroupBarrier();
+        for (var s = {{LANES}}u / 2u; s > 0u; s = s / 2u) {
+            if (lane < s) {
+                var a = sv[lid.x];
+                var b = si[lid.x];
+                fold(&a, &b, sv[lid.x + s], si[lid.x + s]);
+                sv[lid.x] = a;
+                si[lid.x] = b;
+            }
+            workgroupBarrier();
+        }
+        acc = sv[lid.x];
+        ai = si[lid.x];
     }
-    if (lid.x == 0u) {
-        let acc_final = sv[0];
-        let ai_final = si[0];
+    if (lane == 0u && valid) {
+        let acc_final = acc;
+        let ai_final = ai;
         O[row] = {{SO}}({{RESULT}});
     }
 }

@@ -518,9 +518,9 @@ class WebGPUBackend(Backend):
         else:
             result = f"{rnd}(acc_final)"
         chunk = -(-k_total // chunks)
-        wg = 256 if chunk >= 2048 else 64
+        wg, lanes = self._row_split(n_out * chunks, chunk, 1)
         spec = {"S": tin.storage, "SO": tout.storage, "NK": len(kshape), "NR": len(rshape),
-                "COMBINE": combine, "INIT": init, "RESULT": result, "WG": wg,
+                "COMBINE": combine, "INIT": init, "RESULT": result, "WG": wg, "LANES": lanes,
                 "ISNAN": "nan_f(f32(v))" if tcomp.compute == "f32" else "false"}
         pipe = self._kernel("reduce", tcomp, spec, op)
         st, off, extent = src
@@ -530,13 +530,15 @@ class WebGPUBackend(Backend):
             "<f", 1.0 / mean_count if mean_count else float("inf")))[0]
         params = [n_out * chunks, k_total, rel, scale, chunk, chunks, 0, 0] + list(kshape) + \
             list(kstr) + list(rshape) + list(rstr)
-        self._launch(pipe, params, [rng, orng], self._grid(n_out * chunks, 1))
+        self._launch(pipe, params, [rng, orng], self._grid(n_out * chunks, wg // lanes))
 
     def _row_split(self, rows, length, passes):
         """(workgroup size, invocations per row) for row kernels. CPU adapters give each
-        row one invocation (no barriers) while the loops stay under lavapipe's cap of
-        65,535 iterations; GPUs share a row among a workgroup."""
-        if self.driver.info.get("adapter_type") == "CPU" and passes * length < 60000:
+        of many short rows one invocation (no barriers; sequential f32 sums stay accurate
+        up to a few thousand terms, and loops under lavapipe's cap of 65,535 iterations);
+        GPUs, and few or long rows, share a row among a workgroup tree."""
+        if (self.driver.info.get("adapter_type") == "CPU" and rows >= 64
+                and length <= 2048 and passes * length <= 16384):
             return 64, 1
         lanes = 256 if length >= 2048 else 64
         return lanes, lanes
