@@ -201,8 +201,8 @@ def test_adapter_listing_matches_the_opened_device(wgpu):
 
 @pytest.mark.parametrize("split", [(64, 1), (64, 64), (256, 256), (64, 16)])
 def test_row_kernels_with_every_row_split(wgpu, monkeypatch, split):
-    """softmax and layer/rms norm give the same result whether an invocation owns a row
-    (CPU adapters) or a workgroup tree shares it (GPUs): both code paths run here."""
+    """softmax, layer/rms norm and reductions give the same result whether an invocation
+    owns a row (CPU adapters) or a workgroup tree shares it (GPUs): both paths run here."""
     monkeypatch.setattr(type(wgpu.backend), "_row_split", lambda self, rows, n, passes: split)
     rng = np.random.default_rng(5)
     x = rng.standard_normal((3, 70, 33), dtype=np.float32)
@@ -224,3 +224,8 @@ def test_row_kernels_with_every_row_split(wgpu, monkeypatch, split):
     rms = xt / np.sqrt((xt ** 2).mean(-1, keepdims=True) + 1e-6) * w
     got = t.rms_norm(ember.tensor(w, device=wgpu)).numpy()
     np.testing.assert_allclose(got, rms, rtol=1e-4, atol=1e-5)
+    # Reductions take the same split.
+    np.testing.assert_allclose(t.sum(-1).numpy(), xt.sum(-1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(t.mean((0, 2)).numpy(), xt.mean((0, 2)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(t.max(1).numpy(), x.transpose(1, 0, 2).max(1))
+    np.testing.assert_array_equal(t.argmin(-1).numpy(), x.transpose(1, 0, 2).argmin(-1))
