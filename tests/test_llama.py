@@ -238,3 +238,18 @@ def test_half_precision_weights_stay_close(family, torch, dtype_name, tol):
     got = model([ids[-1:]], cache=cache).to(ember.f32).numpy()[0, -1]
     assert np.isfinite(got).all()
     assert np.abs(got - ref).max() <= tol * np.abs(ref).max(), np.abs(got - ref).max() / np.abs(ref).max()
+
+
+def test_config_reads_legacy_fields_as_transformers_does(transformers):
+    """Old-style files: top-level rope_theta/rope_scaling, Gemma's legacy hidden_act="gelu"."""
+    legacy = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+              "rope_theta": 500000.0, "rope_scaling": {
+                  "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                  "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}
+    ours = LlamaConfig.from_dict(legacy)
+    ref = transformers.LlamaConfig(**{k: v for k, v in legacy.items() if k != "model_type"})
+    assert ours.rope_theta == ref.rope_parameters["rope_theta"]
+    assert ours.rope_scaling["rope_type"] == ref.rope_parameters["rope_type"] == "llama3"
+    gemma = {"model_type": "gemma", "hidden_size": 64, "num_attention_heads": 4, "hidden_act": "gelu"}
+    assert LlamaConfig.from_dict(gemma).hidden_act == transformers.GemmaConfig(
+        hidden_size=64, num_attention_heads=4, hidden_act="gelu").hidden_act

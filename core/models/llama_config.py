@@ -102,7 +102,10 @@ class LlamaConfig:
         if model_type == "gemma":
             hidden = d.get("hidden_size", cls.hidden_size)
             family["embed_scale"] = math.sqrt(hidden)
-            d.setdefault("hidden_act", d.get("hidden_activation") or "gelu_pytorch_tanh")
+            # Gemma's released configs say "gelu" but mean the tanh approximation
+            # (transformers rewrites it the same way); hidden_activation wins when set.
+            act = d.get("hidden_activation") or d.get("hidden_act") or "gelu_pytorch_tanh"
+            d["hidden_act"] = "gelu_pytorch_tanh" if act == "gelu" else act
         known = {f.name for f in fields(cls)} - {"extra"}
         kwargs = {k: v for k, v in family.items()}
         kwargs.update({k: v for k, v in d.items() if k in known and v is not None
