@@ -12,7 +12,7 @@ become `QuantLinear` layers).
 import numpy as np
 
 from .. import dtype as dt
-from ..device import as_device
+from ..device import Device, as_device
 from ..errors import EmberError, ShapeMismatch, fmt_shape
 from ..io.quant import QTensor
 from ..nn import Embedding, Linear, Module, ModuleList, RmsNorm, VarBuilder, get_activation
@@ -261,7 +261,9 @@ class LlamaForCausalLM(Module):
 
         x = self.embed_tokens(ids)
         if self.config.embed_scale is not None:
-            x = x * float(np.float32(self.config.embed_scale))
+            # transformers rounds the scale to the model's dtype first (sqrt(3072) is 55.5 in bf16)
+            scale = tensor([self.config.embed_scale], dtype=x.dtype, device=Device.cpu())
+            x = x * float(scale.to(dt.f32).numpy()[0])
         for layer in self.layers:
             x = layer(x, rope, tables, cache, masks)
         if cache is not None:
