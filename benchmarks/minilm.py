@@ -154,16 +154,21 @@ def main():
         rows.append((f"ember wgpu ({min(args.sentences, args.wgpu_sentences)} texts)", "ember",
                      "wgpu"))
     results = {}
-    # Rounds alternate the engines, and each figure is the best over the rounds, so a
-    # burst of load from other processes does not land on one engine only.
+    paired = []  # per round: (ember/torch cold start, throughput) from the same round
+    # Rounds alternate the engines (and swap who goes first), and each figure is the best
+    # over the rounds, so a burst of load from other processes does not land on one
+    # engine only; the paired ratios compare the two engines round by round.
     for round_no in range(args.rounds):
-        for label, engine, device in rows:
+        this_round = {}
+        order = rows if round_no % 2 == 0 else rows[1::-1] + rows[2:]
+        for label, engine, device in order:
             n, repeats = args.sentences, args.repeats
             if device == "wgpu":
                 if round_no:
                     continue  # one round: a software adapter takes minutes
                 n, repeats = min(n, args.wgpu_sentences), 1
             r = measure(engine, device, args.model, n, repeats)
+            this_round[label] = r
             best = results.get(label)
             if best is None or "error" in best:
                 results[label] = r
@@ -171,6 +176,9 @@ def main():
                 results[label] = {"cold_s": min(best["cold_s"], r["cold_s"]),
                                   "per_s": max(best["per_s"], r["per_s"]),
                                   "rss_mb": min(best["rss_mb"], r["rss_mb"])}
+        e, t = this_round.get("ember cpu", {}), this_round.get("torch cpu (transformers)", {})
+        if "cold_s" in e and "cold_s" in t:
+            paired.append((e["cold_s"] / t["cold_s"], e["per_s"] / t["per_s"]))
     print(f"{'engine':<26}{'cold start':>12}{'sentences/s':>14}{'peak RSS':>12}")
     for label, _, _ in rows:
         r = results[label]
@@ -184,7 +192,14 @@ def main():
     if "cold_s" in e and "cold_s" in t:
         print(f"\nember cpu / torch cpu: cold start {e['cold_s'] / t['cold_s']:.3f}x (target <= 0.1), "
               f"peak RSS {e['rss_mb'] / t['rss_mb']:.3f}x (target <= 0.5), "
-              f"throughput {e['per_s'] / t['per_s']:.2f}x (target >= 1.0)")
+              f"throughput {e['per_s'] / t['per_s']:.2f}x (target >= 1.0)  [best of each]")
+    if paired:
+        import statistics
+        print("paired per round: cold start " +
+              ", ".join(f"{c:.3f}x" for c, _ in paired) + f" (median "
+              f"{statistics.median(c for c, _ in paired):.3f}x); throughput " +
+              ", ".join(f"{p:.2f}x" for _, p in paired) +
+              f" (median {statistics.median(p for _, p in paired):.2f}x)")
 
 
 if __name__ == "__main__":
