@@ -110,14 +110,12 @@ def resolve(path_or_id=None, revision=None, download=True):
     model_id = os.fspath(path_or_id) if path_or_id is not None else DEFAULT_MODEL
     tried = []
 
-    looks_like_path = os.path.isabs(model_id) or model_id.startswith(".") or os.path.exists(model_id)
-    if looks_like_path:
-        why = _check_dir(model_id)
-        if why is None:
-            return os.path.abspath(model_id)
-        tried.append((f"local directory {os.path.abspath(model_id)}", why))
-        if os.path.exists(model_id):
-            raise _not_found(model_id, tried)
+    why = _check_dir(model_id)
+    if why is None:
+        return os.path.abspath(model_id)
+    tried.append((f"local directory {os.path.abspath(model_id)}", why))
+    if os.path.exists(model_id) or os.path.isabs(model_id) or model_id.startswith("."):
+        raise _not_found(model_id, tried)  # clearly meant as a path: look no further
 
     for name in _cache_names(model_id) + ([DEFAULT_MODEL] if model_id == DEFAULT_MODEL_ID else []):
         d = os.path.join(ember_models_dir(), name)

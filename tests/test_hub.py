@@ -86,11 +86,12 @@ def test_not_found_names_every_place(tmp_path):
     with pytest.raises(hub.ModelNotFound) as info:
         hub.resolve("org/nothing")
     message = str(info.value)
+    assert str(tmp_path / "org" / "nothing") in message  # the working directory first
     assert str(tmp_path / "ember-cache" / "models" / "org--nothing") in message
     assert str(tmp_path / "ember-cache" / "models" / "nothing") in message
     assert str(tmp_path / "hf-cache") in message and "models--org--nothing" in message
     assert "HF_HUB_OFFLINE" in message
-    assert len(info.value.tried) == 4
+    assert len(info.value.tried) == 5
 
 
 def test_missing_default_model_says_make_models():
