@@ -149,6 +149,11 @@ class BrowserDriver:
         self.queue = device.queue
         described = describe(adapter, device)
         self.info = dict(described["adapter"])
+        # The backend picks barrier-free kernels for CPU adapters, as wgpu-py reports
+        # lavapipe; the browser's counterpart is SwiftShader, its fallback adapter.
+        if self.info.get("architecture") == "swiftshader" or \
+                bool(getattr(adapter.info, "isFallbackAdapter", False)):
+            self.info["adapter_type"] = "CPU"
         self.features = set(described["features"])
         self.limits = {_hyphenated(k): v for k, v in described["limits"].items()}
         if max_binding_size:  # plan as if bindings were smaller (buffers stay as large)
