@@ -300,3 +300,40 @@ def test_bad_sharded_index_names_the_field(tmp_path):
 def test_dir_without_weights_says_what_it_expected(tmp_path):
     with pytest.raises(ember.FormatError, match="model.safetensors"):
         nn.VarBuilder.from_dir(tmp_path)
+
+
+class _WithBuffers(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.placeholder((2,))
+        self.register_buffer("table", nn.placeholder((3,)))
+        self.register_buffer("cache", ember.zeros(4), persistent=False)
+
+
+def test_buffers_load_when_persistent_and_stay_out_of_parameters(device):
+    m = _WithBuffers()
+    assert [n for n, _ in m.named_parameters()] == ["scale"]
+    assert [n for n, _ in m.named_buffers()] == ["table", "cache"]
+    assert set(m.state_dict()) == {"scale", "table"}
+    m.load(_vb({"scale": np.array([1, 2], np.float32), "table": np.array([3, 4, 5], np.float32)},
+               device))
+    assert m.table.tolist() == [3.0, 4.0, 5.0] and m.table.device == device
+    assert m.cache.tolist() == [0.0] * 4  # transient: never read from the checkpoint
+
+
+def test_module_list_holds_indexed_children():
+    layers = nn.ModuleList(nn.Linear(2, 2), nn.Linear(2, 3))
+    assert [n for n, _ in layers.named_parameters()] == ["0.weight", "0.bias", "1.weight",
+                                                          "1.bias"]
+    assert layers[1].out_features == 3
+    with pytest.raises(TypeError):
+        layers(ember.zeros(1, 2))
+
+
+def test_module_without_init_says_so():
+    class Broken(nn.Module):
+        def __init__(self):
+            self.w = ember.zeros(1)
+
+    with pytest.raises(AttributeError, match="Module.__init__"):
+        Broken()
