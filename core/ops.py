@@ -6,7 +6,8 @@ Array forms keep f32 as f32: they use Python floats (which never promote) and `x
 rather than `x**3` (whose denormal path is slow in numpy).
 WGSL forms use `x` (and `p0`, `p1` for scalar parameters) or `a`, `b`; helper functions
 such as `erf_f`, `tanh_f` (clamped: some drivers return NaN for large |x|), `pow_f`
-(numpy's meaning for negative bases) and `idiv` (flooring) live in shaders/prelude.wgsl.
+(numpy's meaning for negative bases), `idiv` (flooring) and `nan_t` (a NaN test on
+the bits, false for integers) live in shaders/prelude.wgsl or the kernel header.
 """
 import math
 
@@ -132,7 +133,8 @@ UNARY = {op.name: op for op in [
     UnaryOp("cos", lambda xp, x: xp.cos(x), "cos(x)"),
     UnaryOp("tanh", lambda xp, x: xp.tanh(x), "tanh_f(x)"),
     UnaryOp("sigmoid", _sigmoid, "0.5 * tanh_f(0.5 * x) + 0.5"),
-    UnaryOp("relu", lambda xp, x: xp.maximum(x, 0), "select(x, T(0), x < T(0))", "fiu"),
+    UnaryOp("relu", lambda xp, x: xp.maximum(x, 0), "select(x, T(0), x < T(0) && !nan_t(x))",
+            "fiu"),
     UnaryOp("gelu", gelu_erf_array, "gelu_erf(x)"),
     UnaryOp("gelu_tanh", gelu_tanh_array, "gelu_tanh(x)"),
     UnaryOp("quick_gelu", lambda xp, x: x * _sigmoid(xp, 1.702 * x),

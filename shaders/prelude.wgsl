@@ -43,11 +43,13 @@ fn round_bf16(v: f32) -> f32 {
 // without shader-f16 (SwiftShader) do return garbage there: values that round past 65504
 // become +-inf explicitly, as numpy's float16 gives, and the rest is clamped before packing.
 fn round_f16(v: f32) -> f32 {
+    if (nan_f(v)) { return v; }   // clamp() below would turn NaN into a finite value
     if (abs(v) >= 65520.0) { return bitcast<f32>((bitcast<u32>(v) & 0x80000000u) | 0x7f800000u); }
     return unpack2x16float(pack2x16float(vec2<f32>(clamp(v, -65504.0, 65504.0), 0.0))).x;
 }
 // The f16 bits of a value already rounded by round_f16 (so finite, or exactly +-inf).
 fn f16_bits(v: f32) -> u32 {
+    if (nan_f(v)) { return 0x7e00u; }
     if (abs(v) > 65504.0) { return ((bitcast<u32>(v) >> 16u) & 0x8000u) | 0x7c00u; }
     return pack2x16float(vec2<f32>(v, 0.0)) & 0xffffu;
 }
@@ -99,10 +101,12 @@ fn pow_f(a: f32, b: f32) -> f32 {
     return m;
 }
 
-// Integer division that floors like Python's //, and gives 0 for a zero divisor as numpy does.
+// Integer division that floors like Python's //, and gives 0 for a zero divisor as numpy
+// does. Written on magnitudes: `%` and `/` of negative integers differ between drivers.
 fn idiv(a: T, b: T) -> T {
     if (b == T(0)) { return T(0); }
-    let q = a / b;
-    if ((a % b != T(0)) && ((a < T(0)) != (b < T(0)))) { return q - T(1); }
-    return q;
+    let q = abs(a) / abs(b);
+    if ((a < T(0)) == (b < T(0))) { return q; }
+    let r = abs(a) - q * abs(b);
+    return T(0) - q - select(T(0), T(1), r != T(0));
 }

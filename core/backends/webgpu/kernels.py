@@ -57,7 +57,9 @@ def render(name, compute_type, spec, enable_f16=False):
             raise KeyError(f"kernel {name}: placeholder {{{{{key}}}}} has no value")
         return str(spec[key])
 
-    header = ("enable f16;\n" if enable_f16 else "") + f"alias T = {compute_type};\n"
+    nan = "nan_f(x)" if compute_type == "f32" else "false"
+    header = ("enable f16;\n" if enable_f16 else "") + f"alias T = {compute_type};\n" + \
+        f"fn nan_t(x: T) -> bool {{ return {nan}; }}\n"
     body = _PLACEHOLDER.sub(fill, source(name))
     return header + _PLACEHOLDER.sub(fill, source("prelude")) + body
 
