@@ -84,9 +84,11 @@ class EmberPage:
         self.url = url
         self.do = do or (lambda fn, *args: fn(*args))
         self.console = []
+        self.requests = []   # every URL the page and its worker asked for
         self.info = None
 
         def attach():
+            page.on("request", lambda req: self.requests.append(req.url))
             page.on("console", lambda msg: self.console.append(f"{msg.type}: {msg.text}"))
             page.on("pageerror", lambda err: self.console.append(f"pageerror: {err}"))
             page.set_default_timeout(PAGE_TIMEOUT_MS)

@@ -70,3 +70,12 @@ def test_playground_shows_an_error_from_the_snippet(ember_page):
     assert shown["status"].startswith("error")
     assert expected in shown["text"]
     assert "error" in shown["class"]
+
+
+def test_the_page_and_its_worker_fetch_only_from_the_local_server(ember_page):
+    urls = list(ember_page.requests)
+    assert any(u.endswith("/pyodide/pyodide.asm.wasm") for u in urls), urls
+    assert any("/wheels/ember-" in u for u in urls), urls
+    foreign = [u for u in urls if not u.startswith(ember_page.url.split("?")[0].rsplit("/", 1)[0])
+               and not u.startswith(("blob:", "data:"))]
+    assert foreign == []
