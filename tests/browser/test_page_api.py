@@ -170,3 +170,28 @@ def test_opening_without_a_requested_device(ember_page):
                          "[_be.driver.device is not _saved[1], "
                          "(ember.tensor([1.5, 2.5], device=_d) * 2).tolist()]")
     assert got == [True, [3.0, 5.0]]
+
+
+def test_safetensors_from_an_array_buffer(ember_page, tmp_path_factory):
+    # A file written by the reference library, read in the page from a JS ArrayBuffer.
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    rng = np.random.default_rng(7)
+    tensors = {"w": rng.standard_normal((3, 5)).astype(np.float32),
+               "ids": np.arange(6, dtype=np.int64).reshape(2, 3) * 1000 - 2500,
+               "h": rng.standard_normal(7).astype(np.float16)}
+    blob = safetensors_numpy.save(tensors)
+    got = ember_page.run(
+        "import js\nfrom pyodide.ffi import to_js\n"
+        "from ember.backends.webgpu.browser import load_safetensors_js\n"
+        f"_ab = js.Uint8Array.new(to_js({list(blob)!r})).buffer\n"
+        "_t = load_safetensors_js(_ab)\n"
+        "{k: [v.dtype.name, list(v.shape), v.tolist()] for k, v in sorted(_t.items())}")
+    assert got["w"][:2] == ["f32", [3, 5]]
+    np.testing.assert_array_equal(np.asarray(got["w"][2], np.float32), tensors["w"])
+    assert got["ids"] == ["i64", [2, 3], tensors["ids"].tolist()]
+    assert got["h"][:2] == ["f16", [7]]
+    np.testing.assert_array_equal(np.asarray(got["h"][2], np.float16), tensors["h"])
+    broken = ember_page.result(
+        "load_safetensors_js(js.Uint8Array.new(to_js([255, 0, 0, 0, 0, 0, 0, 0, 123])).buffer)")
+    assert broken["error"]["type"] == "FormatError"
+    assert "header length" in broken["error"]["message"]

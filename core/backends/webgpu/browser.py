@@ -381,3 +381,27 @@ def tensor_from_js(data, dtype, shape, device=None):
     else:
         storage = backend.from_host(view.to_bytes(), dtype, shape)
     return Tensor(storage, Layout(shape), dtype, device)
+
+
+def load_safetensors_js(array_buffer, device=None, name="<ArrayBuffer>"):
+    """All tensors of a safetensors file held in a JS ArrayBuffer (a fetched file): only
+    the header crosses into Python; each tensor's bytes go from a view of the buffer
+    straight into its GPU buffer (`tensor_from_js`). Returns a dict name -> Tensor."""
+    import struct
+    from ...io.safetensors import _check_supported, parse_header
+    if not isinstance(array_buffer, JsProxy):
+        raise TypeError(f"load_safetensors_js: expected a JS ArrayBuffer, got "
+                        f"{type(array_buffer).__name__}; use ember.io.load_safetensors_bytes")
+    size = int(array_buffer.byteLength)
+    head = js.Uint8Array.new(array_buffer, 0, min(8, size)).to_bytes()
+    length = struct.unpack("<Q", head)[0] if len(head) == 8 else 0
+    header_bytes = js.Uint8Array.new(array_buffer, 0, min(size, 8 + length)).to_bytes() \
+        if 8 + length <= size else head
+    header = parse_header(header_bytes, size, name)   # validates against the full size
+    out = {}
+    for key, info in header.tensors.items():
+        _check_supported(name, info)
+        begin, end = info.file_offsets
+        view = js.Uint8Array.new(array_buffer, begin, end - begin)
+        out[key] = tensor_from_js(view, info.dtype, info.shape, device)
+    return out
