@@ -1,8 +1,9 @@
 """The sentence-embedding demo's Python side, run in the page's worker (web/static/embed.html).
 
-The model's files are fetched from the bundle with byte progress into Pyodide's in-memory
-file system, then `SentenceEmbedder.from_pretrained` loads them on the WebGPU device
-exactly as it does natively. Answers are JSON strings, like page_runtime's.
+The model's small files (config, tokenizer) are fetched into Pyodide's in-memory file
+system; the weights are fetched into a JS ArrayBuffer with byte progress and uploaded from
+it to the GPU without becoming Python bytes. The model is then the same BertModel and
+SentenceEmbedder as natively. Answers are JSON strings, like page_runtime's.
 """
 import json
 import os
@@ -18,48 +19,89 @@ def _progress(stage, fraction, text):
                           "text": text}, dict_converter=js.Object.fromEntries))
 
 
-async def load(manifest_json, name="all-MiniLM-L6-v2"):
-    """Fetch model `name` listed in the bundle's manifest and load it; returns JSON with
-    the model's size and the time each step took."""
+async def _fetch_file(url, path):
     import js
+    response = await js.fetch(url)
+    if not response.ok:
+        raise FileNotFoundError(f"fetching {url}: HTTP {response.status}")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as out:
+        out.write((await response.arrayBuffer()).to_bytes())
+
+
+async def _fetch_array_buffer(url, size, name):
+    """The file as a JS ArrayBuffer, filled chunk by chunk on the JS side (the bytes never
+    become Python objects), reporting progress."""
+    import js
+    response = await js.fetch(url)
+    if not response.ok:
+        raise FileNotFoundError(f"fetching {url}: HTTP {response.status}")
+    target = js.Uint8Array.new(size)
+    reader = response.body.getReader()
+    done = 0
+    while True:
+        chunk = await reader.read()
+        if chunk.done:
+            break
+        target.set(chunk.value, done)
+        done += int(chunk.value.length)
+        _progress("model", 0.8 * done / size,
+                  f"Downloading {name} weights ({done / 1e6:.1f} / {size / 1e6:.1f} MB)")
+    if done != size:
+        raise IOError(f"fetching {url}: got {done} bytes, the manifest says {size}")
+    return target.buffer
+
+
+async def load(manifest_json, name="all-MiniLM-L6-v2"):
+    """Fetch model `name` listed in the bundle's manifest and load it on the WebGPU device;
+    returns JSON with the model's size and the time each step took.
+
+    Configs and the tokenizer (small) go to Pyodide's file system; the weights stay a JS
+    ArrayBuffer and go from slices of it straight into GPU buffers (load_safetensors_js)."""
     import ember
+    from ember.backends.webgpu.browser import load_safetensors_js
+    from ember.models.bert import BertConfig, BertModel
+    from ember.models.pooling import read_pooling_config
+    from ember.nn import VarBuilder
     from ember.pipelines.sentence_embedder import SentenceEmbedder
+    from ember.pipelines.tokenizer_loader import load_tokenizer
     manifest = json.loads(manifest_json)
     model = manifest.get("models", {}).get(name)
     if model is None:
         raise FileNotFoundError(
             f"the bundle has no model {name!r}: run `make models` and then `make web` "
             f"(or `ember serve --rebuild`) to include it")
-    total = sum(model["files"].values())
-    done = 0
+    files = model["files"]
+    if "model.safetensors" not in files:
+        raise FileNotFoundError(f"the bundle's {name} has no model.safetensors")
     t0 = time.perf_counter()
     root = f"/models/{name}"
-    for rel, size in sorted(model["files"].items(), key=lambda kv: kv[1]):
-        path = f"{root}/{rel}"
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        response = await js.fetch(model["path"] + rel)
-        if not response.ok:
-            raise FileNotFoundError(f"fetching {model['path'] + rel}: HTTP {response.status}")
-        reader = response.body.getReader()
-        with open(path, "wb") as out:
-            while True:
-                chunk = await reader.read()
-                if chunk.done:
-                    break
-                out.write(chunk.value.to_bytes())
-                done += int(chunk.value.length)
-                _progress("model", 0.8 * done / total,
-                          f"Downloading {name} ({done / 1e6:.1f} / {total / 1e6:.1f} MB)")
+    for rel in files:
+        if rel != "model.safetensors":
+            await _fetch_file(model["path"] + rel, f"{root}/{rel}")
+    weights = await _fetch_array_buffer(model["path"] + "model.safetensors",
+                                        files["model.safetensors"], name)
     t1 = time.perf_counter()
-    _progress("model", 0.85, "Loading the weights onto the GPU")
-    embedder = SentenceEmbedder.from_pretrained(root, device=ember.Device.webgpu())
+    _progress("model", 0.85, "Uploading the weights to the GPU")
+    device = ember.Device.webgpu()
+    tensors = load_safetensors_js(weights, device, name=f"{name}/model.safetensors")
+    del weights
+    config = BertConfig.from_json(f"{root}/config.json")
+    bert = BertModel(config, VarBuilder.from_tensors(tensors, device=device,
+                                                     label=f"{name}/model.safetensors"))
+    pooling = read_pooling_config(root)
+    limit = config.max_position_embeddings
+    tokenizer = load_tokenizer(f"{root}/tokenizer.json",
+                               min(pooling.max_seq_length or limit, limit))
+    embedder = SentenceEmbedder(bert, tokenizer, pooling, device, model_path=root,
+                                pad_id=config.pad_token_id or 0)
     t2 = time.perf_counter()
     _progress("model", 0.9, "Compiling the kernels (first sentence)")
     embedder.encode(["warm up"]).tolist()
     t3 = time.perf_counter()
     _progress("ready", 1.0, f"{name} ready")
     _state["embedder"] = embedder
-    return json.dumps({"model": name, "bytes": total, "dim": embedder.dim,
+    return json.dumps({"model": name, "bytes": sum(files.values()), "dim": embedder.dim,
                        "seconds": {"download": t1 - t0, "load": t2 - t1, "warm_up": t3 - t2}})
 
 
