@@ -59,3 +59,12 @@ def test_demo_matches_native_similarities(embed_page, model_dir, reference_devic
     assert cells == len(TEXTS) ** 2
     embed_page.do(lambda: embed_page.page.screenshot(
         path=os.path.join(artifacts_dir, "embed-demo.png"), full_page=True))
+
+
+def test_demo_reported_download_progress(embed_page):
+    log = embed_page.evaluate("() => window.ember.progressLog")
+    model = [m["fraction"] for m in log if m["stage"] == "model"]
+    assert len(model) >= 3
+    assert model == sorted(model)
+    assert any("MB)" in m["text"] for m in log if m["stage"] == "model")
+    assert log[-1]["stage"] == "ready"

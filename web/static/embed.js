@@ -6,8 +6,10 @@ const $ = (id) => document.getElementById(id);
 const ember = new EmberWorker();
 window.ember = ember;
 
+// One bar for two phases: the worker's boot fills the first 40%, the model the rest.
+let booted = false;
 ember.onprogress = ({ fraction, text }) => {
-  const pct = Math.round(fraction * 100);
+  const pct = Math.round((booted ? 0.4 + 0.6 * fraction : 0.4 * fraction) * 100);
   $("bar-fill").style.width = `${pct}%`;
   $("percent").textContent = `${pct}%`;
   $("stage").textContent = text;
@@ -23,6 +25,7 @@ async function python(code) {
 
 // Resolves once the model is loaded; window.demoReady lets tests wait for it.
 window.demoReady = ember.ready.then(async (info) => {
+  booted = true;
   const manifest = JSON.stringify(info.manifest);
   const loaded = JSON.parse(await python(
     `from ember.web import demo_embed\nawait demo_embed.load(${JSON.stringify(manifest)})`));
