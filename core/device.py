@@ -30,6 +30,16 @@ class Device:
     def __hash__(self):
         return hash((self.kind, self.index))
 
+    def memory_stats(self):
+        """Device memory bookkeeping where the backend keeps it (WebGPU: bytes_in_use,
+        bytes_pooled, buffers_created); an empty dict elsewhere."""
+        stats = getattr(self.backend, "memory_stats", None)
+        return stats() if stats else {}
+
+    def synchronize(self):
+        """Wait until queued work has finished (a no-op on synchronous backends)."""
+        self.backend.synchronize()
+
     # --- constructors ------------------------------------------------------------------------
     @classmethod
     def _get(cls, kind, index, make):
