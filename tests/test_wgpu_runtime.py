@@ -42,12 +42,12 @@ def test_repeated_forward_creates_no_new_buffers_or_pipelines(wgpu):
     x = ember.tensor(xs, device=wgpu)
     backend = wgpu.backend
     first = _block(x, w).numpy()                     # warm-up: buffers and pipelines made
-    made = backend.memory_stats()["buffers_created"]
+    made = wgpu.memory_stats()["buffers_created"]
     stats = backend.kernel_stats()
     for _ in range(3):
         again = _block(x, w).numpy()
         np.testing.assert_array_equal(again, first)
-    assert backend.memory_stats()["buffers_created"] == made
+    assert wgpu.memory_stats()["buffers_created"] == made
     after = backend.kernel_stats()
     assert after["pipeline_misses"] == stats["pipeline_misses"]
     assert after["pipeline_hits"] > stats["pipeline_hits"]
