@@ -195,3 +195,20 @@ def test_safetensors_from_an_array_buffer(ember_page, tmp_path_factory):
         "load_safetensors_js(js.Uint8Array.new(to_js([255, 0, 0, 0, 0, 0, 0, 0, 123])).buffer)")
     assert broken["error"]["type"] == "FormatError"
     assert "header length" in broken["error"]["message"]
+
+
+def test_a_lost_device_is_reported_at_the_next_readback(ember_page):
+    answer = ember_page.result(
+        "import asyncio\nfrom ember.backends.webgpu import browser\n"
+        "_saved = (browser._Opened.adapter, browser._Opened.device)\n"
+        "browser._Opened.adapter = browser._Opened.device = None\n"
+        "try:\n    _lost_be = browser.open_browser_backend()\n"
+        "finally:\n    browser._Opened.adapter, browser._Opened.device = _saved\n"
+        "_lost = ember.Device('webgpu', 3, _lost_be)\n"
+        "_x = ember.tensor([1.0, 2.0], device=_lost)\n"
+        "_lost_be.driver.device.destroy()\n"
+        "await asyncio.sleep(0.2)\n"
+        "await (_x * 2).tolist_async()")
+    assert answer["error"]["type"] == "DeviceError"
+    assert "lost" in answer["error"]["message"]
+    assert ember_page.run("(ember.tensor([4.0], device=dev) + 1).item()") == 5.0

@@ -166,6 +166,8 @@ class BrowserDriver:
         # Kept alive on purpose: the device holds it for its whole life.
         self._on_error = create_proxy(self._record_error)
         device.addEventListener("uncapturederror", self._on_error)
+        self._on_lost = create_proxy(self._record_lost)
+        device.lost.then(self._on_lost)
         self._usage = js.GPUBufferUsage
         self._storage_usage = (self._usage.STORAGE | self._usage.COPY_SRC
                                | self._usage.COPY_DST)
@@ -180,6 +182,10 @@ class BrowserDriver:
 
     def _record_error(self, event):
         self._errors.append(str(getattr(event.error, "message", event.error)))
+
+    def _record_lost(self, info):
+        self._errors.append(f"the GPU device was lost ({getattr(info, 'reason', '?')}: "
+                            f"{getattr(info, 'message', '')}); reload the page")
 
     def _raise_recorded(self, doing):
         if self._errors:
