@@ -16,8 +16,10 @@ reads back; everything else lives here and needs neither wgpu nor numpy.
 import struct
 
 from ... import dtype as dt
-from ...errors import DimOutOfRange, UnsupportedDType, UnsupportedOp, fmt_shape
+from ...errors import (DeviceError, DimOutOfRange, EmberError, UnsupportedDType,
+                       UnsupportedOp, fmt_shape)
 from ...ops import BINARY, COMPARE, INT_DIV, UNARY
+from ...layout import Layout
 from ..base import Backend
 from . import kernels
 from .dtypes import convert_expr, device_types, host_words, unsupported
@@ -51,6 +53,7 @@ class WebGPUBackend(Backend):
         self.arena_used = 0
         self.batch = 0
         self.pipelines = {}
+        self.labels = {}
         self.bind_groups = {}
         self.counters = {"pipeline_hits": 0, "pipeline_misses": 0, "submits": 0,
                          "dispatches": 0, "readbacks": 0}
@@ -94,8 +97,10 @@ class WebGPUBackend(Backend):
         self.counters["pipeline_misses"] += 1
         code = kernels.render(name, compute, spec, enable_f16=f16)
         ro = kernels.BINDINGS[name]
-        pipe = self.driver.create_pipeline(code, kernels.label(name, spec, op), len(ro), ro)
+        label = kernels.label(name, spec, op)
+        pipe = self.driver.create_pipeline(code, label, len(ro), ro)
         self.pipelines[key] = pipe
+        self.labels[id(pipe[0])] = label
         return pipe
 
     def _kernel(self, name, t, spec, op=None):
@@ -127,14 +132,22 @@ class WebGPUBackend(Backend):
         self.arena_host[off:off + len(data)] = data
         self.arena_used += self.block
         key = (id(pipe[0]),) + tuple((b.serial, o, n) for b, o, n in ranges)
-        bg = self.bind_groups.get(key)
-        if bg is None:
-            if len(self.bind_groups) > 4096:
-                self.bind_groups.clear()
-            bg = self.driver.create_bind_group(
-                pipe, self.arena, _BLOCK, [(b.handle, o, n) for b, o, n in ranges])
-            self.bind_groups[key] = bg
-        self.driver.dispatch(pipe, bg, off, groups)
+        try:
+            bg = self.bind_groups.get(key)
+            if bg is None:
+                if len(self.bind_groups) > 4096:
+                    self.bind_groups.clear()
+                bg = self.driver.create_bind_group(
+                    pipe, self.arena, _BLOCK, [(b.handle, o, n) for b, o, n in ranges])
+                self.bind_groups[key] = bg
+            self.driver.dispatch(pipe, bg, off, groups)
+        except EmberError:
+            raise
+        except Exception as exc:  # a validation error from the driver: name the kernel
+            label = self.labels.get(id(pipe[0]), "?")
+            raise DeviceError(f"wgpu: dispatching kernel {label} with groups {groups} and "
+                              f"bindings {[(o, n) for _, o, n in ranges]} failed: {exc}",
+                              kernel=label, device="wgpu") from None
         self.counters["dispatches"] += 1
 
     def _grid(self, n, wg=_WG):
@@ -659,15 +672,21 @@ class WebGPUBackend(Backend):
 
     # --- indexing ------------------------------------------------------------------------------
     def _check_ids(self, ids, lids, size, op, dim):
+        """Reject out-of-range ids before a gather reads with them. Ids uploaded from the
+        host carry their range; others are reduced to (min, max) on the device and only
+        those two numbers are read back."""
         if lids.numel == 0:
             return
         lo_hi = ids.known_range
         if lo_hi is None or lo_hi[0] < 0 or lo_hi[1] >= size:
-            id_dtype = _storage_dtype_of(ids)
-            data = self.to_bytes(ids, lids, dt.from_name(id_dtype))
-            code = {"i64": "q", "i32": "i", "u32": "I", "u8": "B"}[id_dtype]
-            values = memoryview(data).cast(code)
-            lo_hi = (min(values), max(values))
+            id_dtype = dt.from_name(_storage_dtype_of(ids) or "i64")
+            dims = list(range(lids.ndim))
+            one = Layout(())
+            lo_hi = tuple(_unpack_one(self.to_bytes(self.reduce(r, ids, lids, dims, id_dtype),
+                                                    one, id_dtype), id_dtype)
+                          for r in ("min", "max"))
+            if lids.offset == 0 and lids.numel == ids.numel and lids.is_contiguous():
+                ids.known_range = lo_hi
         if lo_hi[0] < 0 or lo_hi[1] >= size:
             bad = lo_hi[0] if lo_hi[0] < 0 else lo_hi[1]
             raise DimOutOfRange(f"{op}: index {bad} out of range for dim {dim} of size {size}",
@@ -753,6 +772,11 @@ class WebGPUBackend(Backend):
 
 def _storage_dtype_of(storage):
     return getattr(storage, "dtype_name", None)
+
+
+def _unpack_one(data, dtype):
+    code = {"i64": "<q", "i32": "<i", "u32": "<I", "u8": "<B"}[dtype.name]
+    return struct.unpack(code, data[:struct.calcsize(code)])[0]
 
 
 def _param_bits(value, t):
