@@ -88,3 +88,14 @@ def test_every_built_pipeline_respects_the_storage_limit(wgpu):
         assert len(kernels.BINDINGS[key[0]]) <= 8
     adapter_limit = backend.driver.adapter.limits["max-storage-buffer-binding-size"]
     assert backend.max_binding == adapter_limit
+
+
+def test_matmul_with_a_long_inner_dim(wgpu):
+    """K = 70,001 (odd: the general strided kernel) is split into accumulated partial
+    products; lavapipe stops any invocation after 65,535 loop iterations."""
+    rng = np.random.default_rng(4)
+    k = 70001
+    a = rng.standard_normal((3, k), dtype=np.float32)
+    b = rng.standard_normal((k, 5), dtype=np.float32)
+    got = (ember.tensor(a, device=wgpu) @ ember.tensor(b, device=wgpu)).numpy()
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-4, atol=5e-3)

@@ -573,6 +573,11 @@ class WebGPUBackend(Backend):
         out = self._alloc(layout.numel, dtype, "cumsum")
         if layout.numel == 0:
             return out
+        if layout.shape[dim] >= 65535 and self.driver.info.get("adapter_type") == "CPU":
+            # lavapipe stops every invocation after 65,535 loop iterations (NOTES.md).
+            raise UnsupportedOp(f"cumsum: a dim of {layout.shape[dim]} elements is longer than "
+                                f"a CPU WebGPU adapter (lavapipe) scans in one invocation",
+                                op="cumsum")
         kshape, kx, ko, os_ = self._rows(layout, dim)
         rows = layout.numel // layout.shape[dim]
         spec = {"S": t.storage, "ROUND": t.round, "NK": len(kshape), "WG": 64}

@@ -5,6 +5,7 @@ Kernels: `matmul_nt` (f32, both operands run along K: x @ W.T of a Linear layer)
 `matmul_nn` (f32, B with unit column stride: x @ W), and the general strided
 `matmul` for every other dtype or layout. Register tiles are chosen per adapter kind.
 
+A K longer than 32,768 is split into partial products accumulated into the output.
 An operand too large for one binding is split along its outermost dim: rows of A,
 columns of B (output columns), K (partial products accumulated into the output), or a
 batch dim; the halves recurse until every binding fits.
@@ -54,7 +55,16 @@ def _span(op, bshape, rows, cols):
     return span(list(bshape) + [rows, cols], op.bs + [op.rs, op.cs])
 
 
+_MAX_K = 32768   # keeps each invocation's K loop under lavapipe's 65,535-iteration cap
+
+
 def _split_or_launch(be, t, dtype, A, B, O, m, n, k, bshape, acc):
+    if k > _MAX_K:
+        half = k // 2 // 4 * 4
+        _split_or_launch(be, t, dtype, A, B, O, m, n, half, bshape, acc)
+        _split_or_launch(be, t, dtype, A.moved(half * A.cs), B.moved(half * B.rs), O,
+                         m, n, k - half, bshape, True)
+        return
     limit = be.max_binding - be.storage_align - 16
     spans = {"A": _span(A, bshape, m, k) * t.size, "B": _span(B, bshape, k, n) * t.size,
              "O": _span(O, bshape, m, n) * t.size}
