@@ -149,8 +149,12 @@ def test_without_jspi_a_gpu_error_surfaces_at_the_next_readback(ember_page):
         "await ember.tensor([1.0], device=dev).tolist_async()")
     assert answer["error"]["type"] == "DeviceError"
     assert "late_kernel" in answer["error"]["message"]
-    # Reported once: the device works on.
-    assert ember_page.run("await (ember.tensor([1.0], device=dev) * 3).tolist_async()") == [3.0]
+    # Reported once, also to a second backend sharing the GPU device: both work on.
+    assert ember_page.run(
+        "from ember.backends.webgpu import browser\n"
+        "_twin = ember.Device('webgpu', 4, browser.open_browser_backend())\n"
+        "[await (ember.tensor([1.0], device=dev) * 3).tolist_async(),\n"
+        " await (ember.tensor([1.0], device=_twin) * 4).tolist_async()]") == [[3.0], [4.0]]
 
 
 def test_opening_without_a_requested_device(ember_page):

@@ -75,6 +75,29 @@ def _dispatch_js():
     return _dispatch_fn[0]
 
 
+_device_errors = {}
+
+
+def _errors_of(device):
+    """The list collecting a GPUDevice's uncaptured errors and its loss, one per device
+    however many backends share it, so each error is raised once."""
+    key = device.js_id
+    errors = _device_errors.get(key)
+    if errors is None:
+        errors = _device_errors[key] = []
+
+        def on_error(event):
+            errors.append(str(getattr(event.error, "message", event.error)))
+
+        def on_lost(info):
+            errors.append(f"the GPU device was lost ({getattr(info, 'reason', '?')}: "
+                          f"{getattr(info, 'message', '')}); reload the page")
+        # The proxies live as long as the device: it calls them until it is gone.
+        device.addEventListener("uncapturederror", create_proxy(on_error))
+        device.lost.then(create_proxy(on_lost))
+    return errors
+
+
 class _Opened:
     """The adapter and device that `request_device_async` obtained, kept for Device.webgpu()."""
     adapter = None
@@ -162,12 +185,7 @@ class BrowserDriver:
         self._encoder = None
         self._pass = None
         self._staging = {}
-        self._errors = []
-        # Kept alive on purpose: the device holds it for its whole life.
-        self._on_error = create_proxy(self._record_error)
-        device.addEventListener("uncapturederror", self._on_error)
-        self._on_lost = create_proxy(self._record_lost)
-        device.lost.then(self._on_lost)
+        self._errors = _errors_of(device)
         self._usage = js.GPUBufferUsage
         self._storage_usage = (self._usage.STORAGE | self._usage.COPY_SRC
                                | self._usage.COPY_DST)
@@ -180,16 +198,10 @@ class BrowserDriver:
                                                    self.info.get("architecture")))) \
             or "browser adapter"
 
-    def _record_error(self, event):
-        self._errors.append(str(getattr(event.error, "message", event.error)))
-
-    def _record_lost(self, info):
-        self._errors.append(f"the GPU device was lost ({getattr(info, 'reason', '?')}: "
-                            f"{getattr(info, 'message', '')}); reload the page")
-
     def _raise_recorded(self, doing):
         if self._errors:
-            messages, self._errors = self._errors, []
+            messages = list(self._errors)
+            self._errors.clear()
             raise DeviceError(f"webgpu: {doing} on {self.name} failed: " + "; ".join(messages),
                               device="webgpu")
 
