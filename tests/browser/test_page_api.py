@@ -140,6 +140,8 @@ def test_a_kernel_that_fails_to_compile_names_itself_and_the_compiler_message(em
 def test_without_jspi_a_gpu_error_surfaces_at_the_next_readback(ember_page):
     # No JSPI: the pipeline cannot be checked when made; the device reports the error
     # later, and the next readback raises it instead of losing it.
+    ember_page.run("from ember.backends.webgpu import browser\n"
+                   "_twin = ember.Device('webgpu', 4, browser.open_browser_backend())")
     made = ember_page.result(
         f"dev.backend.driver.create_pipeline({BROKEN_WGSL!r}, 'late_kernel', 1, [True])",
         mode="plain")
@@ -151,8 +153,6 @@ def test_without_jspi_a_gpu_error_surfaces_at_the_next_readback(ember_page):
     assert "late_kernel" in answer["error"]["message"]
     # Reported once, also to a second backend sharing the GPU device: both work on.
     assert ember_page.run(
-        "from ember.backends.webgpu import browser\n"
-        "_twin = ember.Device('webgpu', 4, browser.open_browser_backend())\n"
         "[await (ember.tensor([1.0], device=dev) * 3).tolist_async(),\n"
         " await (ember.tensor([1.0], device=_twin) * 4).tolist_async()]") == [[3.0], [4.0]]
 
