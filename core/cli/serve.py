@@ -67,6 +67,9 @@ def run(args):
     host, port = server.server_address[:2]
     shown = f"[{host}]" if ":" in host else host
     print(f"ember serve: {path} on http://{shown}:{port}/  (Ctrl+C stops)", flush=True)
+    if host not in ("127.0.0.1", "::1", "localhost"):
+        print(f"ember serve: note: listening on {host}, so other machines can load these "
+              "pages too", file=sys.stderr, flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
