@@ -346,3 +346,19 @@ def test_cli_generate_without_a_model_says_so(capsys):
     from ember.cli import main
     assert main(["generate", "--device", "cpu", "hello"]) == 1
     assert "--model" in capsys.readouterr().err
+
+
+def test_cli_generate_chat_flag_renders_the_template(model_dir, hf_tok, torch):
+    path, hf = model_dir
+    transformers = require("transformers")
+    ref_tok = transformers.PreTrainedTokenizerFast(tokenizer_object=hf_tok, bos_token="<s>",
+                                                   eos_token="</s>", chat_template=TEMPLATE)
+    prompt = ref_tok.apply_chat_template([{"role": "user", "content": "Tell me"}], tokenize=False,
+                                         add_generation_prompt=True)
+    ids = hf_tok.encode(prompt).ids
+    with torch.no_grad():
+        out = hf.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                          do_sample=False, max_new_tokens=6, pad_token_id=0)
+    rc, text = _run_cli(["generate", "--model", path, "--device", "cpu", "--max-new-tokens", "6",
+                         "--chat", "--json", "Tell me"])
+    assert rc == 0 and json.loads(text)["token_ids"] == out[0, len(ids):].tolist()
