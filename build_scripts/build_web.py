@@ -14,6 +14,7 @@ The bundle is assembled in a temporary directory and swapped in whole, so a serv
 sees half of one. `--if-stale` rebuilds only when the sources' hash changed.
 """
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -122,7 +123,30 @@ def build_wheel(outdir):
     return wheels[0]
 
 
+@contextlib.contextmanager
+def _build_lock(bundle):
+    """One build of a bundle directory at a time (two test runs, or `make web` beside
+    `ember serve`); elsewhere than POSIX, no lock."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    key = hashlib.sha256(str(Path(bundle).resolve()).encode()).hexdigest()[:16]
+    with open(Path(tempfile.gettempdir()) / f"ember-bundle-{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def build(bundle=BUNDLE):
+    with _build_lock(bundle):
+        return _build(bundle)
+
+
+def _build(bundle):
     version = ensure_pyodide()
     digest = source_hash()
     bundle = Path(bundle)
@@ -180,7 +204,11 @@ def is_stale(bundle=BUNDLE):
 
 def ensure_bundle(bundle=BUNDLE):
     """Build the bundle when it is missing or older than the sources; returns its path."""
-    return build(bundle) if is_stale(bundle) else Path(bundle)
+    if not is_stale(bundle):
+        return Path(bundle)
+    with _build_lock(bundle):
+        # Another process may have built it while this one waited for the lock.
+        return _build(bundle) if is_stale(bundle) else Path(bundle)
 
 
 def main(argv=None):
