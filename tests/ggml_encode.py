@@ -56,7 +56,8 @@ def permute_for_interleaved_rope(w, n_heads):
     return w.reshape(n_heads, 2, hd // 2, inp).swapaxes(1, 2).reshape(out, inp)
 
 
-def write_llama_gguf(path, hf_model, qtypes, tokenizer_json=None, gguf=None, rope_freqs=None):
+def write_llama_gguf(path, hf_model, qtypes, tokenizer_json=None, gguf=None, rope_freqs=None,
+                     chat_template=None):
     """Write a transformers LlamaForCausalLM to GGUF. `qtypes` maps "linear", "embed",
     "output" (and optionally "v", for attn_v alone) to a type name ("F32", "Q8_0", "Q4_K", ...). Returns {gguf name: the
     f32 values ember should see} (dequantized by the `gguf` package). `rope_freqs`
@@ -81,6 +82,8 @@ def write_llama_gguf(path, hf_model, qtypes, tokenizer_json=None, gguf=None, rop
     w.add_vocab_size(cfg.vocab_size)
     if tokenizer_json is not None:
         _add_tokenizer(w, tokenizer_json, cfg)
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
     seen = {}
 
     def put(name, arr, kind):

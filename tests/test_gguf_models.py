@@ -372,3 +372,26 @@ def test_llama3_rope_scaling_from_rope_freqs(tmp_path, torch):
     with torch.no_grad():
         ref = hf(torch.tensor([ids])).logits[0, -1].numpy()
     assert np.abs(model([ids], last_only=True).numpy()[0, -1] - ref).max() <= 1e-4
+
+
+def test_cli_chat_from_gguf_uses_its_template(tmp_path, hf_llama, hf_tokenizer, torch, monkeypatch, capsys):
+    """`ember chat --gguf FILE`: tokenizer.chat_template and tokenizer from the file."""
+    import io
+    import sys
+    transformers = require("transformers")
+    template = ("{{ bos_token }}{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n"
+                "{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}")
+    path = tmp_path / "chat.gguf"
+    write_llama_gguf(path, hf_llama, {}, hf_tokenizer.to_str(), chat_template=template)
+    ref_tok = transformers.PreTrainedTokenizerFast(tokenizer_object=hf_tokenizer, bos_token="<s>",
+                                                   eos_token="</s>", chat_template=template)
+    prompt = ref_tok.apply_chat_template([{"role": "user", "content": "Hi there"}], tokenize=False,
+                                         add_generation_prompt=True)
+    ids = hf_tokenizer.encode(prompt).ids
+    eos = hf_tokenizer.token_to_id("</s>")
+    new = _hf_greedy(hf_llama, ids, torch, n=6)
+    new = new[:new.index(eos)] if eos in new else new
+    from ember.cli import main
+    monkeypatch.setattr(sys, "stdin", io.StringIO("Hi there\n"))
+    assert main(["chat", "--gguf", str(path), "--device", "cpu", "--max-new-tokens", "6"]) == 0
+    assert capsys.readouterr().out == hf_tokenizer.decode(new) + "\n"
