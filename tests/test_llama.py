@@ -256,3 +256,20 @@ def test_config_reads_legacy_fields_as_transformers_does(transformers):
     gemma = {"model_type": "gemma", "hidden_size": 64, "num_attention_heads": 4, "hidden_act": "gelu"}
     assert LlamaConfig.from_dict(gemma).hidden_act == transformers.GemmaConfig(
         hidden_size=64, num_attention_heads=4, hidden_act="gelu").hidden_act
+
+
+def test_tensor_copy_writes_into_a_view(device):
+    """Tensor.copy_ (the KV cache's write): only the view's elements change, src may be
+    strided or broadcast; a shape that cannot broadcast names both tensors."""
+    base = np.arange(2 * 3 * 8, dtype=np.float32).reshape(2, 3, 8)
+    dst = ember.tensor(base, device=device)
+    src = np.random.default_rng(0).standard_normal((2, 4, 3)).astype(np.float32)
+    dst.narrow(2, 2, 4).copy_(ember.tensor(src, device=device).transpose(1, 2))
+    expect = base.copy()
+    expect[:, :, 2:6] = src.transpose(0, 2, 1)
+    np.testing.assert_array_equal(dst.numpy(), expect)
+    dst.narrow(1, 0, 1).copy_(ember.tensor([7.0], device=device))
+    expect[:, 0] = 7.0
+    np.testing.assert_array_equal(dst.numpy(), expect)
+    with pytest.raises(ShapeMismatch, match=r"copy_: src \[3\]"):
+        dst.narrow(2, 0, 2).copy_(ember.zeros(3, device=device))
