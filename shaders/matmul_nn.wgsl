@@ -1,16 +1,17 @@
-// f32 matmul for B with unit column stride (x @ W with W [K, N] row-major): each
+// Float matmul for B with unit column stride (x @ W with W [K, N] row-major): each
 // invocation keeps a {{TM}} x 4*{{TC}} register tile, reading B as vec4 columns and A as vec4
 // runs along K. No shared memory or barriers: on CPU-backed adapters (lavapipe) barriers
 // cost more than the reuse they buy, and on GPUs the caches catch the reuse.
 // Needs: N, K, b/a offsets and row strides multiples of 4, A unit K-stride.
-// Placeholders: {{TM}} rows and {{TC}} vec4 columns per invocation, {{WGX}}, {{WGY}}
+// Placeholders: {{S}} storage type (f32 or f16; math in f32), {{ROUND}} a vec4 rounding
+// (bf16 kept in f32), {{TM}} rows and {{TC}} vec4 columns per invocation, {{WGX}}, {{WGY}}
 // workgroup shape, {{NB}}.
 // P: 0 M, 1 N/4, 2 K/4, 4 a offset/4, 5 b offset/4, 6 out offset/4, 7 accumulate,
 // 8 a row stride/4, 10 b row stride/4, 12 out row stride/4,
 // 16.. batch shape, a, b and out batch strides (/4 where the operand is vec4)
-@group(0) @binding(1) var<storage, read> A: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> B: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read_write> O: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> A: array<vec4<{{S}}>>;
+@group(0) @binding(2) var<storage, read> B: array<vec4<{{S}}>>;
+@group(0) @binding(3) var<storage, read_write> O: array<vec4<{{S}}>>;
 
 @compute @workgroup_size({{WGX}}, {{WGY}})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -34,13 +35,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         let kb = 4u * k * ldb;
         var b: array<array<vec4<f32>, 4>, {{TC}}>;
         for (var c = 0u; c < {{TC}}u; c++) {
-            b[c][0] = B[cols[c] + kb];
-            b[c][1] = B[cols[c] + kb + ldb];
-            b[c][2] = B[cols[c] + kb + 2u * ldb];
-            b[c][3] = B[cols[c] + kb + 3u * ldb];
+            b[c][0] = vec4<f32>(B[cols[c] + kb]);
+            b[c][1] = vec4<f32>(B[cols[c] + kb + ldb]);
+            b[c][2] = vec4<f32>(B[cols[c] + kb + 2u * ldb]);
+            b[c][3] = vec4<f32>(B[cols[c] + kb + 3u * ldb]);
         }
         for (var r = 0u; r < {{TM}}u; r++) {
-            let a = A[rows[r] + k];
+            let a = vec4<f32>(A[rows[r] + k]);
             for (var c = 0u; c < {{TC}}u; c++) {
                 acc[r][c] += a.x * b[c][0] + a.y * b[c][1] + a.z * b[c][2] + a.w * b[c][3];
             }
@@ -52,8 +53,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
             if (m0 + r < m_total && c0 + c < c_total) {
                 let o = ob + (m0 + r) * p(12u) + c0 + c;
                 var v = acc[r][c];
-                if (p(7u) != 0u) { v += O[o]; }
-                O[o] = v;
+                if (p(7u) != 0u) { v += vec4<f32>(O[o]); }
+                O[o] = vec4<{{S}}>({{ROUND}}(v));
             }
         }
     }

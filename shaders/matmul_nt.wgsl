@@ -1,14 +1,15 @@
-// f32 matmul for B read transposed (x @ W.T with W [N, K] row-major, as in a Linear
+// Float matmul for B read transposed (x @ W.T with W [N, K] row-major, as in a Linear
 // layer): A rows and W rows both run along K, so each invocation keeps a {{TM}} x {{TN}}
 // register tile of dot products over vec4 runs of K. No shared memory (see matmul_nn).
 // Needs: K, a/b offsets and row strides multiples of 4.
-// Placeholders: {{TM}}, {{TN}}, {{WGX}}, {{WGY}}, {{NB}}.
+// Placeholders: {{S}} storage type (f32 or f16; math in f32), {{ROUND}}, {{TM}}, {{TN}},
+// {{WGX}}, {{WGY}}, {{NB}}.
 // P: 0 M, 1 N, 2 K/4, 4 a offset/4, 5 b offset/4, 6 out offset, 7 accumulate,
 // 8 a row stride/4, 11 b row (n) stride/4, 12 out row stride,
 // 16.. batch shape, a, b and out batch strides (/4 where the operand is vec4)
-@group(0) @binding(1) var<storage, read> A: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> B: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read_write> O: array<f32>;
+@group(0) @binding(1) var<storage, read> A: array<vec4<{{S}}>>;
+@group(0) @binding(2) var<storage, read> B: array<vec4<{{S}}>>;
+@group(0) @binding(3) var<storage, read_write> O: array<{{S}}>;
 
 @compute @workgroup_size({{WGX}}, {{WGY}})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -28,9 +29,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let k4 = p(2u);
     for (var k = 0u; k < k4; k++) {
         var bv: array<vec4<f32>, {{TN}}>;
-        for (var c = 0u; c < {{TN}}u; c++) { bv[c] = B[brow[c] + k]; }
+        for (var c = 0u; c < {{TN}}u; c++) { bv[c] = vec4<f32>(B[brow[c] + k]); }
         for (var r = 0u; r < {{TM}}u; r++) {
-            let a = A[arow[r] + k];
+            let a = vec4<f32>(A[arow[r] + k]);
             for (var c = 0u; c < {{TN}}u; c++) { acc[r][c] += dot(a, bv[c]); }
         }
     }
@@ -40,8 +41,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
             if (m0 + r < m_total && n0 + c < n_total) {
                 let o = ob + (m0 + r) * p(12u) + n0 + c;
                 var v = acc[r][c];
-                if (p(7u) != 0u) { v += O[o]; }
-                O[o] = v;
+                if (p(7u) != 0u) { v += f32(O[o]); }
+                O[o] = {{S}}({{ROUND}}(v));
             }
         }
     }

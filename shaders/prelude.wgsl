@@ -54,6 +54,12 @@ fn f16_bits(v: f32) -> u32 {
     return pack2x16float(vec2<f32>(v, 0.0)) & 0xffffu;
 }
 fn wrap_u8(v: u32) -> u32 { return v & 0xffu; }
+fn round_bf16_4(v: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(round_bf16(v.x), round_bf16(v.y), round_bf16(v.z), round_bf16(v.w));
+}
+fn round_f16_4(v: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(round_f16(v.x), round_f16(v.y), round_f16(v.z), round_f16(v.w));
+}
 
 // NaN test on the bits: WGSL lets compilers assume floats are never NaN, and lavapipe
 // folds `x != x` to false.

@@ -78,3 +78,26 @@ def test_i64_is_i32_on_the_device_with_checked_uploads(wgpu):
         ember.tensor(np.array([2 ** 31]), device=wgpu)
     with pytest.raises(ember.UnsupportedDType, match="32 bits"):
         ember.tensor(np.array([-2 ** 31 - 1]), device=wgpu)
+
+
+@pytest.mark.parametrize("which", ["native_f16", "no_f16"])
+@pytest.mark.parametrize("dtype_name", ["f16", "bf16"])
+@pytest.mark.parametrize("layout", ["x_at_w", "x_at_w_t"])
+def test_half_matmul_fast_paths_match_the_cpu(request, which, dtype_name, layout):
+    """The vec4 matmul kernels read f16 (or f32-held bf16/f16) and round on store; the CPU
+    computes in f32 and rounds once, so the results agree exactly."""
+    dev = request.getfixturevalue("wgpu" if which == "native_f16" else "no_f16")
+    cpu = ember.Device.cpu()
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((2, 9, 16)).astype(np.float32)
+    b = rng.standard_normal((16, 12)).astype(np.float32)
+
+    def weight(device):
+        if layout == "x_at_w":
+            return ember.tensor(b, dtype=dtype_name, device=device)
+        return ember.tensor(np.ascontiguousarray(b.T), dtype=dtype_name, device=device).t()
+
+    got = ember.tensor(a, dtype=dtype_name, device=dev) @ weight(dev)
+    ref = ember.tensor(a, dtype=dtype_name, device=cpu) @ weight(cpu)
+    np.testing.assert_array_equal(got.to(ember.f32).numpy(), ref.to(ember.f32).numpy())
+    assert any(k[0] in ("matmul_nn", "matmul_nt") for k in dev.backend.pipelines)

@@ -1,9 +1,10 @@
 """Batched matmul on WebGPU: kernel choice, and splitting of operands that exceed the
 adapter's maximum storage binding.
 
-Kernels: `matmul_nt` (f32, both operands run along K: x @ W.T of a Linear layer),
-`matmul_nn` (f32, B with unit column stride: x @ W), and the general strided
-`matmul` for every other dtype or layout. Register tiles are chosen per adapter kind.
+Kernels: `matmul_nt` (floats, both operands run along K: x @ W.T of a Linear layer),
+`matmul_nn` (floats, B with unit column stride: x @ W), and the general strided
+`matmul` for integers and every other layout. Float math runs in f32; f16 is read as
+vec4<f16> where the adapter has shader-f16, bf16 and f16 elsewhere are f32 rounded on store. Register tiles are chosen per adapter kind.
 
 A K longer than 32,768 is split into partial products accumulated into the output.
 An operand too large for one binding is split along its outermost dim: rows of A,
@@ -132,13 +133,14 @@ def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc):
         ranges.append(r)
         rel.append(o)
     nbd = len(bshape)
-    fast = dtype is dt.f32 and nb <= be.max_groups
+    fast = dtype.is_float and nb <= be.max_groups
     batch4 = _all4(*(A.bs + B.bs + O.bs))
     tile = tiles(be)
     if fast and A.cs == 1 and B.rs == 1 and _all4(k, rel[0], A.rs, rel[1], B.cs) and batch4:
         tm, tn, wgx, wgy = tile["nt"]
-        spec = {"TM": tm, "TN": tn, "WGX": wgx, "WGY": wgy, "NB": nbd}
-        pipe = be._pipeline("matmul_nt", "f32", spec, "matmul")
+        spec = {"TM": tm, "TN": tn, "WGX": wgx, "WGY": wgy, "NB": nbd, "S": t.storage,
+                "ROUND": t.round}
+        pipe = be._kernel("matmul_nt", t, spec, "matmul")
         params = [m, n, k // 4, 0, rel[0] // 4, rel[1] // 4, rel[2], int(acc),
                   A.rs // 4, 0, 0, B.cs // 4, O.rs, 0, 0, 0] + list(bshape) + \
             [s // 4 for s in A.bs] + [s // 4 for s in B.bs] + list(O.bs)
@@ -146,8 +148,9 @@ def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc):
     elif fast and A.cs == 1 and B.cs == 1 and _all4(n, k, rel[0], A.rs, rel[1], B.rs, rel[2],
                                                    O.rs) and batch4:
         tm, tc, wgx, wgy = tile["nn"]
-        spec = {"TM": tm, "TC": tc, "WGX": wgx, "WGY": wgy, "NB": nbd}
-        pipe = be._pipeline("matmul_nn", "f32", spec, "matmul")
+        spec = {"TM": tm, "TC": tc, "WGX": wgx, "WGY": wgy, "NB": nbd, "S": t.storage,
+                "ROUND": t.round + "_4" if t.round else ""}
+        pipe = be._kernel("matmul_nn", t, spec, "matmul")
         params = [m, n // 4, k // 4, 0, rel[0] // 4, rel[1] // 4, rel[2] // 4, int(acc),
                   A.rs // 4, 0, B.rs // 4, 0, O.rs // 4, 0, 0, 0] + list(bshape) + \
             [s // 4 for s in A.bs + B.bs + O.bs]
