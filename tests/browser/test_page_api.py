@@ -3,6 +3,7 @@ readback API, errors carried back with their message, the device's description."
 import numpy as np
 import pytest
 
+from helpers import require
 from page_harness import PageError
 
 
@@ -178,7 +179,7 @@ def test_opening_without_a_requested_device(ember_page):
 
 def test_safetensors_from_an_array_buffer(ember_page, tmp_path_factory):
     # A file written by the reference library, read in the page from a JS ArrayBuffer.
-    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    safetensors_numpy = require("safetensors.numpy")
     rng = np.random.default_rng(7)
     tensors = {"w": rng.standard_normal((3, 5)).astype(np.float32),
                "ids": np.arange(6, dtype=np.int64).reshape(2, 3) * 1000 - 2500,
