@@ -16,7 +16,11 @@ fn tree(lid: u32, lane: u32, v: f32, is_max: bool) -> f32 {
     workgroupBarrier();
     for (var s = {{LANES}}u / 2u; s > 0u; s = s / 2u) {
         if (lane < s) {
-            if (is_max) { sv[lid] = max(sv[lid], sv[lid + s]); } else { sv[lid] = sv[lid] + sv[lid + s]; }
+            if (is_max) {
+                sv[lid] = max(sv[lid], sv[lid + s]);
+            } else {
+                sv[lid] = sv[lid] + sv[lid + s];
+            }
         }
         workgroupBarrier();
     }

@@ -4,14 +4,14 @@ adapter's maximum storage binding.
 Kernels: `matmul_nt` (floats, both operands run along K: x @ W.T of a Linear layer),
 `matmul_nn` (floats, B with unit column stride: x @ W), and the general strided
 `matmul` for integers and every other layout. Float math runs in f32; f16 is read as
-vec4<f16> where the adapter has shader-f16, bf16 and f16 elsewhere are f32 rounded on store. Register tiles are chosen per adapter kind.
+vec4<f16> where the adapter has shader-f16, bf16 and f16 elsewhere are f32 rounded on
+store. Register tiles are chosen per adapter kind.
 
 A K longer than 32,768 is split into partial products accumulated into the output.
 An operand too large for one binding is split along its outermost dim: rows of A,
 columns of B (output columns), K (partial products accumulated into the output), or a
 batch dim; the halves recurse until every binding fits.
 """
-from ... import dtype as dt
 from ...errors import UnsupportedOp
 from .shapes import collapse, contiguous_strides, span
 
