@@ -131,3 +131,27 @@ def test_embed_reads_texts_from_stdin(capsys, monkeypatch, minilm_dir):
     assert v.shape == (2, 384)
     expected = _reference(minilm_dir, ["first line", "second line"])
     assert ((v * expected).sum(1)).min() >= 0.9999
+
+
+def test_embed_fetches_the_default_model_when_the_cache_is_empty(capsys, monkeypatch, tmp_path,
+                                                                  minilm_dir):
+    """`ember embed` without --model and without `make models`: it fetches (here the fetch
+    is replaced by a copy of the real model) and says so on stderr."""
+    import shutil
+    from ember import hub
+    monkeypatch.setenv("EMBER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    fetched = []
+
+    def fake_fetch(dest=None, force=False, log=print):
+        fetched.append(hub.default_model_dir())
+        shutil.copytree(minilm_dir, hub.default_model_dir())
+        return hub.default_model_dir()
+
+    monkeypatch.setattr(hub, "fetch_default_model", fake_fetch)
+    code, out, err = _run(capsys, "embed", "--device", "cpu", "--json", "a kitten")
+    assert code == 0 and fetched == [str(tmp_path / "cache" / "models" / "all-MiniLM-L6-v2")]
+    assert "fetching" in err
+    v = np.array(json.loads(out)["embeddings"][0])
+    assert float(v @ _reference(minilm_dir, ["a kitten"])[0]) >= 0.9999
