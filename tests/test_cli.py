@@ -155,3 +155,16 @@ def test_embed_fetches_the_default_model_when_the_cache_is_empty(capsys, monkeyp
     assert "fetching" in err
     v = np.array(json.loads(out)["embeddings"][0])
     assert float(v @ _reference(minilm_dir, ["a kitten"])[0]) >= 0.9999
+
+
+def test_import_ember_and_the_cli_stay_light():
+    """Cold start: importing ember, its pipelines and the CLI loads no GPU driver, no
+    torch/transformers, no tokenizer or safetensors package."""
+    heavy = ("wgpu", "torch", "transformers", "tokenizers", "safetensors", "huggingface_hub",
+             "cupy")
+    code = ("import sys, ember, ember.pipelines, ember.cli, ember.hub, ember.models.bert; "
+            "ember.cli.build_parser(); "
+            f"print([m for m in {heavy!r} if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
