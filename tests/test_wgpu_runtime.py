@@ -229,3 +229,30 @@ def test_row_kernels_with_every_row_split(wgpu, monkeypatch, split):
     np.testing.assert_allclose(t.mean((0, 2)).numpy(), xt.mean((0, 2)), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(t.max(1).numpy(), x.transpose(1, 0, 2).max(1))
     np.testing.assert_array_equal(t.argmin(-1).numpy(), x.transpose(1, 0, 2).argmin(-1))
+
+
+def test_wgpu_backend_runs_without_numpy(wgpu):
+    """The backend needs neither numpy nor per-element Python: host data travels as
+    bytes (what the browser gets), in a process where numpy cannot be imported."""
+    import json
+    import subprocess
+    import sys
+    code = (
+        "import sys, json, asyncio\n"
+        "sys.modules['numpy'] = None\n"
+        "import ember\n"
+        "d = ember.Device.wgpu()\n"
+        "x = ember.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], device=d)\n"
+        "out = {'mm': (x @ x.T).tolist(), 'bf16': x.to('bf16').tolist(),\n"
+        "       'u8': ember.tensor([5, 255], dtype='u8', device=d).tolist(),\n"
+        "       'i64': (ember.arange(4, device=d) - 2).tolist(),\n"
+        "       'async': asyncio.run(x.T.tolist_async())}\n"
+        "print(json.dumps(out))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    x = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    assert out["mm"] == (x @ x.T).tolist()
+    assert out["bf16"] == x.tolist() and out["async"] == x.T.tolist()
+    assert out["u8"] == [5, 255] and out["i64"] == [-2, -1, 0, 1]
