@@ -29,7 +29,7 @@ from .shapes import collapse, contiguous_strides, span
 _BLOCK = 256               # bytes of uniform data per dispatch
 _ARENA = 256 * 1024        # uniform arena per batch: up to 1,024 dispatches
 _WG = 256                  # invocations per workgroup of elementwise kernels
-_EPT = 4                   # elements per invocation of elementwise kernels
+_EPT = 8                   # elements per invocation of elementwise kernels
 _MAX_DIMS = 10
 _REDUCE_CHUNK = 1 << 16   # reduced elements per workgroup before a second pass
 
