@@ -99,3 +99,16 @@ def test_matmul_with_a_long_inner_dim(wgpu):
     b = rng.standard_normal((k, 5), dtype=np.float32)
     got = (ember.tensor(a, device=wgpu) @ ember.tensor(b, device=wgpu)).numpy()
     np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-4, atol=5e-3)
+
+
+@pytest.mark.parametrize("dtype_name", ["f32", "i32"])
+def test_cumsum_over_a_long_dim(wgpu, dtype_name):
+    """A scan of 70,001 elements (and a strided one across rows of 9,000) runs in chunks
+    with carries: no invocation loops 65,535 times, lavapipe's cap."""
+    rng = np.random.default_rng(6)
+    x = rng.integers(-3, 4, size=70001).astype(np.float32)
+    got = ember.tensor(x, dtype=dtype_name, device=wgpu).cumsum(0).numpy()
+    np.testing.assert_array_equal(got, np.cumsum(x))
+    y = rng.integers(-3, 4, size=(3, 9000)).astype(np.float32)
+    got = ember.tensor(y, dtype=dtype_name, device=wgpu).t().cumsum(0).numpy()
+    np.testing.assert_array_equal(got, np.cumsum(y.T, axis=0))

@@ -31,6 +31,7 @@ _ARENA = 256 * 1024        # uniform arena per batch: up to 1,024 dispatches
 _WG = 256                  # invocations per workgroup of elementwise kernels
 _EPT = 8                   # elements per invocation of elementwise kernels
 _MAX_DIMS = 10
+_SCAN_CHUNK = 4096         # prefix-sum elements per invocation before carries
 _REDUCE_CHUNK = 1 << 16   # reduced elements per workgroup before a second pass
 
 
@@ -573,21 +574,30 @@ class WebGPUBackend(Backend):
         out = self._alloc(layout.numel, dtype, "cumsum")
         if layout.numel == 0:
             return out
-        if layout.shape[dim] >= 65535 and self.driver.info.get("adapter_type") == "CPU":
-            # lavapipe stops every invocation after 65,535 loop iterations (NOTES.md).
-            raise UnsupportedOp(f"cumsum: a dim of {layout.shape[dim]} elements is longer than "
-                                f"a CPU WebGPU adapter (lavapipe) scans in one invocation",
-                                op="cumsum")
+        length = layout.shape[dim]
         kshape, kx, ko, os_ = self._rows(layout, dim)
-        rows = layout.numel // layout.shape[dim]
+        rows = layout.numel // length
+        chunks = -(-length // _SCAN_CHUNK)
         spec = {"S": t.storage, "ROUND": t.round, "NK": len(kshape), "WG": 64}
         pipe = self._kernel("cumsum", t, spec, "cumsum")
         rng, rel = self._bind(storage, layout.offset,
                               layout.offset + span(layout.shape, layout.strides), t.size, "cumsum")
         orng, _ = self._bind(out, 0, layout.numel, t.size, "cumsum")
-        params = [rows, layout.shape[dim], rel, 0, layout.strides[dim], os_, 0, 0] + \
-            kshape + kx + ko
-        self._launch(pipe, params, [rng, orng], self._grid(rows, 64))
+        params = [rows * chunks, length, rel, 0, layout.strides[dim], os_, _SCAN_CHUNK, chunks] \
+            + kshape + kx + ko
+        self._launch(pipe, params, [rng, rng, orng], self._grid(rows * chunks, 64))
+        if chunks > 1:
+            # Carries: the scan of each row's chunk totals (the last element of every chunk
+            # but the final one), then added to the chunks after them.
+            ostr = contiguous_strides(layout.shape)
+            kept = [d for d in range(layout.ndim) if d != dim]
+            totals = Layout([layout.shape[d] for d in kept] + [chunks - 1],
+                            [ostr[d] for d in kept] + [_SCAN_CHUNK * os_],
+                            (_SCAN_CHUNK - 1) * os_)
+            carries = self.cumsum(out, totals, len(kept), dtype)
+            crng, _ = self._bind(carries, 0, rows * (chunks - 1), t.size, "cumsum")
+            params[3] = 1
+            self._launch(pipe, params, [crng, crng, orng], self._grid(rows * chunks, 64))
         return out
 
     # --- fused paths --------------------------------------------------------------------------

@@ -21,7 +21,7 @@ BINDINGS = {
     "reduce": (True, False),
     "softmax": (True, False),
     "norm": (True, True, True, False),
-    "cumsum": (True, False),
+    "cumsum": (True, True, False),
     "matmul": (True, True, False),
     "matmul_nn": (True, True, False),
     "matmul_nt": (True, True, False),
