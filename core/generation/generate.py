@@ -8,13 +8,20 @@ per step through the KV cache.
 A model here is anything with `config.eos_token_ids`, `new_cache(batch, max_len)` and
 `__call__(ids, cache=, attention_mask=, last_only=True) -> logits [batch, 1, vocab]`.
 """
-import numpy as np
-
 from ..errors import EmberError
 from ..random import Generator
+from . import sampling_host
 from .config import GenerationConfig
-from .sampling import choose_tokens
 from .streaming import IncrementalDecoder, StopStrings
+
+try:
+    import numpy as np
+
+    from .sampling import choose_tokens
+except ImportError:   # a browser without numpy: host data are lists (sampling_host.py)
+    np = None
+
+_INTS = (int,) if np is None else (int, np.integer)
 
 
 def _config(config, overrides):
@@ -23,7 +30,7 @@ def _config(config, overrides):
 
 
 def _as_batch(prompts):
-    if len(prompts) and isinstance(prompts[0], (int, np.integer)):
+    if len(prompts) and isinstance(prompts[0], _INTS):
         prompts = [prompts]
     rows = [[int(t) for t in p] for p in prompts]
     if not rows or any(len(r) == 0 for r in rows):
@@ -31,48 +38,123 @@ def _as_batch(prompts):
     return rows
 
 
-def generate_steps(model, prompts, config=None, generator=None, **overrides):
-    """Yield, per step, an int64 array [batch] of new token ids; rows that have finished
-    (a stop token) get pad_token_id. The first step comes from one pass over all prompts."""
-    config = _config(config, overrides)
-    rows = _as_batch(prompts)
-    if config.max_new_tokens == 0:
-        return
-    stops = set(config.stop_token_ids if config.stop_token_ids is not None
-                else model.config.eos_token_ids)
-    if generator is None:
-        generator = Generator(config.seed)
-    b = len(rows)
-    width = max(len(r) for r in rows)
-    total = width + config.max_new_tokens
-    ids = np.full((b, width), config.pad_token_id, dtype=np.int64)
-    mask = np.zeros((b, total), dtype=bool)
-    for i, r in enumerate(rows):
-        ids[i, width - len(r):] = r                    # left padding
-        mask[i, width - len(r):] = True
-    mask[:, width:] = True
-    padded = not mask[:, :width].all()
-    history = [list(r) for r in rows]
-    done = np.zeros(b, dtype=bool)
+class _Decoding:
+    """One generation run's state, shared by the sync and the async loop: the padded
+    prompt, the attention mask, the cache, who has finished. Host data are numpy arrays
+    where numpy is installed and lists of Python ints/bools where it is not."""
 
-    cache = model.new_cache(b, total)
-    logits = model(ids, cache=cache, attention_mask=mask[:, :width] if padded else None,
-                   last_only=True)
+    def __init__(self, model, prompts, config, generator):
+        self.model, self.config = model, config
+        rows = _as_batch(prompts)
+        self.stops = set(config.stop_token_ids if config.stop_token_ids is not None
+                         else model.config.eos_token_ids)
+        self.generator = generator if generator is not None else Generator(config.seed)
+        self.b = b = len(rows)
+        self.width = width = max(len(r) for r in rows)
+        total = width + config.max_new_tokens
+        pad = config.pad_token_id
+        if np is not None:
+            self.ids = np.full((b, width), pad, dtype=np.int64)
+            self.mask = np.zeros((b, total), dtype=bool)
+            for i, r in enumerate(rows):
+                self.ids[i, width - len(r):] = r                    # left padding
+                self.mask[i, width - len(r):] = True
+            self.mask[:, width:] = True
+            self.padded = not self.mask[:, :width].all()
+            self.done = np.zeros(b, dtype=bool)
+        else:
+            self.ids = [[pad] * (width - len(r)) + r for r in rows]
+            self.mask = [[False] * (width - len(r)) + [True] * (total - width + len(r))
+                         for r in rows]
+            self.padded = any(len(r) < width for r in rows)
+            self.done = [False] * b
+        self.history = [list(r) for r in rows]
+        self.cache = model.new_cache(b, total)
+
+    def _mask(self, length):
+        if not self.padded:
+            return None
+        return self.mask[:, :length] if np is not None else [m[:length] for m in self.mask]
+
+    def first_logits(self):
+        """The prompt in one batched pass: logits [batch, 1, vocab] of its last position."""
+        return self.model(self.ids, cache=self.cache, attention_mask=self._mask(self.width),
+                          last_only=True)
+
+    def choose(self, scores):
+        """The next ids (pad for finished rows) from scores [batch, vocab] (a numpy array,
+        or lists without numpy); records them in the history."""
+        config = self.config
+        if np is not None:
+            nxt = choose_tokens(scores, self.history, config, self.generator)
+            nxt = np.where(self.done, config.pad_token_id, nxt).astype(np.int64)
+        else:
+            nxt = sampling_host.choose_tokens(scores, self.history, config, self.generator)
+            nxt = [config.pad_token_id if d else t for t, d in zip(nxt, self.done)]
+        for i in range(self.b):
+            if not self.done[i]:
+                self.history[i].append(int(nxt[i]))
+                if int(nxt[i]) in self.stops:
+                    self.done[i] = True
+        return nxt
+
+    def finished(self, step):
+        return all(self.done) or step == self.config.max_new_tokens - 1
+
+    def next_logits(self, nxt, step):
+        """One decode step: the ids chosen at `step` through the cache."""
+        ids = nxt.reshape(self.b, 1) if np is not None else [[int(t)] for t in nxt]
+        return self.model(ids, cache=self.cache, attention_mask=self._mask(self.width + step + 1),
+                          last_only=True)
+
+
+def _scores(logits):
+    """Last-position logits [batch, vocab] on the host (sync readback)."""
+    if np is not None:
+        return logits.numpy()[:, -1, :]
+    return [row[-1] for row in logits.tolist()]
+
+
+async def _scores_async(logits):
+    """The same through the async readback, which a browser page can await."""
+    if np is not None:
+        return (await logits.numpy_async())[:, -1, :]
+    return [row[-1] for row in await logits.tolist_async()]
+
+
+def generate_steps(model, prompts, config=None, generator=None, **overrides):
+    """Yield, per step, the new token id of each row ([batch]: an int64 array, a list of
+    ints without numpy); rows that have finished (a stop token) get pad_token_id. The
+    first step comes from one pass over all prompts."""
+    config = _config(config, overrides)
+    if config.max_new_tokens == 0:
+        _as_batch(prompts)   # still says so when a prompt is empty
+        return
+    run = _Decoding(model, prompts, config, generator)
+    logits = run.first_logits()
     for step in range(config.max_new_tokens):
-        scores = logits.numpy()[:, -1, :]
-        nxt = choose_tokens(scores, history, config, generator)
-        nxt = np.where(done, config.pad_token_id, nxt).astype(np.int64)
-        for i in range(b):
-            if not done[i]:
-                history[i].append(int(nxt[i]))
-                if int(nxt[i]) in stops:
-                    done[i] = True
+        nxt = run.choose(_scores(logits))
         yield nxt
-        if done.all() or step == config.max_new_tokens - 1:
+        if run.finished(step):
             return
-        length = width + step + 1
-        logits = model(nxt.reshape(b, 1), cache=cache,
-                       attention_mask=mask[:, :length] if padded else None, last_only=True)
+        logits = run.next_logits(nxt, step)
+
+
+async def generate_steps_async(model, prompts, config=None, generator=None, **overrides):
+    """generate_steps as an async generator: each step's logits are read back with the
+    async API, so a browser page's event loop runs while the GPU works."""
+    config = _config(config, overrides)
+    if config.max_new_tokens == 0:
+        _as_batch(prompts)   # still says so when a prompt is empty
+        return
+    run = _Decoding(model, prompts, config, generator)
+    logits = run.first_logits()
+    for step in range(config.max_new_tokens):
+        nxt = run.choose(await _scores_async(logits))
+        yield nxt
+        if run.finished(step):
+            return
+        logits = run.next_logits(nxt, step)
 
 
 def generate(model, prompts, config=None, generator=None, tokenizer=None, **overrides):
@@ -82,7 +164,7 @@ def generate(model, prompts, config=None, generator=None, tokenizer=None, **over
     stop_strings, once its decoded text contains a stop string.
     """
     config = _config(config, overrides)
-    single = len(prompts) and isinstance(prompts[0], (int, np.integer))
+    single = len(prompts) and isinstance(prompts[0], _INTS)
     rows = _as_batch(prompts)
     outs = [[] for _ in rows]
     finished = [False] * len(rows)
@@ -131,32 +213,61 @@ class TextGeneration:
         self.stop_reason = None
 
     def __iter__(self):
-        config = self.config
-        stops = set(config.stop_token_ids if config.stop_token_ids is not None
-                    else self.model.config.eos_token_ids)
-        decoder = IncrementalDecoder(self.tokenizer)
-        watcher = StopStrings(config.stop_strings)
-        self.stop_reason = "length"
-        for nxt in generate_steps(self.model, [self.prompt_ids], config, self.generator):
-            t = int(nxt[0])
-            self.token_ids.append(t)
-            if t in stops:
-                self.stop_reason = "stop_token"
-                break
-            out, stopped = watcher.feed(decoder.push(t))
+        self._start()
+        for nxt in generate_steps(self.model, [self.prompt_ids], self.config, self.generator):
+            out, finished = self._push(int(nxt[0]))
             if out:
-                self.text += out
                 yield out
-            if stopped:
-                self.stop_reason = "stop_string"
+            if finished:
                 return
-        out, stopped = watcher.feed(decoder.flush())
-        out += "" if stopped else watcher.flush()
+        out = self._finish()
+        if out:
+            yield out
+
+    async def __aiter__(self):
+        """The same deltas, `async for`: logits are read back with the async API (what a
+        browser page needs to stay responsive while it generates)."""
+        self._start()
+        async for nxt in generate_steps_async(self.model, [self.prompt_ids], self.config,
+                                              self.generator):
+            out, finished = self._push(int(nxt[0]))
+            if out:
+                yield out
+            if finished:
+                return
+        out = self._finish()
+        if out:
+            yield out
+
+    def _start(self):
+        config = self.config
+        self._stops = set(config.stop_token_ids if config.stop_token_ids is not None
+                          else self.model.config.eos_token_ids)
+        self._decoder = IncrementalDecoder(self.tokenizer)
+        self._watcher = StopStrings(config.stop_strings)
+        self.stop_reason = "length"
+
+    def _push(self, t):
+        """(text to emit, finished) after token t; a stop string's cut is already applied,
+        and a stop token ends the run before its text is decoded."""
+        self.token_ids.append(t)
+        if t in self._stops:
+            self.stop_reason = "stop_token"
+            return self._finish(), True
+        out, stopped = self._watcher.feed(self._decoder.push(t))
+        self.text += out
         if stopped:
             self.stop_reason = "stop_string"
-        if out:
-            self.text += out
-            yield out
+        return out, stopped
+
+    def _finish(self):
+        """What the decoder and the stop-string watcher still hold, at the end."""
+        out, stopped = self._watcher.feed(self._decoder.flush())
+        out += "" if stopped else self._watcher.flush()
+        if stopped:
+            self.stop_reason = "stop_string"
+        self.text += out
+        return out
 
     def run(self):
         """Generate to the end; the whole new text."""

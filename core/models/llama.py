@@ -8,25 +8,59 @@ become `QuantLinear` layers).
     model = LlamaForCausalLM.from_pretrained("path/to/model", device=ember.Device.cpu())
     cache = model.new_cache(batch=1, max_len=256)
     logits = model(ids, cache=cache, last_only=True)      # [batch, 1, vocab]
+
+numpy is optional: in a browser without it (Pyodide), ids, positions and masks are built
+from Python lists (llama_host.py) and quantized (GGUF) weights are not available.
 """
-import numpy as np
+import math
 
 from .. import dtype as dt
-from ..device import Device, as_device
+from ..device import as_device
 from ..errors import EmberError, ShapeMismatch, fmt_shape
-from ..io.quant import QTensor
 from ..nn import Embedding, Linear, Module, ModuleList, RmsNorm, VarBuilder, get_activation
 from ..tensor import Tensor, cat, from_numpy, tensor
+from . import llama_host
 from .kv_cache import KVCache
 from .llama_config import LlamaConfig
-from .quant_layers import QuantEmbedding, QuantLinear
 from .rope import RotaryEmbedding
+
+try:
+    import numpy as np
+
+    from ..io.quant import QTensor
+    from .quant_layers import QuantEmbedding, QuantLinear
+except ImportError:   # no numpy (Pyodide): no quantized weights, host data as lists
+    np = None
+
+    # Never instances here: every weight is a plain Tensor.
+    class QTensor:
+        pass
+
+    class QuantLinear:
+        pass
+
+    QuantEmbedding = None
 
 # What transformers adds for a masked position: the most negative f32, so a row that is
 # masked everywhere (a padding query) softmaxes to uniform instead of NaN.
-MASKED = float(np.finfo(np.float32).min)
+MASKED = llama_host.MASKED
 # ... and for narrower compute dtypes, their own most negative finite value.
 _LOWEST = {"f16": -65504.0, "bf16": -3.3895e38}
+
+
+class _Loaded:
+    """A VarBuilder stand-in that hands a layer the tensors it is given. Layers built
+    without a vb first make shape placeholders on the default device (the CPU, which a
+    page without numpy cannot open); built through this they make none."""
+
+    def __init__(self, **tensors):
+        self.tensors = tensors
+
+    def get(self, shape, name):
+        return self.tensors[name]
+
+    def contains(self, name):
+        return self.tensors.get(name) is not None
 
 
 def linear(vb, in_features, out_features, bias):
@@ -35,9 +69,7 @@ def linear(vb, in_features, out_features, bias):
     b = vb.get((out_features,), "bias") if bias else None
     if isinstance(w, QTensor):
         return QuantLinear(w, b)
-    layer = Linear(in_features, out_features, bias=bias)
-    layer.weight, layer.bias = w, b
-    return layer
+    return Linear(in_features, out_features, bias=bias, vb=_Loaded(weight=w, bias=b))
 
 
 def fused_linear(vb, names, in_features, outs, bias):
@@ -55,17 +87,15 @@ def fused_linear(vb, names, in_features, outs, bias):
         return QuantLinear(QTensor(raw, w.ggml_type, (sum(outs), in_features)), b)
     if any(quant):
         return layers
-    fused = Linear(in_features, sum(outs), bias=bias)
-    fused.weight = cat([layer.weight for layer in layers], 0)
-    fused.bias = cat([layer.bias for layer in layers], 0) if bias else None
-    return fused
+    return Linear(in_features, sum(outs), bias=bias, vb=_Loaded(
+        weight=cat([layer.weight for layer in layers], 0),
+        bias=cat([layer.bias for layer in layers], 0) if bias else None))
 
 
 def rms_norm(vb, dim, eps, plus_one):
-    norm = RmsNorm(dim, eps)
     w = vb.get((dim,), "weight")
-    norm.weight = w + 1.0 if plus_one else w   # Gemma scales by (1 + w), in f32 like HF
-    return norm
+    # Gemma scales by (1 + w), in f32 like HF
+    return RmsNorm(dim, eps, vb=_Loaded(weight=w + 1.0 if plus_one else w))
 
 
 class Attention(Module):
@@ -179,8 +209,7 @@ class LlamaForCausalLM(Module):
         if isinstance(emb, QTensor):
             self.embed_tokens = QuantEmbedding(emb, self.device)
         else:
-            self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size)
-            self.embed_tokens.weight = emb
+            self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size, vb=_Loaded(weight=emb))
         self.layers = ModuleList(*[DecoderLayer(cfg, m.pp(f"layers.{i}"), i)
                                    for i in range(cfg.num_hidden_layers)])
         self.norm = rms_norm(m.pp("norm"), cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_plus_one)
@@ -188,8 +217,8 @@ class LlamaForCausalLM(Module):
             if isinstance(emb, QTensor):
                 self.lm_head = QuantLinear(emb, None)
             else:
-                self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-                self.lm_head.weight = emb
+                self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, bias=False,
+                                      vb=_Loaded(weight=emb))
         else:
             self.lm_head = linear(vb.pp("lm_head"), cfg.hidden_size, cfg.vocab_size, False)
         self._rope = None
@@ -248,12 +277,14 @@ class LlamaForCausalLM(Module):
                 op="llama.forward", length=past, new=t, max_len=cache.max_len)
         key_mask = None
         if attention_mask is not None:
-            key_mask = np.asarray(attention_mask, dtype=bool)
-            if key_mask.shape != (b, total):
+            key_mask = (np.asarray(attention_mask, dtype=bool) if np is not None
+                        else llama_host.bool_rows(attention_mask))
+            mask_shape = tuple(key_mask.shape) if np is not None else llama_host.shape_of(key_mask)
+            if mask_shape != (b, total):
                 raise ShapeMismatch(
-                    f"forward: attention_mask has shape {fmt_shape(key_mask.shape)}, expected "
+                    f"forward: attention_mask has shape {fmt_shape(mask_shape)}, expected "
                     f"[{b}, {total}] (cache length {past} + {t} new tokens)",
-                    op="llama.forward", shapes=(key_mask.shape,))
+                    op="llama.forward", shapes=(mask_shape,))
         rope = self.rope(cache.max_len if cache is not None else total)
         positions = self._positions(key_mask, b, past, t)
         tables = rope.tables(positions, t) + (rope.fused_tables(positions, t),)
@@ -262,8 +293,7 @@ class LlamaForCausalLM(Module):
         x = self.embed_tokens(ids)
         if self.config.embed_scale is not None:
             # transformers rounds the scale to the model's dtype first (sqrt(3072) is 55.5 in bf16)
-            scale = tensor([self.config.embed_scale], dtype=x.dtype, device=Device.cpu())
-            x = x * float(scale.to(dt.f32).numpy()[0])
+            x = x * llama_host.round_to_dtype(self.config.embed_scale, x.dtype)
         for layer in self.layers:
             x = layer(x, rope, tables, cache, masks)
         if cache is not None:
@@ -276,6 +306,8 @@ class LlamaForCausalLM(Module):
         if isinstance(input_ids, Tensor):
             ids = input_ids if input_ids.device == self.device else input_ids.to(self.device)
             ids = ids if ids.dtype is dt.i64 else ids.to(dt.i64)
+        elif np is None:
+            ids = tensor(llama_host.int_rows(input_ids), dtype=dt.i64, device=self.device)
         else:
             ids = tensor(np.asarray(input_ids, dtype=np.int64), dtype=dt.i64, device=self.device)
         if ids.ndim == 1:
@@ -287,6 +319,8 @@ class LlamaForCausalLM(Module):
 
     def _positions(self, key_mask, b, past, t):
         """An int start when every row uses past..past+t-1, else a [b, t] i64 tensor."""
+        if np is None:
+            return llama_host.positions(key_mask, past, self.device)
         if key_mask is None or key_mask.all():
             return past
         pos = np.cumsum(key_mask, axis=1, dtype=np.int64) - 1
@@ -298,6 +332,9 @@ class LlamaForCausalLM(Module):
         a window whose mask would allow everything maps to None and costs nothing."""
         total = past + t
         windows = {layer.self_attn.window for layer in self.layers}
+        if np is None:
+            return {w: llama_host.additive_mask(b, t, past, w, key_mask, self._mask_low(),
+                                                self.dtype, self.device) for w in windows}
         q = past + np.arange(t)[:, None]
         k = np.arange(total)[None, :]
         out = {}
@@ -311,11 +348,13 @@ class LlamaForCausalLM(Module):
             if allowed.all():
                 out[w] = None
                 continue
-            low = MASKED if self.dtype is dt.f32 else _LOWEST.get(self.dtype.name, MASKED)
-            add = np.where(allowed, np.float32(0), np.float32(low)).astype(np.float32)
+            add = np.where(allowed, np.float32(0), np.float32(self._mask_low())).astype(np.float32)
             m = from_numpy(np.ascontiguousarray(add.reshape(b, 1, 1, t, total))).to(self.device)
             out[w] = m if self.dtype is dt.f32 else m.to(self.dtype)
         return out
+
+    def _mask_low(self):
+        return MASKED if self.dtype is dt.f32 else _LOWEST.get(self.dtype.name, MASKED)
 
     def num_parameters(self):
         n = 0
@@ -325,7 +364,7 @@ class LlamaForCausalLM(Module):
                 if value is None or id(value) in seen:
                     continue
                 seen.add(id(value))
-                n += int(np.prod(value.shape))
+                n += math.prod(value.shape)
         return n
 
     def weight_bytes(self):

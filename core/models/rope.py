@@ -9,15 +9,19 @@ Rotation is written as  x * cos + swap(x) * sin_signed,  where swap exchanges th
 elements of each pair (one gather over a size-2 axis) and sin_signed carries the minus
 sign of the first partner; that is four tensor ops, each one pass over memory.
 Tables are computed once on the host, in float32 as transformers does, for every
-position the cache can hold.
+position the cache can hold: with numpy where it is installed, in pure Python (values
+rounded to float32 at each step, see rope_host.py) in a browser without it.
 """
 import math
 
-import numpy as np
-
 from .. import dtype as dt
 from ..errors import EmberError
-from ..tensor import from_numpy, tensor
+from ..tensor import tensor
+
+try:
+    import numpy as np
+except ImportError:   # Pyodide without numpy: the tables come from rope_host.py
+    np = None
 
 
 def inverse_frequencies(rot_dim, theta, scaling=None, seq_len=None):
@@ -50,6 +54,25 @@ def inverse_frequencies(rot_dim, theta, scaling=None, seq_len=None):
                      "llama3)", op="rope", rope_type=kind)
 
 
+def _numpy_tables(rot_dim, max_len, theta, scaling, interleaved, freq_factors):
+    """([max_len, rot/2] cos, sin, [max_len, rot] cos, signed sin) as float32 arrays."""
+    inv, attention_scale = inverse_frequencies(rot_dim, theta, scaling, seq_len=max_len)
+    if freq_factors is not None:   # GGUF llama3 models: per-frequency divisors
+        inv = (inv / np.asarray(freq_factors, dtype=np.float32).reshape(-1)).astype(np.float32)
+    pos = np.arange(max_len, dtype=np.float32)
+    freqs = np.outer(pos, inv).astype(np.float32)                 # [max_len, rot/2]
+    cos = np.cos(freqs) * np.float32(attention_scale)
+    sin = np.sin(freqs) * np.float32(attention_scale)
+    if interleaved:
+        cos2 = np.repeat(cos, 2, axis=1)
+        sin2 = np.stack([-sin, sin], axis=-1).reshape(max_len, rot_dim)
+    else:
+        cos2 = np.concatenate([cos, cos], axis=1)
+        sin2 = np.concatenate([-sin, sin], axis=1)
+    f32 = lambda a: np.ascontiguousarray(a, dtype=np.float32)  # noqa: E731
+    return f32(cos), f32(sin), f32(cos2), f32(sin2)
+
+
 class RotaryEmbedding:
     """cos/sin tables for positions [0, max_len) on a device, and `apply(x, positions)`.
 
@@ -67,29 +90,24 @@ class RotaryEmbedding:
                              f"dim {head_dim}", op="rope")
         self.max_len = max_len
         self.interleaved = interleaved
-        inv, attention_scale = inverse_frequencies(self.rot_dim, theta, scaling, seq_len=max_len)
-        if freq_factors is not None:   # GGUF llama3 models: per-frequency divisors
-            inv = (inv / np.asarray(freq_factors, dtype=np.float32).reshape(-1)).astype(np.float32)
-        pos = np.arange(max_len, dtype=np.float32)
-        freqs = np.outer(pos, inv).astype(np.float32)                 # [max_len, rot/2]
-        cos = np.cos(freqs) * np.float32(attention_scale)
-        sin = np.sin(freqs) * np.float32(attention_scale)
-        if interleaved:
-            cos2 = np.repeat(cos, 2, axis=1)
-            sin2 = np.stack([-sin, sin], axis=-1).reshape(max_len, self.rot_dim)
+        if np is None:
+            from .rope_host import rope_tables
+            cos, sin, cos2, sin2 = rope_tables(self.rot_dim, max_len, theta, scaling,
+                                               interleaved, freq_factors)
+            as_tensor = lambda rows: tensor(rows, dtype=dt.f32, device=device)  # noqa: E731
         else:
-            cos2 = np.concatenate([cos, cos], axis=1)
-            sin2 = np.concatenate([-sin, sin], axis=1)
-        self.cos = from_numpy(np.ascontiguousarray(cos2, dtype=np.float32)).to(device)
-        self.sin = from_numpy(np.ascontiguousarray(sin2, dtype=np.float32)).to(device)
+            cos, sin, cos2, sin2 = _numpy_tables(self.rot_dim, max_len, theta, scaling,
+                                                 interleaved, freq_factors)
+            as_tensor = lambda arr: tensor(arr, dtype=dt.f32, device=device)  # noqa: E731
+        self.cos, self.sin = as_tensor(cos2), as_tensor(sin2)
         if dtype is not dt.f32:
             self.cos, self.sin = self.cos.to(dtype), self.sin.to(dtype)
         self._swap = tensor([1, 0], dtype=dt.i64, device=device)
         # A backend with a fused rope kernel takes plain [T, rot/2] tables (ember.functional.rope).
         self.fused = self.cos.backend.has_fused("rope") and self.rot_dim == head_dim
         if self.fused:
-            self.cos_half = from_numpy(np.ascontiguousarray(cos, dtype=np.float32)).to(device).to(dtype)
-            self.sin_half = from_numpy(np.ascontiguousarray(sin, dtype=np.float32)).to(device).to(dtype)
+            self.cos_half = as_tensor(cos).to(dtype)
+            self.sin_half = as_tensor(sin).to(dtype)
 
     def fused_tables(self, positions, seq_len):
         """([T, rot/2] cos, sin) for the backend's fused kernel, or None when it cannot be
