@@ -10,8 +10,14 @@ reads back; everything else lives here and needs neither wgpu nor numpy.
   or when the batch's uniform arena fills. Shapes, strides and scalars of each dispatch
   are one 256-byte block of that arena, selected by a dynamic offset.
 - Limits: bindings larger than the adapter's max storage binding are split (elementwise
-  ops by row ranges, matmul by rows, K or columns); grids of more than 65,535 workgroups
-  fold into two dimensions.
+  ops, fills and uploads by row ranges, matmul by rows, K or columns); reductions,
+  softmax, norms, indexing and bf16/u8/i64 readback of such tensors raise UnsupportedOp
+  naming the op. Grids of more than 65,535 workgroups fold into two dimensions. Loops
+  per invocation stay under 65,535 iterations (lavapipe's cap): long reductions run in
+  two passes, scans in chunks with carries, matmul K in accumulated parts; argmax/argmin
+  over more than 16.7M elements in one row raise on CPU adapters.
+- Row kernels (reductions, softmax, norms) give each short row one invocation on CPU
+  adapters, where barriers are expensive, and a workgroup tree elsewhere.
 """
 import struct
 
