@@ -8,6 +8,7 @@ network at all.
       wheels/ember-<version>-py3-none-any.whl     (pure Python; numpy/wgpu are skipped
                       under Pyodide by their `sys_platform != 'emscripten'` markers)
       models/all-MiniLM-L6-v2/   the embedding demo's model, when `make models` fetched it
+      models/tiny-llama-random/  the generation demo's tiny Llama (make_tiny_llama.py)
       manifest.json   wheel path, Pyodide version, models, and a hash of the sources
 
 The bundle is assembled in a temporary directory and swapped in whole, so a server never
@@ -52,9 +53,28 @@ def model_files():
     return [(DEFAULT_MODEL, src, files)]
 
 
+def all_model_files():
+    """model_files() plus the text-generation demo's tiny Llama, made here (seeded) by
+    make_tiny_llama.py in ember's cache when torch/transformers are installed."""
+    found = model_files()
+    try:
+        from ember.hub import ember_models_dir
+    except ImportError:
+        return found
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    try:
+        import make_tiny_llama
+    finally:
+        sys.path.pop(0)
+    src = make_tiny_llama.ensure(ember_models_dir())
+    if src is not None:
+        found.append((make_tiny_llama.NAME, Path(src), list(make_tiny_llama.FILES)))
+    return found
+
+
 def source_hash():
     h = hashlib.sha256()
-    for name, src, files in model_files():  # by name, size and time: 90 MB is not hashed
+    for name, src, files in all_model_files():  # by name, size and time: 90 MB is not hashed
         for rel in files:
             st = (src / rel).stat()
             h.update(f"model {name}/{rel} {st.st_size} {int(st.st_mtime)}\0".encode())
@@ -162,7 +182,7 @@ def _build(bundle):
             wheel = build_wheel(wheel_dir)
             shutil.copy2(wheel, tmp / "wheels" / wheel.name)
         models = {}
-        for name, src, files in model_files():
+        for name, src, files in all_model_files():
             for rel in files:
                 dst = tmp / "models" / name / rel
                 dst.parent.mkdir(parents=True, exist_ok=True)
