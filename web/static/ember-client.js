@@ -7,6 +7,7 @@ export class EmberWorker {
   constructor(workerURL = new URL("./worker.js", import.meta.url)) {
     this.onprogress = null;
     this.onlog = null;
+    this.onevent = null;   // any other message type the worker posts
     this.info = null;
     this.progressLog = [];   // every progress message, for the page and for tests
     this.pending = new Map();
@@ -44,6 +45,10 @@ export class EmberWorker {
         if (entry) entry.resolve(msg.result);
         break;
       }
+      default:
+        // A demo's own messages, posted by its Python while a snippet runs (for example
+        // the generation demo's {type: "delta"} per decoded piece of text).
+        if (this.onevent) this.onevent(msg);
     }
   }
 
