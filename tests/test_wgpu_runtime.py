@@ -255,3 +255,18 @@ def test_wgpu_backend_runs_without_numpy(wgpu):
     assert out["mm"] == (x @ x.T).tolist()
     assert out["bf16"] == x.tolist() and out["async"] == x.T.tolist()
     assert out["u8"] == [5, 255] and out["i64"] == [-2, -1, 0, 1]
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 12, 13])
+@pytest.mark.parametrize("layout", ["x_at_w", "x_at_w_t"])
+def test_vec4_matmul_kernels_at_every_row_count(wgpu, m, layout):
+    """Register tiles shrink for small M (one-token decoding) and clamp at ragged edges."""
+    rng = np.random.default_rng(m)
+    a = rng.standard_normal((m, 24), dtype=np.float32)
+    w = rng.standard_normal((24, 20), dtype=np.float32)
+    tw = ember.tensor(w, device=wgpu) if layout == "x_at_w" else \
+        ember.tensor(np.ascontiguousarray(w.T), device=wgpu).t()
+    got = (ember.tensor(a, device=wgpu) @ tw).numpy()
+    np.testing.assert_allclose(got, a.astype(np.float64) @ w, rtol=1e-5, atol=1e-5)
+    kernels = {k[0] for k in wgpu.backend.pipelines}
+    assert "matmul_nn" in kernels or "matmul_nt" in kernels

@@ -126,6 +126,15 @@ def tiles(be):
     return {"nn": (8, 1, 16, 8), "nt": (4, 4, 16, 8)}
 
 
+def _fit_rows(tile, m):
+    """Fewer rows per invocation when M is small (decoding one token is M = 1): rows
+    past M would only repeat the last one. The workgroup then lies along the columns."""
+    if m >= tile[0]:
+        return tile
+    wgx, wgy = tile[-2], tile[-1]
+    return (1 << (m - 1).bit_length(),) + tuple(tile[1:-2]) + (min(256, wgx * wgy), 1)
+
+
 def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc):
     nb = 1
     for d in bshape:
@@ -140,7 +149,7 @@ def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc):
     batch4 = _all4(*(A.bs + B.bs + O.bs))
     tile = tiles(be)
     if fast and A.cs == 1 and B.rs == 1 and _all4(k, rel[0], A.rs, rel[1], B.cs) and batch4:
-        tm, tn, wgx, wgy = tile["nt"]
+        tm, tn, wgx, wgy = _fit_rows(tile["nt"], m)
         spec = {"TM": tm, "TN": tn, "WGX": wgx, "WGY": wgy, "NB": nbd, "S": t.storage,
                 "ROUND": t.round}
         pipe = be._kernel("matmul_nt", t, spec, "matmul")
@@ -150,7 +159,7 @@ def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc):
         groups = (-(-(-(-n // tn)) // wgx), -(-(-(-m // tm)) // wgy), nb)
     elif fast and A.cs == 1 and B.cs == 1 and _all4(n, k, rel[0], A.rs, rel[1], B.rs, rel[2],
                                                    O.rs) and batch4:
-        tm, tc, wgx, wgy = tile["nn"]
+        tm, tc, wgx, wgy = _fit_rows(tile["nn"], m)
         spec = {"TM": tm, "TC": tc, "WGX": wgx, "WGY": wgy, "NB": nbd, "S": t.storage,
                 "ROUND": t.round + "_4" if t.round else ""}
         pipe = be._kernel("matmul_nn", t, spec, "matmul")
