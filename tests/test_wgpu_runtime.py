@@ -270,3 +270,20 @@ def test_vec4_matmul_kernels_at_every_row_count(wgpu, m, layout):
     np.testing.assert_allclose(got, a.astype(np.float64) @ w, rtol=1e-5, atol=1e-5)
     kernels = {k[0] for k in wgpu.backend.pipelines}
     assert "matmul_nn" in kernels or "matmul_nt" in kernels
+
+
+def test_uploads_never_overtake_recorded_work_across_full_batches(wgpu):
+    """A buffer whose dispatch is still recorded is reused by an upload only after that
+    work is submitted, also when the dispatch is the one that filled the batch."""
+    from ember.backends.webgpu import backend as webgpu_backend
+    backend = wgpu.backend
+    x = np.arange(300, dtype=np.float32)
+    t = ember.tensor(x, device=wgpu)
+    t.numpy()                                           # an empty batch to start from
+    room = (webgpu_backend._ARENA - backend.arena_used) // backend.block
+    keep = [t * 1.0 for _ in range(room)]               # the batch is now full
+    y = t * 2.0                                         # flushes, then records y's dispatch
+    del y                                               # y's buffer goes back to the pool
+    z = ember.tensor(x + 1, device=wgpu)                # and this upload takes it
+    np.testing.assert_array_equal(z.numpy(), x + 1)
+    assert len(keep) == room

@@ -134,6 +134,10 @@ class WebGPUBackend(Backend):
                                 f"block (too many dims)", op="launch")
         if self.arena_used + self.block > _ARENA:
             self.flush()
+        for buf, _, _ in ranges:
+            # Marked here, after any flush: a later upload into one of these buffers must
+            # wait for the batch that holds this dispatch (see _write).
+            buf.batch = self.batch
         off = self.arena_used
         data = struct.pack(f"<{len(params)}I", *[v & 0xFFFFFFFF for v in params])
         self.arena_host[off:off + len(data)] = data
