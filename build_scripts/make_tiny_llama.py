@@ -116,14 +116,19 @@ def train(model, ids):
         torch.set_num_threads(threads)
 
 
+_said_missing = []
+
+
 def ensure(root):
     """The model's directory under `root`, made when missing or made by an older recipe;
     None (with a note) when torch/transformers/tokenizers are not installed."""
     try:
         digest = recipe_hash()
     except ImportError as exc:
-        print(f"make_tiny_llama: not making the {NAME} demo model ({exc}); "
-              "pip install -e '.[test]' to include it", file=sys.stderr, flush=True)
+        if not _said_missing:   # build_web asks on every staleness check: say it once
+            _said_missing.append(exc)
+            print(f"make_tiny_llama: not making the {NAME} demo model ({exc}); "
+                  "pip install -e '.[test]' to include it", file=sys.stderr, flush=True)
         return None
     dest = Path(root) / NAME
     stamp = dest / ".recipe"

@@ -40,6 +40,8 @@ async function python(code) {
 }
 
 const pageOpened = performance.now();
+const adapterName = (a) => a.description ||
+  [a.vendor, a.architecture].filter(Boolean).join(" ") || "WebGPU";
 // Resolves once the model is loaded and warm; window.demoReady lets tests wait for it.
 window.demoReady = ember.ready.then(async (info) => {
   booted = true;
@@ -51,7 +53,7 @@ window.demoReady = ember.ready.then(async (info) => {
   const s = loaded.seconds;
   $("loading").hidden = true;
   $("model").textContent = `${loaded.model}: ${(loaded.parameters / 1e3).toFixed(0)}k parameters, ` +
-    `${loaded.layers} layers, vocab ${loaded.vocab} on ${info.adapter.description || info.adapter.vendor || "WebGPU"}`;
+    `${loaded.layers} layers, vocab ${loaded.vocab}, on ${adapterName(info.adapter)}`;
   $("status").textContent = `ready in ${(loaded.page_ready_ms / 1000).toFixed(1)} s (model: download ` +
     `${s.download.toFixed(1)} s, load ${s.load.toFixed(1)} s, warm-up ${s.warm_up.toFixed(1)} s)`;
   $("generate").disabled = false;
