@@ -1,9 +1,6 @@
 """Pieces the model commands share: opening a device, loading the embedder."""
 import sys
 
-DEVICE_CHOICES = ("cpu", "wgpu", "webgpu", "cuda", "best")
-
-
 def add_device_argument(p, default="best"):
     p.add_argument("--device", default=default,
                    help=f"cpu, wgpu[:N], webgpu, cuda[:N] or best (default {default})")
@@ -31,6 +28,6 @@ def load_embedder(model, device, fetch_default=True):
     return SentenceEmbedder.from_pretrained(model, device=device)
 
 
-def rank(scores, texts):
-    """(text index, score) pairs from best to worst."""
+def rank(scores):
+    """(index, score) pairs from best to worst."""
     return sorted(enumerate(scores), key=lambda p: -p[1])

@@ -43,7 +43,7 @@ def semantic_search(query=QUERY, sentences=SENTENCES, device="best", model=None)
                "tokenize": embedder.timings["tokenize"], "embed": embedder.timings["embed"]}
     scores = embedder.similarity(vectors.narrow(0, 0, 1),
                                  vectors.narrow(0, 1, len(sentences))).tolist()[0]
-    return dev, timings, [(s, sentences[i]) for i, s in rank(scores, sentences)]
+    return dev, timings, [(s, sentences[i]) for i, s in rank(scores)]
 
 
 def describe(dev):

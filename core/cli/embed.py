@@ -40,7 +40,7 @@ def run(args, out=None):
     if args.query is not None:
         vectors = embedder.encode([args.query] + texts, batch_size=args.batch_size)
         scores = embedder.similarity(vectors.narrow(0, 0, 1), vectors.narrow(0, 1, len(texts)))
-        ranked = rank(scores.tolist()[0], texts)
+        ranked = rank(scores.tolist()[0])
         if args.json:
             json.dump({"model": model_name, "device": str(device), "query": args.query,
                        "results": [{"text": texts[i], "score": s} for i, s in ranked]}, out)
