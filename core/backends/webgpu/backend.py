@@ -564,8 +564,8 @@ class WebGPUBackend(Backend):
         if (self.driver.info.get("adapter_type") == "CPU" and rows >= 64
                 and length <= 2048 and passes * length <= 16384):
             return 64, 1
-        lanes = 256 if length >= 2048 else 64
-        return lanes, lanes
+        lanes = min(256 if length >= 2048 else 64, 1 << max(0, length - 1).bit_length())
+        return max(64, lanes), lanes     # short rows: several per workgroup
 
     def _rows(self, layout, dim):
         """Kept dims (all but `dim`) of layout, and the output's contiguous strides."""
