@@ -3,7 +3,9 @@
 Prints, for the adapter in use: f32 matmul GFLOP/s at 512, 1024 and 2048 (x @ W, and
 x @ W.T as a Linear layer computes it), GB/s of a large add and of softmax, each with
 numpy's figure and the paired ratio wgpu/numpy (median over interleaved rounds of the
-per-round speed ratio). Target on lavapipe: matmul at 1024 >= 0.1x numpy.
+per-round speed ratio). Where torch sees a CUDA GPU, matmul is also compared with torch's
+CUDA matmul. Targets: on lavapipe matmul at 1024 >= 0.1x numpy; on a real GPU >= 0.5x
+torch CUDA.
 
     .venv/bin/python benchmarks/ops_wgpu.py [--device wgpu:0] [--sizes 512,1024,2048]
 """
@@ -36,6 +38,30 @@ def measure(name, unit, work, fns, repeats, rows):
           f"ratio {speed_ratio:.3f}", flush=True)
 
 
+def torch_cuda():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def measure_cuda(torch, dev_fn, n, repeats, rows):
+    """ember matmul vs torch's CUDA matmul (both synchronised every call)."""
+    a = torch.randn(n, n, device="cuda")
+    b = torch.randn(n, n, device="cuda")
+
+    def ref():
+        a @ b
+        torch.cuda.synchronize()
+    t = compare_times({"wgpu": dev_fn, "torch": ref}, repeats=repeats, warmup=1, min_time=0.05)
+    flops = 2.0 * n ** 3
+    ours, theirs = flops / t["wgpu"].median / 1e9, flops / t["torch"].median / 1e9
+    speed = 1.0 / paired_ratio(t["wgpu"], t["torch"])
+    rows.append([f"matmul f32 {n}^3 vs torch CUDA", f"{ours:.2f} GFLOP/s",
+                 f"{theirs:.2f} GFLOP/s", f"{speed:.3f}x"])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="wgpu:0")
@@ -53,6 +79,8 @@ def main():
     rng = np.random.default_rng(0)
     sync = backend.synchronize
     rows = []
+    torch = torch_cuda()
+    print("torch CUDA peer:", "yes" if torch is not None else "not available here")
 
     for n in [int(s) for s in args.sizes.split(",")]:
         a = rng.standard_normal((n, n), dtype=np.float32)
@@ -71,6 +99,8 @@ def main():
                 {"wgpu": run, "numpy": lambda: a @ b}, reps, rows)
         measure(f"matmul f32 {n}^3 x @ W.T", "GFLOP/s", 2.0 * n ** 3,
                 {"wgpu": lambda: run(tbt), "numpy": lambda: a @ b}, reps, rows)
+        if torch is not None:
+            measure_cuda(torch, run, n, reps, rows)
 
     n = 1 << 24
     x = rng.standard_normal(n, dtype=np.float32)
@@ -93,7 +123,7 @@ def main():
             {"wgpu": softmax, "numpy": lambda: numpy_softmax(s)}, args.repeats, rows)
 
     print()
-    print_table(["op", "wgpu", "numpy", "wgpu/numpy"], rows)
+    print_table(["op", "wgpu", "peer (numpy or torch CUDA)", "wgpu/peer"], rows)
     print(f"\nbuffers created: {backend.memory_stats()['buffers_created']}, "
           f"pipelines: {backend.kernel_stats()['pipelines']}")
 
