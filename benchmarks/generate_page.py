@@ -71,7 +71,8 @@ def main():
     bundle = load_build_web().ensure_bundle()
     model_dir = os.path.join(str(bundle), "models", MODEL)
     if not os.path.isfile(os.path.join(model_dir, "model.safetensors")):
-        print(f"generate_page: the bundle has no {MODEL} (needs torch + transformers at build time)")
+        print(f"generate_page: the bundle has no {MODEL} "
+              "(needs torch + transformers at build time)")
         return 1
     server, url = serve_in_thread(bundle)
     with sync_playwright() as pw:
@@ -85,7 +86,8 @@ def main():
         adapter = page.info["adapter"]
         s = loaded["seconds"]
         print(f"browser: {CHROMIUM} ({browser.version}), adapter "
-              f"{adapter.get('description') or adapter.get('vendor')} [{adapter.get('architecture')}]")
+              f"{adapter.get('description') or adapter.get('vendor')} "
+              f"[{adapter.get('architecture')}]")
         print(f"model {MODEL}: {loaded['parameters']} parameters, {loaded['bytes'] / 1e6:.2f} MB")
         print(f"page open -> worker ready {booted:.2f} s -> model ready {ready:.2f} s "
               f"(model download {s['download']:.2f} s, load onto the device {s['load']:.2f} s, "
