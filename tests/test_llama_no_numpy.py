@@ -27,12 +27,13 @@ PROMPTS = [[5, 17, 33, 8, 61, 2, 40, 12, 9, 70, 44, 3, 27, 81, 19, 50, 6, 38, 90
 NEW = 8
 
 # Runs with numpy made unimportable; prints JSON: per model, last-token logits of the
-# first prompt and greedy tokens for the padded batch.
+# first prompt, greedy tokens for the padded batch, and the first prompt's greedy tokens
+# through the async loop and the sync one.
 CHILD = textwrap.dedent("""
-    import json, sys
+    import asyncio, json, sys
     sys.modules["numpy"] = None
     import ember
-    from ember.generation import generate
+    from ember.generation import generate, generate_steps_async
     from ember.models.llama import LlamaForCausalLM
     try:
         dev = ember.Device.wgpu()
@@ -46,6 +47,12 @@ CHILD = textwrap.dedent("""
         logits = model([prompts[0]], last_only=True).tolist()[0][-1]
         out[path] = {"logits": logits, "tokens": generate(model, prompts, max_new_tokens=new,
                                                           stop_token_ids=())}
+
+        async def steps():   # the async readback, as a page's loop awaits it
+            return [int(s[0]) async for s in generate_steps_async(
+                model, prompts[0], max_new_tokens=new, stop_token_ids=())]
+        out[path]["async"] = asyncio.run(steps())
+        out[path]["sync"] = generate(model, prompts[0], max_new_tokens=new, stop_token_ids=())
     print(json.dumps(out))
 """)
 
@@ -117,6 +124,36 @@ def test_padded_batch_greedy_without_numpy_matches_the_numpy_path(name, saved_mo
     model = LlamaForCausalLM.from_pretrained(path, device=device)
     expected = generate(model, PROMPTS, max_new_tokens=NEW, stop_token_ids=())
     assert without_numpy[path]["tokens"] == expected
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_async_loop_without_numpy_gives_the_sync_tokens(name, saved_models, without_numpy):
+    result = without_numpy[saved_models[name][1]]
+    assert result["async"] == result["sync"]
+    assert len(result["sync"]) == NEW
+
+
+def test_async_text_generation_streams_what_the_sync_one_does(saved_models):
+    """With numpy (CPU): `async for` over TextGeneration gives the same deltas and ids."""
+    import asyncio
+
+    from ember.generation import TextGeneration
+    from ember.models.llama import LlamaForCausalLM
+
+    class Letters:   # a toy tokenizer: id i decodes to one letter
+        def decode(self, ids, skip_special_tokens=True):
+            return "".join(chr(97 + i % 26) for i in ids)
+
+    model = LlamaForCausalLM.from_pretrained(saved_models["gemma"][1], device="cpu")
+    sync = TextGeneration(model, Letters(), PROMPTS[0], max_new_tokens=NEW, stop_token_ids=())
+    deltas = list(sync)
+
+    async def collect():
+        gen = TextGeneration(model, Letters(), PROMPTS[0], max_new_tokens=NEW,
+                             stop_token_ids=())
+        return [d async for d in gen], gen.token_ids
+    async_deltas, ids = asyncio.run(collect())
+    assert async_deltas == deltas and ids == sync.token_ids and len(ids) == NEW
 
 
 def _rows(seed, b=3, v=50):
