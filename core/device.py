@@ -114,15 +114,36 @@ class Device:
 
     @classmethod
     def best(cls):
-        """The fastest device that opens here: cuda, then WebGPU, then the CPU."""
+        """The fastest device that opens here: cuda, then a hardware WebGPU adapter, then
+        the CPU. A software WebGPU adapter (lavapipe, SwiftShader) runs the same kernels
+        far slower than numpy, so natively it is chosen only when numpy is missing; in a
+        browser the page's WebGPU device is the only one there is."""
         import sys
-        order = [cls.webgpu] if sys.platform == "emscripten" else [cls.cuda, cls.wgpu]
-        for make in order:
-            try:
-                return make()
-            except DeviceError:
-                continue
-        return cls.cpu()
+        if sys.platform == "emscripten":
+            return cls.webgpu()
+        try:
+            return cls.cuda()
+        except DeviceError:
+            pass
+        software = None
+        try:
+            dev = cls.wgpu()
+            if not dev.is_software():
+                return dev
+            software = dev
+        except DeviceError:
+            pass
+        try:
+            return cls.cpu()
+        except DeviceError:
+            if software is not None:
+                return software
+            raise
+
+    def is_software(self):
+        """True for a WebGPU device on a CPU adapter (lavapipe, SwiftShader)."""
+        driver = getattr(self.backend, "driver", None)
+        return getattr(driver, "info", {}).get("adapter_type") == "CPU"
 
     @classmethod
     def parse(cls, spec):
