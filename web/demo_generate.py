@@ -9,6 +9,10 @@ text delta is posted to the page as soon as it is decoded:
 
     {type: "delta", text, tokens, seconds}      (tokens: ids generated so far)
 
+The page's Stop button posts {type: "generate-stop"} to the worker; the worker's own
+handler ignores it, and a listener added here sets a flag the loop checks between steps
+(the loop awaits each readback, so the message is handled while it runs).
+
 Answers are JSON strings, like page_runtime's.
 """
 import json
@@ -18,6 +22,21 @@ from .demo_embed import _fetch_array_buffer, _fetch_file, _progress
 
 DEFAULT_MODEL = "tiny-llama-random"
 _state = {}
+
+
+def _listen_for_stop():
+    """Once per worker: a message listener that raises the stop flag."""
+    if "listener" in _state:
+        return
+    import js
+    from pyodide.ffi import create_proxy
+
+    def on_message(event):
+        data = event.data
+        if getattr(data, "type", None) == "generate-stop":
+            _state["stop"] = True
+    _state["listener"] = create_proxy(on_message)   # kept alive for the worker's lifetime
+    js.self.addEventListener("message", _state["listener"])
 
 
 def _post(message):
@@ -87,20 +106,26 @@ async def generate(prompt, max_new_tokens=32, temperature=0.0, top_k=0, top_p=1.
                          temperature=float(temperature), top_k=int(top_k),
                          top_p=float(top_p), seed=None if seed is None else int(seed),
                          stop_token_ids=() if ignore_eos else None)
+    _listen_for_stop()
+    _state["stop"] = False
     t0 = time.perf_counter()
     first = None
     deltas = 0
+    stop_reason = None
     async for delta in gen:
         now = time.perf_counter() - t0
         if first is None:
             first = now
         deltas += 1
         _post({"type": "delta", "text": delta, "tokens": len(gen.token_ids), "seconds": now})
+        if _state["stop"]:   # between steps: no readback is in flight
+            stop_reason = "stopped"
+            break
     total = time.perf_counter() - t0
     n = len(gen.token_ids)
     decode = (n - 1) / (total - first) if first is not None and n > 1 and total > first else None
     return json.dumps({
         "prompt_ids": gen.prompt_ids, "token_ids": gen.token_ids, "text": gen.text,
-        "stop_reason": gen.stop_reason, "deltas": deltas, "seconds": total,
+        "stop_reason": stop_reason or gen.stop_reason, "deltas": deltas, "seconds": total,
         "first_delta_seconds": first, "tokens_per_second": n / total if total else None,
         "decode_tokens_per_second": decode})

@@ -121,3 +121,18 @@ def test_seeded_sampling_in_the_page_repeats(generate_page):
     again = generate_page.evaluate("(args) => window.generateText(args)", args)
     assert first["token_ids"] == again["token_ids"]
     assert len(first["token_ids"]) == 8
+
+
+def test_stop_ends_a_long_generation_early(generate_page):
+    out = generate_page.evaluate("""async () => {
+        const run = window.generateText({prompt: "The fox", max_new_tokens: 200, ignore_eos: true});
+        // Running (Stop shown, the last run's text cleared) and some new text arrived:
+        const streaming = () => !document.getElementById("stop").hidden &&
+            document.getElementById("output-text").textContent;
+        while (!streaming()) await new Promise((resolve) => setTimeout(resolve, 5));
+        document.getElementById("stop").click();
+        return await run;
+    }""")
+    assert out["stop_reason"] == "stopped"
+    assert 0 < len(out["token_ids"]) < 200
+    assert generate_page.evaluate("() => document.getElementById('stop').hidden")

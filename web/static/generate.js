@@ -71,6 +71,7 @@ window.generateText = async ({ prompt, max_new_tokens = 48, temperature = 0, top
                                seed = null, ignore_eos = false }) => {
   await window.demoReady;
   $("generate").disabled = true;
+  $("stop").hidden = false;
   $("output-prompt").textContent = prompt;
   $("output-text").textContent = "";
   $("cursor").hidden = false;
@@ -97,10 +98,15 @@ window.generateText = async ({ prompt, max_new_tokens = 48, temperature = 0, top
     throw err;
   } finally {
     current = null;
+    $("stop").hidden = true;
     $("cursor").hidden = true;
     $("generate").disabled = false;
   }
 };
+
+// Stop: the worker's Python checks for this message between decoding steps.
+window.stopGeneration = () => ember.worker.postMessage({ type: "generate-stop" });
+$("stop").addEventListener("click", window.stopGeneration);
 
 $("generate").addEventListener("click", () => window.generateText({
   prompt: $("prompt").value,
