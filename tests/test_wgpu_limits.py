@@ -61,6 +61,9 @@ def test_1d_op_over_more_than_65535_workgroups(wgpu):
     assert got[-1] == x[-1] * 2.0 + 1.0   # the very last element is computed
     # A reduction over all of it (one workgroup) sees every element too.
     assert (t > 4094.5).to(ember.i32).sum().item() == int((x > 4094.5).sum())
+    # argmax/argmin over all of it: per-chunk extremes, then the first chunk holding one.
+    assert t.argmax().item() == int(x.argmax()) and t.argmin().item() == int(x.argmin())
+    assert (t * -1.0).argmax(0).item() == int((-x).argmax())
 
 
 def _storage_bindings(text):

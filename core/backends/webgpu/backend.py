@@ -14,8 +14,8 @@ reads back; everything else lives here and needs neither wgpu nor numpy.
   softmax, norms, indexing and bf16/u8/i64 readback of such tensors raise UnsupportedOp
   naming the op. Grids of more than 65,535 workgroups fold into two dimensions. Loops
   per invocation stay under 65,535 iterations (lavapipe's cap): long reductions run in
-  two passes, scans in chunks with carries, matmul K in accumulated parts; argmax/argmin
-  over more than 16.7M elements in one row raise on CPU adapters.
+  two passes (argmax/argmin through per-chunk extremes and a gather), scans in chunks
+  with carries, matmul K in accumulated parts.
 - Row kernels (reductions, softmax, norms) give each short row one invocation on CPU
   adapters, where barriers are expensive, and a workgroup tree elsewhere.
 """
@@ -499,16 +499,24 @@ class WebGPUBackend(Backend):
         elif not rshape:
             rshape, rstr = [1], [0]
         src = (storage, layout.offset, span(layout.shape, layout.strides))
-        if is_arg and k_total >= 65535 * 256 and self.driver.info.get("adapter_type") == "CPU":
-            # lavapipe stops every invocation after 65,535 loop iterations (NOTES.md).
-            raise UnsupportedOp(f"{op}: {k_total} elements in one reduction exceed what a "
-                                f"CPU WebGPU adapter (lavapipe) runs per workgroup", op=op)
-        if is_arg or k_total <= _REDUCE_CHUNK:
+        if k_total <= _REDUCE_CHUNK:
             self._reduce_pass(op, t, t, self._type(out_dtype, op), src, kshape, kstr, rshape,
                               rstr, k_total, 1, out, k_total)
             return out
-        # Two passes: chunks of the reduced range into f32/int partials, then those.
         chunks = -(-k_total // _REDUCE_CHUNK)
+        if is_arg:
+            # Per chunk: its extreme value and that value's first index; the first chunk
+            # holding the overall extreme then gives the index (ties keep the lowest).
+            values = self._alloc(n_out * chunks, dtype, op)
+            firsts = self._alloc(n_out * chunks, dt.i64, op)
+            for inner, dst, dst_t in (("max" if op == "argmax" else "min", values, t),
+                                      (op, firsts, self._type(dt.i64, op))):
+                self._reduce_pass(inner, t, t, dst_t, src, kshape, kstr, rshape, rstr,
+                                  k_total, chunks, dst, k_total, round_out=False)
+            best = self.reduce(op, values, Layout((n_out, chunks)), [1], dtype)
+            return self.gather(firsts, Layout((n_out, chunks)), best, Layout((n_out, 1)), 1,
+                               dt.i64)
+        # Two passes: chunks of the reduced range into f32/int partials, then those.
         pt = self.types["f32"] if t.compute == "f32" else t
         partial = self._alloc(n_out * chunks, pt.dtype, op)
         first = {"mean": "sum"}.get(op, op)
