@@ -499,6 +499,8 @@ class WebGPUBackend(Backend):
         elif not rshape:
             rshape, rstr = [1], [0]
         src = (storage, layout.offset, span(layout.shape, layout.strides))
+        if is_arg:
+            out.known_range = (0, max(k_total - 1, 0))   # no range check needed downstream
         if k_total <= _REDUCE_CHUNK:
             self._reduce_pass(op, t, t, self._type(out_dtype, op), src, kshape, kstr, rshape,
                               rstr, k_total, 1, out, k_total)
@@ -514,8 +516,10 @@ class WebGPUBackend(Backend):
                 self._reduce_pass(inner, t, t, dst_t, src, kshape, kstr, rshape, rstr,
                                   k_total, chunks, dst, k_total, round_out=False)
             best = self.reduce(op, values, Layout((n_out, chunks)), [1], dtype)
-            return self.gather(firsts, Layout((n_out, chunks)), best, Layout((n_out, 1)), 1,
-                               dt.i64)
+            out = self.gather(firsts, Layout((n_out, chunks)), best, Layout((n_out, 1)), 1,
+                              dt.i64)
+            out.known_range = (0, k_total - 1)
+            return out
         # Two passes: chunks of the reduced range into f32/int partials, then those.
         pt = self.types["f32"] if t.compute == "f32" else t
         partial = self._alloc(n_out * chunks, pt.dtype, op)
