@@ -136,3 +136,27 @@ def test_stop_ends_a_long_generation_early(generate_page):
     assert out["stop_reason"] == "stopped"
     assert 0 < len(out["token_ids"]) < 200
     assert generate_page.evaluate("() => document.getElementById('stop').hidden")
+
+
+def test_generation_reads_back_only_through_the_async_api(generate_page):
+    """No hidden blocking readback in the decoding loop (it would need JSPI, and stall the
+    worker's event loop): the driver's sync `read` is counted while the demo generates,
+    then once on purpose to show the count works."""
+    counts = generate_page.run("""
+from ember.backends.webgpu import browser
+from ember.web import demo_generate
+_sync_reads = []
+_read = browser.BrowserDriver.read
+def _counting_read(self, *args):
+    _sync_reads.append(1)
+    return _read(self, *args)
+browser.BrowserDriver.read = _counting_read
+try:
+    await demo_generate.generate("The fox", 4, ignore_eos=True)
+    during = len(_sync_reads)
+    ember.tensor([1.0], device=dev).tolist()
+finally:
+    browser.BrowserDriver.read = _read
+[during, len(_sync_reads)]
+""")
+    assert counts == [0, 1]
