@@ -287,3 +287,16 @@ def test_uploads_never_overtake_recorded_work_across_full_batches(wgpu):
     z = ember.tensor(x + 1, device=wgpu)                # and this upload takes it
     np.testing.assert_array_equal(z.numpy(), x + 1)
     assert len(keep) == room
+
+
+def test_copy_between_overlapping_views_of_one_tensor(wgpu):
+    """x[1:] = x[:-1] on one buffer: numpy's result, and no rejected batch (WebGPU refuses
+    a buffer bound both read-only and writable in one dispatch)."""
+    x = np.arange(10, dtype=np.float32)
+    t = ember.tensor(x, device=wgpu)
+    pending = t * 3.0                    # recorded work in the same batch must survive
+    t[1:].copy_(t[:-1])
+    expected = x.copy()
+    expected[1:] = x[:-1]
+    np.testing.assert_array_equal(t.numpy(), expected)
+    np.testing.assert_array_equal(pending.numpy(), x * 3)

@@ -397,6 +397,12 @@ class WebGPUBackend(Backend):
 
     def copy_into(self, dst, dst_layout, src, src_layout, dtype):
         t = self._type(dtype, "copy_into")
+        if src.buf is dst.buf:
+            # One buffer cannot be bound read-only and writable in a dispatch (WebGPU
+            # rejects the whole batch), and overlapping views would race: copy src first,
+            # which also gives numpy's semantics for overlapping assignment.
+            src = self.copy_strided(src, src_layout, dtype)
+            src_layout = Layout(src_layout.shape)
         spec = {"SX": t.storage, "SO": t.storage, "CONVERT": "x"}
         self._elementwise("copy", t, spec, "copy_into", src_layout.shape,
                           [self._input(src, src_layout, t)],
