@@ -11,6 +11,17 @@ from ember.backends.webgpu import kernels
 from wgpu_device import wgpu  # noqa: F401  (fixture)
 
 
+@pytest.fixture(autouse=True)
+def _give_memory_back(request):
+    """These tests allocate hundreds of MiB; return the pooled buffers afterwards so the
+    rest of the session does not carry them."""
+    yield
+    if "wgpu" in request.fixturenames:
+        import gc
+        gc.collect()
+        request.getfixturevalue("wgpu").backend.empty_cache()
+
+
 def _over_binding(backend, extra):
     """An element count whose f32 tensor is larger than one storage binding."""
     return backend.max_binding // 4 + extra
