@@ -768,6 +768,11 @@ class Tensor:
         from .functional import pad as _pad
         return _pad(self, pad, mode, value)
 
+    def rope(self, cos, sin, interleaved=False):
+        """Rotary embedding of [..., T, D] with cos/sin [T, D/2] (see functional.rope)."""
+        from .functional import rope as _rope
+        return _rope(self, cos, sin, interleaved)
+
 
 # --- module-level API -----------------------------------------------------------------------
 _INT_IDENTITY = {"floor", "ceil", "round"}
