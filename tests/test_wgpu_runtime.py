@@ -187,6 +187,12 @@ def test_fused_rope_matches_reference(wgpu, interleaved, dtype_name):
     from helpers import TOL
     rtol, atol = TOL[dtype_name]
     np.testing.assert_allclose(got.to(ember.f32).numpy(), expected, rtol=rtol, atol=atol)
+    # The Tensor method and the CPU (composite) path agree with the fused kernel.
+    cpu = ember.Device.cpu()
+    on_cpu = ember.tensor(x, dtype=dtype_name).transpose(1, 2).rope(
+        ember.tensor(cos, dtype=dtype_name), ember.tensor(sin, dtype=dtype_name), interleaved)
+    assert on_cpu.device == cpu
+    np.testing.assert_allclose(on_cpu.to(ember.f32).numpy(), expected, rtol=rtol, atol=atol)
 
 
 def test_adapter_listing_matches_the_opened_device(wgpu):
