@@ -1,6 +1,6 @@
 """all-MiniLM-L6-v2 sentence embeddings: ember (cpu, wgpu) next to PyTorch + transformers.
 
-    python benchmarks/minilm.py [--sentences 512] [--repeats 3] [--skip-wgpu]
+    python benchmarks/minilm.py [--sentences 512] [--repeats 3] [--skip-wgpu] [--no-browser]
 
 Each engine runs in a fresh subprocess, so every figure includes what that engine costs
 a real program:
@@ -10,6 +10,16 @@ a real program:
   peak RSS     VmHWM from /proc/self/status at the end of the subprocess
 The PyTorch side reproduces sentence-transformers' pipeline (tokenizer with padding to
 the batch's longest text, mean pooling with the mask, L2 normalization).
+The browser row (--no-browser leaves it out) opens the embedding demo (web/static/embed.html,
+the bundle from `make web`) in a fresh Chromium with --enable-unsafe-webgpu:
+  page open -> first embedding   navigation start -> the demo's first sentence embedded
+                                 (Pyodide, ember's wheel, the WebGPU device, the weights
+                                 downloaded from the local server and uploaded, one text)
+  sentences/s                    the first 64 texts of the corpus in one batch of 64,
+                                 read back, timed in the page (one pass by default:
+                                 SwiftShader, the CPU's WebGPU, is slow)
+and compares both with ember wgpu and ember cpu from the same run. No Chromium, no
+playwright or no bundle: the row is skipped with the reason.
 Figures, not pass/fail: on a shared machine compare the ratios, measured in one run.
 """
 import argparse
@@ -105,6 +115,63 @@ def run_worker(args):
                       "peak_rss_mb": peak_rss_mb()}))
 
 
+# --- the browser demo ------------------------------------------------------------------------------
+MODEL_NAME = "all-MiniLM-L6-v2"
+
+
+def measure_browser(n, passes):
+    """The embedding demo page in Chromium: {"first_s", "per_s", ...}, or {"skipped": why}
+    / {"error": what} (a benchmark reports, it does not fail)."""
+    sys.path.insert(0, HERE)
+    from browser_common import BrowserUnavailable, open_browser
+    texts = json.dumps(json.dumps(corpus(n)))
+    try:
+        with open_browser() as session:
+            if not session.has_model(MODEL_NAME):
+                return {"skipped": f"the web bundle has no {MODEL_NAME} (make models, then "
+                                   "make web)"}
+            page = session.page("embed.html")
+            t0 = time.perf_counter()
+            page.boot()
+            loaded = page.evaluate("() => window.demoReady")
+            wall = time.perf_counter() - t0
+            runs = [json.loads(page.run("from ember.web import demo_embed\n"
+                                        f"demo_embed.encode_timed({texts}, {BATCH})"))
+                    for _ in range(passes)]
+            return {"first_s": loaded["first_embedding_ms"] / 1000, "wall_s": wall,
+                    "boot": page.info["timings_ms"], "model": loaded["seconds"],
+                    "describe": session.describe(page.info), "runs": runs,
+                    "per_s": runs[-1]["n"] / runs[-1]["seconds"]}
+    except BrowserUnavailable as exc:
+        return {"skipped": str(exc)}
+    except Exception as exc:  # a page that failed to load or run: say so, keep the figures
+        return {"error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"}
+
+
+def report_browser(r, results, n):
+    print(f"\nbrowser: the embedding demo page (embed.html) on WebGPU, {n} texts")
+    if "skipped" in r or "error" in r:
+        print(f"  skipped: {r.get('skipped') or r.get('error')}")
+        return
+    b, m = r["boot"], r["model"]
+    print(f"  Chromium: {r['describe']}")
+    print(f"  page open -> first embedding {r['first_s']:8.2f} s  (playwright's wall "
+          f"{r['wall_s']:.2f} s)")
+    print(f"    worker {b['total'] / 1000:.2f} s: Pyodide {b['pyodide'] / 1000:.2f} s, ember wheel "
+          f"+ import {b['ember_import'] / 1000:.2f} s, device {b['device'] / 1000:.2f} s; model "
+          f"download {m['download']:.2f} s, load {m['load']:.2f} s, first sentence "
+          f"{m['warm_up']:.2f} s")
+    passes = ", ".join(f"{x['seconds']:.2f} s ({x['pipelines_compiled']} kernels compiled)"
+                       for x in r["runs"])
+    print(f"  sentences/s at batch {BATCH}      {r['per_s']:8.2f}    (timed pass"
+          f"{'es' if len(r['runs']) > 1 else ''}: {passes}; the last one counts)")
+    for label in [k for k in results if k.startswith("ember wgpu")] + ["ember cpu"]:
+        e = results.get(label, {})
+        if "cold_s" in e:
+            print(f"  page / {label + ':':<24} first embedding {r['first_s'] / e['cold_s']:6.2f}x, "
+                  f"sentences/s {r['per_s'] / e['per_s']:6.3f}x")
+
+
 # --- the parent -----------------------------------------------------------------------------------
 def measure(engine, device, model_dir, n, repeats):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", engine, "--device", device,
@@ -130,6 +197,10 @@ def main():
                    help="corpus size for wgpu (software adapters like lavapipe are slow)")
     p.add_argument("--skip-wgpu", action="store_true")
     p.add_argument("--skip-torch", action="store_true")
+    p.add_argument("--browser", action=argparse.BooleanOptionalAction, default=True,
+                   help="the embedding demo page in Chromium on WebGPU (default: on)")
+    p.add_argument("--browser-passes", type=int, default=1,
+                   help="timed batch-64 passes in the page; the last one counts")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -186,6 +257,9 @@ def main():
             print(f"{label:<26}  unavailable: {r['error']}")
             continue
         print(f"{label:<26}{r['cold_s']:>10.2f} s{r['per_s']:>14.1f}{r['rss_mb']:>9.0f} MB")
+    if args.browser:
+        n = min(args.sentences, BATCH)
+        report_browser(measure_browser(n, max(1, args.browser_passes)), results, n)
     for line in machine_report()[:1]:
         print("after: " + line)
     e, t = results.get("ember cpu", {}), results.get("torch cpu (transformers)", {})
