@@ -310,8 +310,9 @@ TOKENIZER_FIXTURES = ["minilm_json", "gpt2_bpe_json", "roberta_bpe_json", "unigr
                       "prefix_bpe_json", "wordlevel_json", "unigram_byte_fallback_json", "minilm_bert_processing_json"]
 
 
-@pytest.fixture(scope="session")
-def pair_of(request, tk):
+def _cached_pairs(request, tk):
+    """name -> (ember Tokenizer, reference Tokenizer) built from fixture `name`, each pair
+    made once per getter."""
     cache = {}
 
     def get(name):
@@ -321,20 +322,17 @@ def pair_of(request, tk):
         return cache[name]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def pair_of(request, tk):
+    return _cached_pairs(request, tk)
 
 
 @pytest.fixture(scope="session")
 def own_pair_of(request, tk):
     """Like pair_of, but instances of its own, for tests that change padding/truncation."""
-    cache = {}
-
-    def get(name):
-        if name not in cache:
-            text = request.getfixturevalue(name)
-            cache[name] = (Tokenizer.from_str(text), tk.Tokenizer.from_str(text))
-        return cache[name]
-
-    return get
+    return _cached_pairs(request, tk)
 
 
 # -- comparison helpers --------------------------------------------------------------------
