@@ -1,7 +1,9 @@
 """BPE: start from chars (or bytes) and apply merges, lowest rank first."""
 
+from .dict_vocab import DictVocab
 
-class BPE:
+
+class BPE(DictVocab):
     CACHE_CAPACITY = 10000
 
     def __init__(self, vocab, merges, unk_token=None, continuing_subword_prefix=None,
@@ -148,15 +150,3 @@ class BPE:
             self._cache.clear()
         self._cache[word] = out
         return out
-
-    def token_to_id(self, token):
-        return self.vocab.get(token)
-
-    def id_to_token(self, i):
-        return self.vocab_r.get(i)
-
-    def get_vocab(self):
-        return dict(self.vocab)
-
-    def get_vocab_size(self):
-        return len(self.vocab)

@@ -1,7 +1,9 @@
 """WordLevel: each word is looked up whole."""
 
+from .dict_vocab import DictVocab
 
-class WordLevel:
+
+class WordLevel(DictVocab):
     def __init__(self, vocab, unk_token="<unk>"):
         self.vocab = dict(vocab)
         self.vocab_r = {i: t for t, i in self.vocab.items()}
@@ -19,15 +21,3 @@ class WordLevel:
         if uid is None:
             raise KeyError("WordLevel: the unk_token %r is not in the vocabulary" % self.unk_token)
         return [(uid, self.unk_token, 0, len(word))]
-
-    def token_to_id(self, token):
-        return self.vocab.get(token)
-
-    def id_to_token(self, i):
-        return self.vocab_r.get(i)
-
-    def get_vocab(self):
-        return dict(self.vocab)
-
-    def get_vocab_size(self):
-        return len(self.vocab)

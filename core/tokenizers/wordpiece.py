@@ -1,7 +1,9 @@
 """WordPiece: greedy longest-match-first over a vocabulary (BERT)."""
 
+from .dict_vocab import DictVocab
 
-class WordPiece:
+
+class WordPiece(DictVocab):
     def __init__(self, vocab, unk_token="[UNK]", continuing_subword_prefix="##", max_input_chars_per_word=100):
         self.vocab = dict(vocab)
         self.vocab_r = {i: t for t, i in self.vocab.items()}
@@ -55,15 +57,3 @@ class WordPiece:
             out.append(found)
             start = end
         return out
-
-    def token_to_id(self, token):
-        return self.vocab.get(token)
-
-    def id_to_token(self, i):
-        return self.vocab_r.get(i)
-
-    def get_vocab(self):
-        return dict(self.vocab)
-
-    def get_vocab_size(self):
-        return len(self.vocab)
