@@ -13,14 +13,14 @@ The page is the playground served by ember's own server, in Debian's Chromium wi
 """
 import argparse
 import ast
+import contextlib
 import os
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "browser"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from page_harness import CHROMIUM, EmberPage, chromium_problem, launch, load_build_web  # noqa: E402
+from browser_common import CHROMIUM, BrowserUnavailable, EmberPage, open_browser  # noqa: E402
 
 SETUP = """
 import time
@@ -104,25 +104,21 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=200)
     args = parser.parse_args()
-    problem = chromium_problem()
-    if problem:
-        print(f"browser_ops: cannot run: {problem}")
-        return 1
 
     import ember
-    from ember.web.server import serve_in_thread
-    from playwright.sync_api import sync_playwright
-
-    bundle = load_build_web().ensure_bundle()
-    server, url = serve_in_thread(bundle)
     try:
         native = ember.Device.wgpu()
         native_name = native.backend.adapter_info.get("device") or "wgpu"
     except ember.DeviceError as exc:
         native, native_name = None, f"unavailable ({exc})"
 
-    with sync_playwright() as pw:
-        browser = launch(pw)
+    with contextlib.ExitStack() as stack:
+        try:
+            session = stack.enter_context(open_browser())
+        except BrowserUnavailable as exc:
+            print(f"browser_ops: cannot run: {exc}")
+            return 1
+        browser, url = session.browser, session.url
         page = EmberPage(browser.new_page(), url)
         t0 = time.perf_counter()
         page.boot()
@@ -165,8 +161,6 @@ def main():
             print(f"{name:<20}{cells}")
         if page.info["manifest"].get("models", {}).get("all-MiniLM-L6-v2"):
             embed_figures(browser, url, native)
-        browser.close()
-    server.shutdown()
     return 0
 
 

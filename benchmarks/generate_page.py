@@ -12,14 +12,14 @@ prompt; the best of `rounds` runs is kept. "decode" counts the tokens after the 
 """
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "browser"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from page_harness import CHROMIUM, EmberPage, chromium_problem, launch, load_build_web  # noqa: E402
+from browser_common import CHROMIUM, BrowserUnavailable, EmberPage, open_browser  # noqa: E402
 
 PROMPT = "Once upon a time"
 MODEL = "tiny-llama-random"
@@ -60,23 +60,20 @@ def main():
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    problem = chromium_problem()
-    if problem:
-        print(f"generate_page: cannot run: {problem}")
-        return 1
     import ember
-    from ember.web.server import serve_in_thread
-    from playwright.sync_api import sync_playwright
 
-    bundle = load_build_web().ensure_bundle()
-    model_dir = os.path.join(str(bundle), "models", MODEL)
-    if not os.path.isfile(os.path.join(model_dir, "model.safetensors")):
-        print(f"generate_page: the bundle has no {MODEL} "
-              "(needs torch + transformers at build time)")
-        return 1
-    server, url = serve_in_thread(bundle)
-    with sync_playwright() as pw:
-        browser = launch(pw)
+    with contextlib.ExitStack() as stack:
+        try:
+            session = stack.enter_context(open_browser())
+        except BrowserUnavailable as exc:
+            print(f"generate_page: cannot run: {exc}")
+            return 1
+        model_dir = os.path.join(str(session.bundle), "models", MODEL)
+        if not os.path.isfile(os.path.join(model_dir, "model.safetensors")):
+            print(f"generate_page: the bundle has no {MODEL} "
+                  "(needs torch + transformers at build time)")
+            return 1
+        browser, url = session.browser, session.url
         page = EmberPage(browser.new_page(), url + "generate.html")
         t0 = time.perf_counter()
         page.boot()
@@ -99,8 +96,6 @@ def main():
         page_decode = max(r["decode_tokens_per_second"] for r in runs)
         page_ids = runs[0]["token_ids"]
         deltas = runs[0]["deltas"]
-        browser.close()
-    server.shutdown()
 
     print(f"\n{args.tokens} new tokens, greedy, best of {args.rounds}; tokens/s "
           f"(ratio = page / engine)")
