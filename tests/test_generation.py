@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from helpers import require
+from reference_bpe import train_byte_level_bpe
 
 import ember
 from ember.errors import EmberError
@@ -63,15 +64,7 @@ def torch():
 
 @pytest.fixture(scope="module")
 def hf_tok():
-    tokenizers = require("tokenizers")
-    tok = tokenizers.Tokenizer(tokenizers.models.BPE())
-    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = tokenizers.decoders.ByteLevel()
-    trainer = tokenizers.trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<s>", "</s>"],
-        initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(CORPUS, trainer)
-    return tok
+    return train_byte_level_bpe(CORPUS, vocab_size=300)
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ import pytest
 
 from ggml_encode import quantize_q4_k, write_llama_gguf
 from helpers import require
+from reference_bpe import train_byte_level_bpe
 
 from ember.errors import FormatError
 from ember.generation import generate
@@ -38,15 +39,7 @@ def gguf():
 
 @pytest.fixture(scope="module")
 def hf_tokenizer():
-    tokenizers = require("tokenizers")
-    tok = tokenizers.Tokenizer(tokenizers.models.BPE())
-    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = tokenizers.decoders.ByteLevel()
-    trainer = tokenizers.trainers.BpeTrainer(
-        vocab_size=320, special_tokens=["<s>", "</s>"],
-        initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(CORPUS, trainer)
-    return tok
+    return train_byte_level_bpe(CORPUS, vocab_size=320)
 
 
 @pytest.fixture(scope="module")
