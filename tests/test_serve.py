@@ -2,11 +2,12 @@
 bundle however the path is spelled (encoded `..`, backslashes, absolute paths, symlinks)."""
 import http.client
 import os
-import re
 import subprocess
 import sys
 
 import pytest
+
+from serve_process import start_ember_serve
 
 from ember.web.server import resolve_request_path, serve_in_thread
 
@@ -128,18 +129,7 @@ def test_resolver_refuses_outside_paths_directly(site):
 
 
 def _start_cli(*args):
-    cmd = [sys.executable, "-m", "ember.cli", "serve", *args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    line = ""
-    for _ in range(50):  # notes (a stale bundle, a build) may come before the URL line
-        line = proc.stdout.readline()
-        if not line or "http://" in line:
-            break
-    match = re.search(r"http://(\S+):(\d+)/", line)
-    if not match:
-        proc.kill()
-        rest = proc.stdout.read()
-        pytest.fail(f"ember serve printed no URL: {line}{rest}")
+    proc, match = start_ember_serve(*args)
     return proc, match.group(1), int(match.group(2))
 
 

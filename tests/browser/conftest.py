@@ -4,8 +4,6 @@ Under CI=true a missing Chromium or playwright fails the run; elsewhere the brow
 skip with the reason. The bundle is (re)built first when the sources changed.
 """
 import os
-import re
-import subprocess
 import sys
 import threading
 
@@ -16,6 +14,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from page_harness import (EmberPage, PlaywrightThread, chromium_problem,  # noqa: E402
                           load_build_web)
 from helpers import ON_CI, missing  # noqa: E402
+from serve_process import start_ember_serve  # noqa: E402
 
 ARTIFACTS = os.path.join(os.path.dirname(__file__), "..", "..", "test-artifacts")
 
@@ -40,19 +39,10 @@ def server_url(bundle_dir):
     """`ember serve` itself (a subprocess on a free port), so every browser test loads the
     pages exactly as a person would after `make web`."""
     from ember.web.server import bundle_dir as default_bundle
-    cmd = [sys.executable, "-m", "ember.cli", "serve", "--port", "0"]
+    args = ["--port", "0"]
     if os.path.realpath(bundle_dir) != os.path.realpath(default_bundle()):
-        cmd += ["--bundle", str(bundle_dir)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    line = ""
-    for _ in range(50):  # notes (a stale bundle, a build) may come before the URL line
-        line = proc.stdout.readline()
-        if not line or "http://" in line:
-            break
-    match = re.search(r"(http://127\.0\.0\.1:\d+/)", line)
-    if not match:
-        proc.kill()
-        pytest.fail(f"ember serve did not start: {line}{proc.stdout.read()}")
+        args += ["--bundle", str(bundle_dir)]
+    proc, match = start_ember_serve(*args, url=r"(http://127\.0\.0\.1:\d+/)")
     # Drain the request log so the pipe never fills and blocks the server.
     threading.Thread(target=proc.stdout.read, daemon=True).start()
     yield match.group(1)
