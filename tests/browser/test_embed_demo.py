@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from minilm_fixtures import minilm_dir  # noqa: F401 (a fixture)
-from page_harness import EmberPage, load_build_web
+from demo_pages import open_demo_page
+from page_harness import load_build_web
 
 TEXTS = ["A man is playing a guitar.", "Someone plays an instrument on stage.",
          "The cat sleeps on the sofa.", "Stock markets fell sharply today."]
@@ -15,16 +16,8 @@ TEXTS = ["A man is playing a guitar.", "Someone plays an instrument on stage.",
 @pytest.fixture(scope="module")
 def embed_page(chromium, server_url, minilm_dir):
     load_build_web().ensure_bundle()   # the model arrived after the bundle was built?
-    thread, browser = chromium
-    context = thread.do(lambda: browser.new_context(viewport={"width": 1000, "height": 900}))
-    page = EmberPage(thread.do(context.new_page), server_url + "embed.html", do=thread.do)
-    page.boot()
-    try:
-        page.evaluate("() => window.demoReady")
-    except Exception as exc:
-        pytest.fail(f"the embedding demo did not load: {exc}\n" + "\n".join(page.console[-20:]))
-    yield page
-    thread.do(context.close)
+    with open_demo_page(chromium, server_url + "embed.html", 900, "embedding") as page:
+        yield page
 
 
 def test_demo_matches_native_similarities(embed_page, minilm_dir, reference_device, artifacts_dir):

@@ -7,7 +7,8 @@ import os
 import pytest
 
 from helpers import require
-from page_harness import EmberPage, load_build_web
+from demo_pages import open_demo_page
+from page_harness import load_build_web
 
 PROMPT = "Once upon a time"
 NEW_TOKENS = 16   # SwiftShader is slow: few tokens are enough to see the stream
@@ -25,16 +26,8 @@ def model_dir(bundle_dir):
 
 @pytest.fixture(scope="module")
 def generate_page(chromium, server_url, model_dir):
-    thread, browser = chromium
-    context = thread.do(lambda: browser.new_context(viewport={"width": 1000, "height": 760}))
-    page = EmberPage(thread.do(context.new_page), server_url + "generate.html", do=thread.do)
-    page.boot()
-    try:
-        page.evaluate("() => window.demoReady")
-    except Exception as exc:
-        pytest.fail(f"the generation demo did not load: {exc}\n" + "\n".join(page.console[-20:]))
-    yield page
-    thread.do(context.close)
+    with open_demo_page(chromium, server_url + "generate.html", 760, "generation") as page:
+        yield page
 
 
 @pytest.fixture(scope="module")
