@@ -52,14 +52,35 @@ async def _fetch_array_buffer(url, size, name):
     return target.buffer
 
 
+async def _fetch_model_to_gpu(entry, name):
+    """Model `name` of the bundle's manifest (`entry`: its path and files): the small files
+    into Pyodide's file system under /models/<name>, model.safetensors through a JS
+    ArrayBuffer straight onto the WebGPU device. Returns (root, device, tensors, t0, t1),
+    t0 and t1 the perf_counter() before and after the download, for the caller's timings."""
+    import ember
+    from ember.backends.webgpu.browser import load_safetensors_js
+    files = entry["files"]
+    t0 = time.perf_counter()
+    root = f"/models/{name}"
+    for rel in files:
+        if rel != "model.safetensors":
+            await _fetch_file(entry["path"] + rel, f"{root}/{rel}")
+    weights = await _fetch_array_buffer(entry["path"] + "model.safetensors",
+                                        files["model.safetensors"], name)
+    t1 = time.perf_counter()
+    _progress("model", 0.85, "Uploading the weights to the GPU")
+    device = ember.Device.webgpu()
+    # The ArrayBuffer goes with this frame: only the GPU copies outlive the call.
+    tensors = load_safetensors_js(weights, device, name=f"{name}/model.safetensors")
+    return root, device, tensors, t0, t1
+
+
 async def load(manifest_json, name="all-MiniLM-L6-v2"):
     """Fetch model `name` listed in the bundle's manifest and load it on the WebGPU device;
     returns JSON with the model's size and the time each step took.
 
     Configs and the tokenizer (small) go to Pyodide's file system; the weights stay a JS
     ArrayBuffer and go from slices of it straight into GPU buffers (load_safetensors_js)."""
-    import ember
-    from ember.backends.webgpu.browser import load_safetensors_js
     from ember.models.bert import BertConfig, BertModel
     from ember.models.pooling import read_pooling_config
     from ember.nn import VarBuilder
@@ -74,18 +95,7 @@ async def load(manifest_json, name="all-MiniLM-L6-v2"):
     files = model["files"]
     if "model.safetensors" not in files:
         raise FileNotFoundError(f"the bundle's {name} has no model.safetensors")
-    t0 = time.perf_counter()
-    root = f"/models/{name}"
-    for rel in files:
-        if rel != "model.safetensors":
-            await _fetch_file(model["path"] + rel, f"{root}/{rel}")
-    weights = await _fetch_array_buffer(model["path"] + "model.safetensors",
-                                        files["model.safetensors"], name)
-    t1 = time.perf_counter()
-    _progress("model", 0.85, "Uploading the weights to the GPU")
-    device = ember.Device.webgpu()
-    tensors = load_safetensors_js(weights, device, name=f"{name}/model.safetensors")
-    del weights
+    root, device, tensors, t0, t1 = await _fetch_model_to_gpu(model, name)
     config = BertConfig.from_json(f"{root}/config.json")
     bert = BertModel(config, VarBuilder.from_tensors(tensors, device=device,
                                                      label=f"{name}/model.safetensors"))

@@ -18,7 +18,7 @@ Answers are JSON strings, like page_runtime's.
 import json
 import time
 
-from .demo_embed import _fetch_array_buffer, _fetch_file, _progress
+from .demo_embed import _fetch_model_to_gpu, _progress
 
 DEFAULT_MODEL = "tiny-llama-random"
 _state = {}
@@ -48,8 +48,6 @@ def _post(message):
 async def load(manifest_json, name=DEFAULT_MODEL):
     """Fetch model `name` from the bundle, put it on the WebGPU device and compile its
     kernels (a two-token warm-up); returns JSON with its size and each step's seconds."""
-    import ember
-    from ember.backends.webgpu.browser import load_safetensors_js
     from ember.generation import TextGeneration
     from ember.models.llama import LlamaConfig, LlamaForCausalLM, _merge_generation_config
     from ember.nn import VarBuilder
@@ -60,18 +58,7 @@ async def load(manifest_json, name=DEFAULT_MODEL):
             f"the bundle has no model {name!r}: `make web` makes it with "
             f"build_scripts/make_tiny_llama.py (needs torch, transformers and tokenizers)")
     files = model_entry["files"]
-    t0 = time.perf_counter()
-    root = f"/models/{name}"
-    for rel in files:
-        if rel != "model.safetensors":
-            await _fetch_file(model_entry["path"] + rel, f"{root}/{rel}")
-    weights = await _fetch_array_buffer(model_entry["path"] + "model.safetensors",
-                                        files["model.safetensors"], name)
-    t1 = time.perf_counter()
-    _progress("model", 0.85, "Uploading the weights to the GPU")
-    device = ember.Device.webgpu()
-    tensors = load_safetensors_js(weights, device, name=f"{name}/model.safetensors")
-    del weights
+    root, device, tensors, t0, t1 = await _fetch_model_to_gpu(model_entry, name)
     config = LlamaConfig.from_file(root)
     _merge_generation_config(config, root)
     model = LlamaForCausalLM(config, VarBuilder.from_tensors(
