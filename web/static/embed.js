@@ -1,31 +1,20 @@
 // The embedding demo's main thread: progress, the similarity matrix. The model runs in
 // the worker (ember.web.demo_embed), so the page stays responsive while it loads.
+import { showLoadProgress, runPython } from "./demo-page.js";
 import { EmberWorker } from "./ember-client.js";
 
 const $ = (id) => document.getElementById(id);
 const ember = new EmberWorker();
 window.ember = ember;
 
-// One bar for two phases: the worker's boot fills the first 40%, the model the rest.
-let booted = false;
-ember.onprogress = ({ fraction, text }) => {
-  const pct = Math.round((booted ? 0.4 + 0.6 * fraction : 0.4 * fraction) * 100);
-  $("bar-fill").style.width = `${pct}%`;
-  $("percent").textContent = `${pct}%`;
-  $("stage").textContent = text;
-};
+showLoadProgress(ember, $);
 
 const escape = (s) => s.replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[c]));
 
-async function python(code) {
-  const result = await ember.run(code);
-  if (!result.ok) throw new Error(`${result.error.type}: ${result.error.message}`);
-  return result.value;
-}
+const python = (code) => runPython(ember, code);
 
 // Resolves once the model is loaded; window.demoReady lets tests wait for it.
 window.demoReady = ember.ready.then(async (info) => {
-  booted = true;
   const manifest = JSON.stringify(info.manifest);
   const loaded = JSON.parse(await python(
     `from ember.web import demo_embed\nawait demo_embed.load(${JSON.stringify(manifest)})`));

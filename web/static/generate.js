@@ -1,6 +1,7 @@
 // The generation demo's main thread: load progress, the streamed text, tokens/s. The model
 // runs in the worker (ember.web.demo_generate), which posts a {type: "delta"} message per
 // piece of decoded text; the page appends each one as it arrives.
+import { showLoadProgress, runPython } from "./demo-page.js";
 import { EmberWorker } from "./ember-client.js";
 
 const $ = (id) => document.getElementById(id);
@@ -13,14 +14,7 @@ window.heartbeat = 0;
 const beat = () => { window.heartbeat += 1; requestAnimationFrame(beat); };
 requestAnimationFrame(beat);
 
-// One bar for two phases: the worker's boot fills the first 40%, the model the rest.
-let booted = false;
-ember.onprogress = ({ fraction, text }) => {
-  const pct = Math.round((booted ? 0.4 + 0.6 * fraction : 0.4 * fraction) * 100);
-  $("bar-fill").style.width = `${pct}%`;
-  $("percent").textContent = `${pct}%`;
-  $("stage").textContent = text;
-};
+showLoadProgress(ember, $);
 
 let current = null;   // the run whose deltas are arriving: {deltas, started}
 ember.onevent = (msg) => {
@@ -33,18 +27,13 @@ ember.onevent = (msg) => {
   $("speed").textContent = `${(msg.tokens / seconds).toFixed(1)} tokens/s`;
 };
 
-async function python(code) {
-  const result = await ember.run(code);
-  if (!result.ok) throw new Error(`${result.error.type}: ${result.error.message}`);
-  return result.value;
-}
+const python = (code) => runPython(ember, code);
 
 const pageOpened = performance.now();
 const adapterName = (a) => a.description ||
   [a.vendor, a.architecture].filter(Boolean).join(" ") || "WebGPU";
 // Resolves once the model is loaded and warm; window.demoReady lets tests wait for it.
 window.demoReady = ember.ready.then(async (info) => {
-  booted = true;
   const manifest = JSON.stringify(info.manifest);
   const loaded = JSON.parse(await python(
     `from ember.web import demo_generate\nawait demo_generate.load(${JSON.stringify(manifest)})`));
