@@ -228,13 +228,12 @@ def test_text_generation_streams_until_a_stop_string(hf_tok, tok):
 
 # --- chat templates -------------------------------------------------------------------------
 def test_chat_template_matches_transformers(tmp_path, hf_tok):
-    transformers = require("transformers")
+    require("transformers")
     require("jinja2")
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(
         {"chat_template": TEMPLATE, "bos_token": "<s>", "eos_token": "</s>"}))
     ours = ChatTemplate.from_tokenizer_config(str(tmp_path))
-    ref = transformers.PreTrainedTokenizerFast(tokenizer_object=hf_tok, bos_token="<s>",
-                                               eos_token="</s>", chat_template=TEMPLATE)
+    ref = _reference_chat_tokenizer(hf_tok)
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi 🙂"},
                 {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Bye"}]
     for gen_prompt in (True, False):
@@ -277,6 +276,28 @@ def model_dir(tmp_path_factory, hf_tok, torch):
     return str(path), model
 
 
+def _reference_chat_tokenizer(hf_tok):
+    """transformers' tokenizer over `hf_tok` with the test's chat TEMPLATE."""
+    transformers = require("transformers")
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=hf_tok, bos_token="<s>",
+                                                eos_token="</s>", chat_template=TEMPLATE)
+
+
+def _chat_prompt_ids(hf_tok, user_text):
+    """The ids of the prompt transformers renders for one user turn, ready for the reply."""
+    prompt = _reference_chat_tokenizer(hf_tok).apply_chat_template(
+        [{"role": "user", "content": user_text}], tokenize=False, add_generation_prompt=True)
+    return hf_tok.encode(prompt).ids
+
+
+def _transformers_greedy(hf, torch, ids, max_new_tokens):
+    """The token ids transformers' greedy generate adds after prompt `ids`."""
+    with torch.no_grad():
+        out = hf.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                          do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=0)
+    return out[0, len(ids):].tolist()
+
+
 def _run_cli(argv, stdin=""):
     from ember.cli import main
     out, old_out, old_in = io.StringIO(), sys.stdout, sys.stdin
@@ -291,11 +312,7 @@ def _run_cli(argv, stdin=""):
 def test_cli_generate_json_matches_transformers(model_dir, hf_tok, torch):
     path, hf = model_dir
     prompt = "Once upon a time"
-    ids = hf_tok.encode(prompt).ids
-    with torch.no_grad():
-        out = hf.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                          do_sample=False, max_new_tokens=20, pad_token_id=0)
-    new = out[0, len(ids):].tolist()
+    new = _transformers_greedy(hf, torch, hf_tok.encode(prompt).ids, 20)
     rc, text = _run_cli(["generate", "--model", path, "--device", "cpu", "--max-new-tokens", "20",
                          "--json", prompt])
     assert rc == 0
@@ -319,19 +336,11 @@ def test_cli_generate_seeded_sampling_repeats(model_dir):
 
 def test_cli_chat_uses_the_template(model_dir, hf_tok, torch):
     path, hf = model_dir
-    transformers = require("transformers")
     rc, out = _run_cli(["chat", "--model", path, "--device", "cpu", "--max-new-tokens", "8"],
                        stdin="Hi there\n/exit\n")
     assert rc == 0
-    ref_tok = transformers.PreTrainedTokenizerFast(tokenizer_object=hf_tok, bos_token="<s>",
-                                                   eos_token="</s>", chat_template=TEMPLATE)
-    prompt = ref_tok.apply_chat_template([{"role": "user", "content": "Hi there"}], tokenize=False,
-                                         add_generation_prompt=True)
-    ids = hf_tok.encode(prompt).ids
-    with torch.no_grad():
-        gen = hf.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                          do_sample=False, max_new_tokens=8, pad_token_id=0)
-    new = [t for t in gen[0, len(ids):].tolist() if t != hf_tok.token_to_id("</s>")]
+    gen = _transformers_greedy(hf, torch, _chat_prompt_ids(hf_tok, "Hi there"), 8)
+    new = [t for t in gen if t != hf_tok.token_to_id("</s>")]
     assert out == hf_tok.decode(new) + "\n"
 
 
@@ -343,15 +352,7 @@ def test_cli_generate_without_a_model_says_so(capsys):
 
 def test_cli_generate_chat_flag_renders_the_template(model_dir, hf_tok, torch):
     path, hf = model_dir
-    transformers = require("transformers")
-    ref_tok = transformers.PreTrainedTokenizerFast(tokenizer_object=hf_tok, bos_token="<s>",
-                                                   eos_token="</s>", chat_template=TEMPLATE)
-    prompt = ref_tok.apply_chat_template([{"role": "user", "content": "Tell me"}], tokenize=False,
-                                         add_generation_prompt=True)
-    ids = hf_tok.encode(prompt).ids
-    with torch.no_grad():
-        out = hf.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                          do_sample=False, max_new_tokens=6, pad_token_id=0)
+    new = _transformers_greedy(hf, torch, _chat_prompt_ids(hf_tok, "Tell me"), 6)
     rc, text = _run_cli(["generate", "--model", path, "--device", "cpu", "--max-new-tokens", "6",
                          "--chat", "--json", "Tell me"])
-    assert rc == 0 and json.loads(text)["token_ids"] == out[0, len(ids):].tolist()
+    assert rc == 0 and json.loads(text)["token_ids"] == new
