@@ -1,11 +1,10 @@
 """BPE: start from chars (or bytes) and apply merges, lowest rank first."""
 
 from .dict_vocab import DictVocab
+from .word_cache import WordCache
 
 
-class BPE(DictVocab):
-    CACHE_CAPACITY = 10000
-
+class BPE(DictVocab, WordCache):
     def __init__(self, vocab, merges, unk_token=None, continuing_subword_prefix=None,
                  end_of_word_suffix=None, fuse_unk=False, byte_fallback=False, ignore_merges=False,
                  dropout=None):
@@ -134,19 +133,9 @@ class BPE(DictVocab):
                 ranks[bi] = merges.get((ids[bi], ids[bi + 1]))
         return list(zip(ids, starts, ends))
 
-    def tokenize(self, word):
-        if not word:
-            return []
-        hit = self._cache.get(word)
-        if hit is not None:
-            return hit
-        vocab_r = self.vocab_r
+    def _tokenize_uncached(self, word):
         if self.ignore_merges and word in self.vocab:
-            out = [(self.vocab[word], word, 0, len(word))]
-        else:
-            syms = self._merge(self._initial_symbols(word))
-            out = [(tid, vocab_r[tid], s, e) for tid, s, e in syms]
-        if len(self._cache) >= self.CACHE_CAPACITY:
-            self._cache.clear()
-        self._cache[word] = out
-        return out
+            return [(self.vocab[word], word, 0, len(word))]
+        vocab_r = self.vocab_r
+        syms = self._merge(self._initial_symbols(word))
+        return [(tid, vocab_r[tid], s, e) for tid, s, e in syms]

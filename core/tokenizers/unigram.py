@@ -1,11 +1,11 @@
 """Unigram: the most likely segmentation (Viterbi) under the pieces' log-probabilities."""
 
+from .word_cache import WordCache
+
 UNK_PENALTY = 10.0
 
 
-class Unigram:
-    CACHE_CAPACITY = 10000
-
+class Unigram(WordCache):
     def __init__(self, vocab, unk_id=None, byte_fallback=False):
         self.vocab = [(str(p), float(s)) for p, s in vocab]
         if unk_id is not None and not 0 <= unk_id < len(self.vocab):
@@ -91,12 +91,7 @@ class Unigram:
         results.reverse()
         return results
 
-    def tokenize(self, word):
-        if not word:
-            return []
-        hit = self._cache.get(word)
-        if hit is not None:
-            return hit
+    def _tokenize_uncached(self, word):
         out = []
         offset = 0
         ids = self.token_to_ids
@@ -116,9 +111,6 @@ class Unigram:
                 tid = self.unk_id
             out.append((tid, piece, offset, offset + n))
             offset += n
-        if len(self._cache) >= self.CACHE_CAPACITY:
-            self._cache.clear()
-        self._cache[word] = out
         return out
 
     def token_to_id(self, token):
