@@ -10,7 +10,7 @@ import zipfile
 
 import pytest
 
-from helpers import missing
+from helpers import missing, require
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.slow
@@ -58,7 +58,7 @@ def _has_setuptools(major):
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
-    pytest.importorskip("build", reason="the `build` package (in ember[test])")
+    require("build")
     src = tmp_path_factory.mktemp("src")
     out = tmp_path_factory.mktemp("dist")
     _copy_sources(src)

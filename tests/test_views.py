@@ -9,7 +9,7 @@ import pytest
 import ember
 from strided import check, on_device
 
-hypothesis = pytest.importorskip("hypothesis")
+import hypothesis
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 

@@ -2,6 +2,7 @@
 without `shader-f16`, bf16 and u8 stored widened, i64 stored as i32 with checked uploads."""
 import numpy as np
 import pytest
+from helpers import require
 
 import ember
 from wgpu_device import wgpu  # noqa: F401  (fixture)
@@ -47,7 +48,7 @@ def test_f16_matches_numpy_float16(request, which):
 
 
 def test_bf16_stays_exactly_bf16(wgpu):
-    torch = pytest.importorskip("torch")
+    torch = require("torch")
     x = np.random.default_rng(2).standard_normal(37).astype(np.float32) * 100
     tb = ember.tensor(x, device=wgpu).to(ember.bf16)
     ref = torch.from_numpy(x).to(torch.bfloat16)

@@ -5,6 +5,7 @@ import gc
 
 import numpy as np
 import pytest
+from helpers import require
 
 import ember
 from ember.functional import rope
@@ -141,7 +142,7 @@ def test_op_across_cpu_and_wgpu_is_a_device_mismatch(wgpu):
 
 
 def test_no_adapter_says_how_to_get_one(monkeypatch):
-    native = pytest.importorskip("ember.backends.webgpu.native")
+    native = require("ember.backends.webgpu.native")
     monkeypatch.setattr(native.wgpu.gpu, "enumerate_adapters_sync", lambda: [])
     with pytest.raises(ember.DeviceError) as info:
         native.open_native_backend(0)
