@@ -74,6 +74,8 @@ class NativeDriver:
         features = []
         if "shader-f16" in adapter.features:
             features.append("shader-f16")
+        if "subgroup" in adapter.features:
+            features.append("subgroup")     # matmul on CPU adapters broadcasts A across lanes
         try:
             self.device = adapter.request_device_sync(
                 label="ember", required_features=features, required_limits=wanted)
