@@ -1,0 +1,95 @@
+// matmul_nt for CPU adapters with subgroups (lavapipe): a {{TM}} x {{TN}} register tile of
+// dot products along K per invocation, with A read once per subgroup: lane j of each group
+// of 8 loads the vec4 of K run j of a block of 8 runs and subgroupBroadcast hands it to
+// every lane (see matmul_nn_sg for why). Invocations never return early.
+// Placeholders and P: as matmul_nt (workgroup 1-D: {{WG}} invocations along N).
+@group(0) @binding(1) var<storage, read> A: array<vec4<{{S}}>>;
+@group(0) @binding(2) var<storage, read> B: array<vec4<{{S}}>>;
+@group(0) @binding(3) var<storage, read_write> O: array<{{S}}>;
+
+alias Tile = array<f32, {{TN}}>;
+alias BRuns = array<vec4<f32>, {{TN}}>;
+
+fn load_b(brow: array<u32, {{TN}}>, k: u32) -> BRuns {
+    var b: BRuns;
+    for (var c = 0u; c < {{TN}}u; c++) { b[c] = vec4<f32>(B[brow[c] + k]); }
+    return b;
+}
+
+fn madd(acc: Tile, a: vec4<f32>, b: BRuns) -> Tile {
+    var r = acc;
+    for (var c = 0u; c < {{TN}}u; c++) { r[c] += dot(a, b[c]); }
+    return r;
+}
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(subgroup_invocation_id) sid: u32, @builtin(subgroup_size) sgs: u32) {
+    let m_total = p(0u);
+    let n_total = p(1u);
+    let n0 = gid.x * {{TN}}u;
+    let m0 = wid.y * {{TM}}u;
+    let bi = wid.z;
+    let ab = strided(bi, {{NB}}u, 16u, 16u + {{NB}}u, p(4u));
+    let bb = strided(bi, {{NB}}u, 16u, 16u + 2u * {{NB}}u, p(5u));
+    let lane = sid & 7u;
+    var arow: array<u32, {{TM}}>;
+    var brow: array<u32, {{TN}}>;
+    for (var r = 0u; r < {{TM}}u; r++) { arow[r] = ab + min(m0 + r, m_total - 1u) * p(8u); }
+    for (var c = 0u; c < {{TN}}u; c++) { brow[c] = bb + min(n0 + c, n_total - 1u) * p(11u); }
+    var acc: array<Tile, {{TM}}>;
+    let k4 = p(2u);
+    let blocks = select(0u, k4 / 8u, sgs >= 8u);
+    for (var kk = 0u; kk < blocks; kk++) {
+        let kb = 8u * kk;
+        var av: array<vec4<f32>, {{TM}}>;
+        for (var r = 0u; r < {{TM}}u; r++) { av[r] = vec4<f32>(A[arow[r] + kb + lane]); }
+        var b = load_b(brow, kb);
+        for (var r = 0u; r < {{TM}}u; r++) {
+            acc[r] = madd(acc[r], subgroupBroadcast(av[r], 0u), b);
+        }
+        b = load_b(brow, kb + 1u);
+        for (var r = 0u; r < {{TM}}u; r++) {
+            acc[r] = madd(acc[r], subgroupBroadcast(av[r], 1u), b);
+        }
+        b = load_b(brow, kb + 2u);
+        for (var r = 0u; r < {{TM}}u; r++) {
+            acc[r] = madd(acc[r], subgroupBroadcast(av[r], 2u), b);
+        }
+        b = load_b(brow, kb + 3u);
+        for (var r = 0u; r < {{TM}}u; r++) {
+            acc[r] = madd(acc[r], subgroupBroadcast(av[r], 3u), b);
+        }
+        b = load_b(brow, kb + 4u);
+        for (var r = 0u; r < {{TM}}u; r++) {
+            acc[r] = madd(acc[r], subgroupBroadcast(av[r], 4u), b);
+        }
+        b = load_b(brow, kb + 5u);
+        for (var r = 0u; r < {{TM}}u; r++) {
+            acc[r] = madd(acc[r], subgroupBroadcast(av[r], 5u), b);
+        }
+        b = load_b(brow, kb + 6u);
+        for (var r = 0u; r < {{TM}}u; r++) {
+            acc[r] = madd(acc[r], subgroupBroadcast(av[r], 6u), b);
+        }
+        b = load_b(brow, kb + 7u);
+        for (var r = 0u; r < {{TM}}u; r++) {
+            acc[r] = madd(acc[r], subgroupBroadcast(av[r], 7u), b);
+        }
+    }
+    for (var k = 8u * blocks; k < k4; k++) {
+        let b = load_b(brow, k);
+        for (var r = 0u; r < {{TM}}u; r++) { acc[r] = madd(acc[r], vec4<f32>(A[arow[r] + k]), b); }
+    }
+    let ob = strided(bi, {{NB}}u, 16u, 16u + 3u * {{NB}}u, p(6u));
+    for (var r = 0u; r < {{TM}}u; r++) {
+        for (var c = 0u; c < {{TN}}u; c++) {
+            if (m0 + r < m_total && n0 + c < n_total) {
+                let o = ob + (m0 + r) * p(12u) + n0 + c;
+                var v = acc[r][c];
+                if (p(7u) != 0u) { v += f32(O[o]); }
+                O[o] = {{S}}({{ROUND}}(v));
+            }
+        }
+    }
+}
