@@ -13,7 +13,13 @@ import argparse
 import os
 import sys
 
-import numpy as np
+# OpenBLAS's idle worker threads spin for about 2^28 cycles (~0.1 s) after every numpy call,
+# on the same 2 cores the wgpu side (lavapipe's threads) needs next: in interleaved rounds
+# that measured wgpu matmul at ~0.6x its speed. 2^4 cycles lets them sleep at once (numpy's
+# own GEMM speed stays the same). Read when OpenBLAS loads, so before numpy is imported.
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 
