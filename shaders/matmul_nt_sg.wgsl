@@ -1,7 +1,11 @@
 // matmul_nt for CPU adapters with subgroups (lavapipe): a {{TM}} x {{TN}} register tile of
-// dot products along K per invocation, with A read once per subgroup: lane j of each group
-// of 8 loads the vec4 of K run j of a block of 8 runs and subgroupBroadcast hands it to
-// every lane (see matmul_nn_sg for why). Invocations never return early.
+// dot products along K per invocation, with A read once per subgroup. Every lane of a
+// subgroup needs the same A values (lanes differ only in N), and lavapipe loads a storage
+// value lane by lane inside loops, so A's loads cost more than the arithmetic: here lane j
+// of each group of 8 loads the vec4 of K run j of a block of 8 runs, and subgroupBroadcast
+// (a register shuffle) hands it to every lane. Needs a subgroup size of at least 8, else
+// only the plain loop at the end runs. Invocations never return early: a broadcast from an
+// inactive lane is undefined.
 // Placeholders and P: as matmul_nt (workgroup 1-D: {{WG}} invocations along N).
 @group(0) @binding(1) var<storage, read> A: array<vec4<{{S}}>>;
 @group(0) @binding(2) var<storage, read> B: array<vec4<{{S}}>>;

@@ -25,7 +25,6 @@ BINDINGS = {
     "matmul": (True, True, False),
     "matmul_nn": (True, True, False),
     "matmul_nt": (True, True, False),
-    "matmul_nn_sg": (True, True, False),
     "matmul_nt_sg": (True, True, False),
     "index_select": (True, True, False),
     "gather": (True, True, False),

@@ -4,8 +4,8 @@ adapter's maximum storage binding.
 Kernels: `matmul_nt` (floats, both operands run along K: x @ W.T of a Linear layer),
 `matmul_nn` (floats, B with unit column stride: x @ W), and the general strided
 `matmul` for integers and every other layout. On CPU adapters with subgroups (lavapipe)
-the float kernels are `matmul_nt_sg` / `matmul_nn_sg`, which share A's loads across
-lanes. Float math runs in f32; f16 is read as vec4<f16> where the adapter has
+both float layouts run `matmul_nt_sg`, which shares A's loads across lanes (x @ W on a
+transposed copy of W). Float math runs in f32; f16 is read as vec4<f16> where the adapter has
 shader-f16, bf16 and f16 elsewhere are f32 rounded on store. Register tiles are chosen
 per adapter kind.
 
@@ -15,6 +15,7 @@ columns of B (output columns), K (partial products accumulated into the output),
 batch dim; the halves recurse until every binding fits.
 """
 from ...errors import UnsupportedOp
+from ...layout import Layout
 from .shapes import collapse, contiguous_strides, span
 
 
@@ -129,14 +130,17 @@ def tiles(be):
 
 
 # CPU adapters with subgroups (lavapipe, native only: naga needs no `enable subgroups`,
-# Tint would): the *_sg kernels broadcast A across a subgroup's lanes. (TM, TC) for nn and
-# (TM, TN) for nt, 64 invocations along the columns. Measured on lavapipe at 1024^3 (wall
-# GFLOP/s, 2 threads): nn 16x1 24.7 against 12x1 23.2, 8x2 23.0, 20x1 12.1 (spills), and the
-# plain 12x4 kernel 16.4; nt 8x2 27.5 against 6x2 25.9, 8x1 24.2, 12x2 23.0, 8x4 13.6, and
-# the plain 6x4 kernel 14.2.
-_SG_TILES = {"nn": (16, 1), "nt": (8, 2)}
+# Tint would): matmul_nt_sg broadcasts A across a subgroup's lanes, and x @ W runs through
+# it on a transposed copy of W (see _launch_transposed). (TM, TN) tile, 64 invocations along
+# N. Measured on lavapipe at 1024^3 (wall GFLOP/s, 2 threads): 8x2 27.5 against 6x2 25.9,
+# 8x1 24.2, 12x2 23.0, 8x4 13.6, and the plain matmul_nt 6x4 kernel 14.2.
+_SG_TILE = (8, 2)
 _SG_WG = 64
 _SG_MIN_M = 8     # fewer rows (decoding) keep the plain kernels' narrow-M tiles
+# x @ W pays a transposed copy of W first (10 ms for 1024^2 on lavapipe, as long as the
+# whole product at M = 8): worth it from about M = 100 (1024^2 W: M = 64 plain 10.3 ms,
+# copy + nt 15.9; M = 256 plain 45 ms, copy + nt 31).
+_SG_NN_MIN_M = 128
 
 
 def _use_subgroups(be, m):
@@ -154,6 +158,21 @@ def _fit_rows(tile, m):
     return (1 << (m - 1).bit_length(),) + tuple(tile[1:-2]) + (min(256, wgx * wgy), 1)
 
 
+def _launch_transposed(be, t, dtype, A, B, O, m, n, k, bshape, acc):
+    """x @ W on a CPU adapter with subgroups: W copied to [N, K] and run by matmul_nt_sg.
+    A subgroup-broadcast kernel reading W down its columns ran at 15 or 31 GFLOP/s at 1024^3
+    from run to run, by where the buffers landed (W's offset moved by 4 KiB: 15 every
+    time), and 16 at 2048^3; the copy plus matmul_nt_sg gave 23-24 at any offset, and 25.5
+    at 2048^3."""
+    # A broadcast W (batch stride 0) is copied once, and stays broadcast.
+    cshape = [d if s else 1 for d, s in zip(bshape, B.bs)]
+    view = Layout(tuple(cshape) + (n, k), tuple(B.bs) + (B.cs, B.rs), B.off)
+    bt = be.copy_strided(B.st, view, dtype)
+    bs = [c * n * k if s else 0 for c, s in zip(contiguous_strides(cshape), B.bs)]
+    Bt = _Operand(bt, 0, bs, 1, k)
+    _launch(be, t, dtype, A, Bt, O, m, n, k, bshape, acc)
+
+
 def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc):
     nb = 1
     for d in bshape:
@@ -169,7 +188,7 @@ def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc):
     tile = tiles(be)
     if fast and A.cs == 1 and B.rs == 1 and _all4(k, rel[0], A.rs, rel[1], B.cs) and batch4:
         if _use_subgroups(be, m):
-            tm, tn = _SG_TILES["nt"]
+            tm, tn = _SG_TILE
             tm = min(tm, 1 << (m - 1).bit_length())
             wgx, wgy = _SG_WG, 1
             spec = {"TM": tm, "TN": tn, "WG": wgx, "NB": nbd, "S": t.storage, "ROUND": t.round}
@@ -185,18 +204,13 @@ def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc):
         groups = (-(-(-(-n // tn)) // wgx), -(-(-(-m // tm)) // wgy), nb)
     elif fast and A.cs == 1 and B.cs == 1 and _all4(n, k, rel[0], A.rs, rel[1], B.rs, rel[2],
                                                    O.rs) and batch4:
-        rnd = t.round + "_4" if t.round else ""
-        if _use_subgroups(be, m):
-            tm, tc = _SG_TILES["nn"]
-            tm = min(tm, 1 << (m - 1).bit_length())
-            wgx, wgy = _SG_WG, 1
-            spec = {"TM": tm, "TC": tc, "WG": wgx, "NB": nbd, "S": t.storage, "ROUND": rnd}
-            pipe = be._kernel("matmul_nn_sg", t, spec, "matmul")
-        else:
-            tm, tc, wgx, wgy = _fit_rows(tile["nn"], m)
-            spec = {"TM": tm, "TC": tc, "WGX": wgx, "WGY": wgy, "NB": nbd, "S": t.storage,
-                    "ROUND": rnd}
-            pipe = be._kernel("matmul_nn", t, spec, "matmul")
+        if m >= _SG_NN_MIN_M and _use_subgroups(be, m):
+            _launch_transposed(be, t, dtype, A, B, O, m, n, k, bshape, acc)
+            return
+        tm, tc, wgx, wgy = _fit_rows(tile["nn"], m)
+        spec = {"TM": tm, "TC": tc, "WGX": wgx, "WGY": wgy, "NB": nbd, "S": t.storage,
+                "ROUND": t.round + "_4" if t.round else ""}
+        pipe = be._kernel("matmul_nn", t, spec, "matmul")
         params = [m, n // 4, k // 4, 0, rel[0] // 4, rel[1] // 4, rel[2] // 4, int(acc),
                   A.rs // 4, 0, B.rs // 4, 0, O.rs // 4, 0, 0, 0] + list(bshape) + \
             [s // 4 for s in A.bs + B.bs + O.bs]
