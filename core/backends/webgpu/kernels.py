@@ -26,6 +26,7 @@ BINDINGS = {
     "matmul_nn": (True, True, False),
     "matmul_nt": (True, True, False),
     "matmul_nt_sg": (True, True, False),
+    "matmul_transpose": (True, False),
     "index_select": (True, True, False),
     "gather": (True, True, False),
     "scatter_add": (True, True, True, False),
