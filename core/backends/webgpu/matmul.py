@@ -3,11 +3,11 @@ adapter's maximum storage binding.
 
 Kernels: `matmul_nt` (floats, both operands run along K: x @ W.T of a Linear layer),
 `matmul_nn` (floats, B with unit column stride: x @ W), and the general strided
-`matmul` for integers and every other layout. On CPU adapters with subgroups (lavapipe)
-both float layouts run `matmul_nt_sg`, which shares A's loads across lanes (x @ W on a
-transposed copy of W). Float math runs in f32; f16 is read as vec4<f16> where the adapter has
-shader-f16, bf16 and f16 elsewhere are f32 rounded on store. Register tiles are chosen
-per adapter kind.
+`matmul` for integers and every other layout. On CPU adapters with subgroups
+(lavapipe) both float layouts run `matmul_nt_sg`, which shares A's loads across lanes
+(x @ W on a copy of W transposed by `matmul_transpose`). Float math runs in f32; f16 is
+read as vec4<f16> where the adapter has shader-f16, bf16 and f16 elsewhere are f32
+rounded on store. Register tiles are chosen per adapter kind.
 
 A K longer than 32,768 is split into partial products accumulated into the output.
 An operand too large for one binding is split along its outermost dim: rows of A,
@@ -15,7 +15,6 @@ columns of B (output columns), K (partial products accumulated into the output),
 batch dim; the halves recurse until every binding fits.
 """
 from ...errors import UnsupportedOp
-from ...layout import Layout
 from .shapes import collapse, contiguous_strides, span
 
 
@@ -137,10 +136,9 @@ def tiles(be):
 _SG_TILE = (8, 2)
 _SG_WG = 64
 _SG_MIN_M = 8     # fewer rows (decoding) keep the plain kernels' narrow-M tiles
-# x @ W pays a transposed copy of W first (10 ms for 1024^2 on lavapipe, as long as the
-# whole product at M = 8): worth it from about M = 100 (1024^2 W: M = 64 plain 10.3 ms,
-# copy + nt 15.9; M = 256 plain 45 ms, copy + nt 31).
-_SG_NN_MIN_M = 128
+# x @ W pays a transposed copy of W first (matmul_transpose); measured against the plain
+# matmul_nn it is even at M = 8 and ahead from there (2048^2 W, M = 16: 13.1 ms against
+# 20.1; M = 128: 45 against 73).
 
 
 def _use_subgroups(be, m):
@@ -159,16 +157,25 @@ def _fit_rows(tile, m):
 
 
 def _launch_transposed(be, t, dtype, A, B, O, m, n, k, bshape, acc):
-    """x @ W on a CPU adapter with subgroups: W copied to [N, K] and run by matmul_nt_sg.
-    A subgroup-broadcast kernel reading W down its columns ran at 15 or 31 GFLOP/s at 1024^3
-    from run to run, by where the buffers landed (W's offset moved by 4 KiB: 15 every
-    time), and 16 at 2048^3; the copy plus matmul_nt_sg gave 23-24 at any offset, and 25.5
-    at 2048^3."""
+    """x @ W on a CPU adapter with subgroups: W copied to [N, K] by matmul_transpose, then
+    matmul_nt_sg. A subgroup-broadcast kernel reading W down its columns ran at 15 or 31
+    GFLOP/s at 1024^3 from run to run, by where the buffers landed (W's offset moved by
+    4 KiB: 15 every time), and 16 at 2048^3; copy plus matmul_nt_sg gives 26-27 at both."""
     # A broadcast W (batch stride 0) is copied once, and stays broadcast.
     cshape = [d if s else 1 for d, s in zip(bshape, B.bs)]
-    view = Layout(tuple(cshape) + (n, k), tuple(B.bs) + (B.cs, B.rs), B.off)
-    bt = be.copy_strided(B.st, view, dtype)
-    bs = [c * n * k if s else 0 for c, s in zip(contiguous_strides(cshape), B.bs)]
+    nc = 1
+    for d in cshape:
+        nc *= d
+    bt = be._alloc(nc * n * k, dtype, "matmul")
+    src, rel = be._bind(B.st, B.off, B.off + _span(B, cshape, k, n), t.size, "matmul")
+    dst, _ = be._bind(bt, 0, nc * n * k, t.size, "matmul")
+    cstr = contiguous_strides(cshape)
+    spec = {"S": t.storage, "NB": len(cshape), "WG": 64}
+    pipe = be._kernel("matmul_transpose", t, spec, "matmul")
+    params = [k // 4, n, rel, B.rs, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] + list(cshape) + \
+        list(B.bs) + [s * n * k // 4 for s in cstr]
+    be._launch(pipe, params, [src, dst], (-(-n // 64), k // 4, nc))
+    bs = [c * n * k if s else 0 for c, s in zip(cstr, B.bs)]
     Bt = _Operand(bt, 0, bs, 1, k)
     _launch(be, t, dtype, A, Bt, O, m, n, k, bshape, acc)
 
@@ -204,7 +211,7 @@ def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc):
         groups = (-(-(-(-n // tn)) // wgx), -(-(-(-m // tm)) // wgy), nb)
     elif fast and A.cs == 1 and B.cs == 1 and _all4(n, k, rel[0], A.rs, rel[1], B.rs, rel[2],
                                                    O.rs) and batch4:
-        if m >= _SG_NN_MIN_M and _use_subgroups(be, m):
+        if _use_subgroups(be, m):
             _launch_transposed(be, t, dtype, A, B, O, m, n, k, bshape, acc)
             return
         tm, tc, wgx, wgy = _fit_rows(tile["nn"], m)
