@@ -2,12 +2,13 @@
 // dot products along K per invocation, with A read once per subgroup. Every lane of a
 // subgroup needs the same A values (lanes differ only in N), and lavapipe loads a storage
 // value lane by lane inside loops, so A's loads cost more than the arithmetic: here lane j
-// of each group of 8 loads the vec4 of K run j of a block of 8 runs, and subgroupBroadcast
-// (a register shuffle) hands it to every lane. Needs a subgroup size of at least 8, else
-// only the plain loop at the end runs. Invocations never return early: a broadcast from an
-// inactive lane is undefined.
-// Placeholders and P: as matmul_nt (workgroup 1-D: {{WG}} invocations along N).
-@group(0) @binding(1) var<storage, read> A: array<vec4<{{S}}>>;
+// loads A's value j of each block of 8 along K (scalar, to spare registers for a taller
+// tile), and subgroupBroadcast (a register shuffle) hands it to every lane. Needs a
+// subgroup size of at least 8, else only the plain loop at the end runs. Invocations never
+// return early: a broadcast from an inactive lane is undefined.
+// Placeholders: as matmul_nt (workgroup 1-D: {{WG}} invocations along N). P: as matmul_nt,
+// except that A's offset, row stride and batch strides are in elements (A is read scalar).
+@group(0) @binding(1) var<storage, read> A: array<{{S}}>;
 @group(0) @binding(2) var<storage, read> B: array<vec4<{{S}}>>;
 @group(0) @binding(3) var<storage, read_write> O: array<{{S}}>;
 
@@ -43,47 +44,30 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     for (var c = 0u; c < {{TN}}u; c++) { brow[c] = bb + min(n0 + c, n_total - 1u) * p(11u); }
     var acc: array<Tile, {{TM}}>;
     let k4 = p(2u);
-    let blocks = select(0u, k4 / 8u, sgs >= 8u);
+    let blocks = select(0u, k4 / 2u, sgs >= 8u);
     for (var kk = 0u; kk < blocks; kk++) {
-        let kb = 8u * kk;
-        var av: array<vec4<f32>, {{TM}}>;
-        for (var r = 0u; r < {{TM}}u; r++) { av[r] = vec4<f32>(A[arow[r] + kb + lane]); }
-        var b = load_b(brow, kb);
+        var av: array<f32, {{TM}}>;
+        for (var r = 0u; r < {{TM}}u; r++) { av[r] = f32(A[arow[r] + 8u * kk + lane]); }
+        var b = load_b(brow, 2u * kk);
         for (var r = 0u; r < {{TM}}u; r++) {
-            acc[r] = madd(acc[r], subgroupBroadcast(av[r], 0u), b);
+            let a = vec4<f32>(subgroupBroadcast(av[r], 0u), subgroupBroadcast(av[r], 1u),
+                              subgroupBroadcast(av[r], 2u), subgroupBroadcast(av[r], 3u));
+            acc[r] = madd(acc[r], a, b);
         }
-        b = load_b(brow, kb + 1u);
+        b = load_b(brow, 2u * kk + 1u);
         for (var r = 0u; r < {{TM}}u; r++) {
-            acc[r] = madd(acc[r], subgroupBroadcast(av[r], 1u), b);
-        }
-        b = load_b(brow, kb + 2u);
-        for (var r = 0u; r < {{TM}}u; r++) {
-            acc[r] = madd(acc[r], subgroupBroadcast(av[r], 2u), b);
-        }
-        b = load_b(brow, kb + 3u);
-        for (var r = 0u; r < {{TM}}u; r++) {
-            acc[r] = madd(acc[r], subgroupBroadcast(av[r], 3u), b);
-        }
-        b = load_b(brow, kb + 4u);
-        for (var r = 0u; r < {{TM}}u; r++) {
-            acc[r] = madd(acc[r], subgroupBroadcast(av[r], 4u), b);
-        }
-        b = load_b(brow, kb + 5u);
-        for (var r = 0u; r < {{TM}}u; r++) {
-            acc[r] = madd(acc[r], subgroupBroadcast(av[r], 5u), b);
-        }
-        b = load_b(brow, kb + 6u);
-        for (var r = 0u; r < {{TM}}u; r++) {
-            acc[r] = madd(acc[r], subgroupBroadcast(av[r], 6u), b);
-        }
-        b = load_b(brow, kb + 7u);
-        for (var r = 0u; r < {{TM}}u; r++) {
-            acc[r] = madd(acc[r], subgroupBroadcast(av[r], 7u), b);
+            let a = vec4<f32>(subgroupBroadcast(av[r], 4u), subgroupBroadcast(av[r], 5u),
+                              subgroupBroadcast(av[r], 6u), subgroupBroadcast(av[r], 7u));
+            acc[r] = madd(acc[r], a, b);
         }
     }
-    for (var k = 8u * blocks; k < k4; k++) {
+    for (var k = 2u * blocks; k < k4; k++) {
         let b = load_b(brow, k);
-        for (var r = 0u; r < {{TM}}u; r++) { acc[r] = madd(acc[r], vec4<f32>(A[arow[r] + k]), b); }
+        for (var r = 0u; r < {{TM}}u; r++) {
+            let o = arow[r] + 4u * k;
+            acc[r] = madd(acc[r], vec4<f32>(f32(A[o]), f32(A[o + 1u]), f32(A[o + 2u]),
+                                            f32(A[o + 3u])), b);
+        }
     }
     let ob = strided(bi, {{NB}}u, 16u, 16u + 3u * {{NB}}u, p(6u));
     for (var r = 0u; r < {{TM}}u; r++) {

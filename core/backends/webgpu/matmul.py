@@ -131,9 +131,10 @@ def tiles(be):
 # CPU adapters with subgroups (lavapipe, native only: naga needs no `enable subgroups`,
 # Tint would): matmul_nt_sg broadcasts A across a subgroup's lanes, and x @ W runs through
 # it on a transposed copy of W (see _launch_transposed). (TM, TN) tile, 64 invocations along
-# N. Measured on lavapipe at 1024^3 (wall GFLOP/s, 2 threads): 8x2 27.5 against 6x2 25.9,
-# 8x1 24.2, 12x2 23.0, 8x4 13.6, and the plain matmul_nt 6x4 kernel 14.2.
-_SG_TILE = (8, 2)
+# N. Measured on lavapipe at 1024^3 (wall GFLOP/s, 2 threads, A read scalar): 12x2 29.5
+# against 10x2 28.0, 8x2 26.7, 8x3 26.1, 14x2 22.3, 16x2 22.0, 12x3 19.2 (register
+# spills); the plain matmul_nt 6x4 kernel 14.2.
+_SG_TILE = (12, 2)
 _SG_WG = 64
 _SG_MIN_M = 8     # fewer rows (decoding) keep the plain kernels' narrow-M tiles
 # x @ W pays a transposed copy of W first (matmul_transpose); measured against the plain
@@ -160,7 +161,7 @@ def _launch_transposed(be, t, dtype, A, B, O, m, n, k, bshape, acc):
     """x @ W on a CPU adapter with subgroups: W copied to [N, K] by matmul_transpose, then
     matmul_nt_sg. A subgroup-broadcast kernel reading W down its columns ran at 15 or 31
     GFLOP/s at 1024^3 from run to run, by where the buffers landed (W's offset moved by
-    4 KiB: 15 every time), and 16 at 2048^3; copy plus matmul_nt_sg gives 26-27 at both."""
+    4 KiB: 15 every time), and 16 at 2048^3; copy plus matmul_nt_sg gives 29-30 at both."""
     # A broadcast W (batch stride 0) is copied once, and stays broadcast.
     cshape = [d if s else 1 for d, s in zip(bshape, B.bs)]
     nc = 1
@@ -194,10 +195,11 @@ def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc):
     batch4 = _all4(*(A.bs + B.bs + O.bs))
     tile = tiles(be)
     if fast and A.cs == 1 and B.rs == 1 and _all4(k, rel[0], A.rs, rel[1], B.cs) and batch4:
+        a4 = 4     # A's offset and strides in vec4s; in elements for matmul_nt_sg
         if _use_subgroups(be, m):
             tm, tn = _SG_TILE
             tm = min(tm, 1 << (m - 1).bit_length())
-            wgx, wgy = _SG_WG, 1
+            wgx, wgy, a4 = _SG_WG, 1, 1
             spec = {"TM": tm, "TN": tn, "WG": wgx, "NB": nbd, "S": t.storage, "ROUND": t.round}
             pipe = be._kernel("matmul_nt_sg", t, spec, "matmul")
         else:
@@ -205,9 +207,9 @@ def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc):
             spec = {"TM": tm, "TN": tn, "WGX": wgx, "WGY": wgy, "NB": nbd, "S": t.storage,
                     "ROUND": t.round}
             pipe = be._kernel("matmul_nt", t, spec, "matmul")
-        params = [m, n, k // 4, 0, rel[0] // 4, rel[1] // 4, rel[2], int(acc),
-                  A.rs // 4, 0, 0, B.cs // 4, O.rs, 0, 0, 0] + list(bshape) + \
-            [s // 4 for s in A.bs] + [s // 4 for s in B.bs] + list(O.bs)
+        params = [m, n, k // 4, 0, rel[0] // a4, rel[1] // 4, rel[2], int(acc),
+                  A.rs // a4, 0, 0, B.cs // 4, O.rs, 0, 0, 0] + list(bshape) + \
+            [s // a4 for s in A.bs] + [s // 4 for s in B.bs] + list(O.bs)
         groups = (-(-(-(-n // tn)) // wgx), -(-(-(-m // tm)) // wgy), nb)
     elif fast and A.cs == 1 and B.cs == 1 and _all4(n, k, rel[0], A.rs, rel[1], B.rs, rel[2],
                                                    O.rs) and batch4:
