@@ -8,11 +8,7 @@
 
 @compute @workgroup_size({{WG}})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    // {{EPT}} elements per invocation, a workgroup apart so that neighbouring invocations
-    // touch neighbouring elements: fewer invocations, whose fixed cost dominates on CPU
-    // adapters, and coalesced accesses on GPUs.
-    let g = flat_index(gid, nwg, {{WG}}u);
-    let first = (g / {{WG}}u) * {{WG}}u * {{EPT}}u + g % {{WG}}u;
+    let first = first_element(gid, nwg, {{WG}}u, {{EPT}}u);
     for (var e = 0u; e < {{EPT}}u; e++) {
         let i = first + e * {{WG}}u;
         if (i >= p(0u)) { return; }
