@@ -7,48 +7,59 @@ from .tensor import _device, _shape_args, tensor
 
 
 class Generator:
+    """A seeded source of host random numbers. The engine is made on first use, so
+    `import ember` does not import numpy just to seed the default generator."""
+
     def __init__(self, seed=None):
         self.manual_seed(seed)
 
     def manual_seed(self, seed):
         self.seed = seed
-        try:
-            import numpy
-            self._np = numpy.random.Generator(numpy.random.PCG64(seed))
-            self._py = None
-        except ImportError:
-            import random as pyrandom
-            self._np = None
-            self._py = pyrandom.Random(seed)
+        self._engine = None
         return self
 
+    def _rng(self):
+        """(numpy Generator, None) where numpy imports, else (None, random.Random)."""
+        if self._engine is None:
+            try:
+                import numpy
+                self._engine = (numpy.random.Generator(numpy.random.PCG64(self.seed)), None)
+            except ImportError:
+                import random as pyrandom
+                self._engine = (None, pyrandom.Random(self.seed))
+        return self._engine
+
     def normal(self, shape, mean=0.0, std=1.0):
-        n = 1
-        for d in shape:
-            n *= d
-        if self._np is not None:
+        np_rng, py_rng = self._rng()
+        n = _count(shape)
+        if np_rng is not None:
             import numpy
-            return (self._np.standard_normal(n, dtype=numpy.float32) * numpy.float32(std)
+            return (np_rng.standard_normal(n, dtype=numpy.float32) * numpy.float32(std)
                     + numpy.float32(mean)).reshape(shape)
-        return [self._py.gauss(mean, std) for _ in range(n)]
+        return [py_rng.gauss(mean, std) for _ in range(n)]
 
     def uniform(self, shape, low=0.0, high=1.0):
-        n = 1
-        for d in shape:
-            n *= d
-        if self._np is not None:
+        np_rng, py_rng = self._rng()
+        n = _count(shape)
+        if np_rng is not None:
             import numpy
-            u = self._np.random(n, dtype=numpy.float32)
+            u = np_rng.random(n, dtype=numpy.float32)
             return (u * numpy.float32(high - low) + numpy.float32(low)).reshape(shape)
-        return [self._py.uniform(low, high) for _ in range(n)]
+        return [py_rng.uniform(low, high) for _ in range(n)]
 
     def integers(self, shape, low, high):
-        n = 1
-        for d in shape:
-            n *= d
-        if self._np is not None:
-            return self._np.integers(low, high, size=n).reshape(shape)
-        return [self._py.randrange(low, high) for _ in range(n)]
+        np_rng, py_rng = self._rng()
+        n = _count(shape)
+        if np_rng is not None:
+            return np_rng.integers(low, high, size=n).reshape(shape)
+        return [py_rng.randrange(low, high) for _ in range(n)]
+
+
+def _count(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 default_generator = Generator(0)
