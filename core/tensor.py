@@ -1024,7 +1024,7 @@ def cat(tensors, dim=0):
     shape = list(first.shape)
     shape[dim] = sum(t.shape[dim] for t in tensors)
     backend = first.backend
-    storage = backend.full(shape, 0, first.dtype)
+    storage = backend.empty(shape, first.dtype)  # every element is written below
     out_layout = Layout(shape)
     offset = 0
     for t in tensors:

@@ -96,6 +96,16 @@ class ArrayBackend(Backend):
         except MemoryError:  # cupy's OutOfMemoryError is a MemoryError too
             raise self.out_of_memory("full", shape, dtype) from None
 
+    def empty(self, shape, dtype):
+        n = 1
+        for d in shape:
+            n *= d
+        self.check_allocation("empty", shape, dtype)
+        try:
+            return self.xp.empty((n,), dtype=dtype.numpy_name)
+        except MemoryError:
+            raise self.out_of_memory("empty", shape, dtype) from None
+
     def check_allocation(self, op, shape, dtype):
         """Refuse up front what cannot fit in the host's memory: with overcommit, the
         allocation itself may succeed and the first write kill the process instead."""

@@ -40,6 +40,11 @@ class Backend:
     def full(self, shape, value, dtype):
         raise self.lacks("full")
 
+    def empty(self, shape, dtype):
+        """Storage whose every element the caller will overwrite (cat): no fill pass where
+        the backend can skip it."""
+        return self.full(shape, 0, dtype)
+
     def copy_strided(self, storage, layout, dtype):
         """A contiguous copy of the strided view."""
         raise self.lacks("copy_strided")

@@ -311,6 +311,13 @@ class WebGPUBackend(Backend):
             raw = bytes(raw) + b"\0" * (4 - len(raw) % 4)
         self.driver.write_buffer(buf.handle, 0, raw)
 
+    def empty(self, shape, dtype):
+        self._type(dtype, "empty")
+        n = 1
+        for d in shape:
+            n *= d
+        return self._alloc(n, dtype, "empty")
+
     def full(self, shape, value, dtype):
         t = self._type(dtype, "full")
         n = 1
