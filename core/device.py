@@ -53,6 +53,8 @@ class Device:
     @classmethod
     def cpu(cls):
         def make():
+            from .backends.blas_threads import prepare_numpy_import
+            prepare_numpy_import()
             try:
                 import numpy
             except ImportError as exc:

@@ -74,3 +74,17 @@ def single_thread_below(macs, limit=SMALL_GEMM_MACS):
     if api is None or api[1] <= 1:
         return _NOTHING
     return _Single(*api)
+
+
+# log2 of the cycles OpenBLAS's idle workers spin before they sleep (its default is 28,
+# ~0.1 s); see row_parallel for why ember wants them asleep after ~0.1 ms.
+IDLE_SPIN_EXPONENT = "18"
+
+
+def prepare_numpy_import():
+    """Before ember's first `import numpy`: default OPENBLAS_THREAD_TIMEOUT (read once, when
+    OpenBLAS loads) so BLAS workers stop spinning soon after each GEMM. A value the user
+    set wins, and once numpy is loaded nothing is changed (it would have no effect)."""
+    import sys
+    if "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", IDLE_SPIN_EXPONENT)

@@ -1,0 +1,111 @@
+"""Row-parallel elementwise work for the numpy backend.
+
+numpy runs one ufunc on one core; only its BLAS uses the others. In a transformer layer
+the work around the GEMMs (bias, activation, residual, layer norm, softmax) is a third
+of the time on one core. numpy releases the GIL inside ufuncs, so splitting such work by
+rows over a few Python threads runs it on all cores.
+
+That only pays when OpenBLAS's idle workers sleep soon after a GEMM: by default they
+spin for ~0.1 s, on the very cores these threads need, and the split then gains nothing
+(GELU on 1200x1536 after a GEMM: 3.6 ms on one thread, 3.6 ms on two; with
+OPENBLAS_THREAD_TIMEOUT=18, i.e. 2^18 cycles or ~0.1 ms of spinning, 2.4 ms; GEMM speed
+unchanged). `blas_threads.prepare_numpy_import` sets that default before ember imports
+numpy, and `workers()` turns the split off when it could not take effect.
+
+EMBER_CPU_THREADS=N sets the number of threads (1 turns the split off).
+"""
+import os
+import threading
+
+# Below this many elements a task hand-off (~20-50 us) costs more than it saves.
+MIN_PARALLEL_ELEMENTS = 1 << 16
+# The largest OPENBLAS_THREAD_TIMEOUT (log2 of cycles spun) under which BLAS workers sleep
+# soon enough for the split to pay (2^20 cycles measured no better than one thread).
+MAX_SPIN_EXPONENT = 18
+
+_state = {"pool": None, "workers": None}
+_lock = threading.Lock()
+_in_worker = threading.local()
+
+
+def _cpu_count():
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _blas_workers_sleep_soon():
+    value = os.environ.get("OPENBLAS_THREAD_TIMEOUT", "")
+    try:
+        return int(value) <= MAX_SPIN_EXPONENT
+    except ValueError:
+        return False
+
+
+def workers():
+    """How many threads share row-parallel work (1: the caller alone)."""
+    n = _state["workers"]
+    if n is None:
+        wanted = os.environ.get("EMBER_CPU_THREADS", "").strip()
+        if wanted:
+            try:
+                n = max(1, int(wanted))
+            except ValueError:
+                raise ValueError(f"EMBER_CPU_THREADS must be a whole number, got {wanted!r}") \
+                    from None
+        else:
+            n = min(_cpu_count(), 8) if _blas_workers_sleep_soon() else 1
+        _state["workers"] = n
+    return n
+
+
+def _pool():
+    with _lock:
+        if _state["pool"] is None:
+            from concurrent.futures import ThreadPoolExecutor
+            _state["pool"] = ThreadPoolExecutor(workers() - 1, thread_name_prefix="ember-rows")
+        return _state["pool"]
+
+
+def _run_marked(fn, start, stop):
+    _in_worker.active = True
+    try:
+        fn(start, stop)
+    finally:
+        _in_worker.active = False
+
+
+def run_rows(fn, rows, elements_per_row, align=1):
+    """Call fn(start, stop) over [0, rows) in contiguous ranges, on up to `workers()`
+    threads when the work is large enough; the caller's thread takes the first range.
+    Range ends are multiples of `align`. Exceptions reach the caller."""
+    n = workers()
+    if n > 1 and not getattr(_in_worker, "active", False):
+        n = min(n, rows * elements_per_row // MIN_PARALLEL_ELEMENTS, -(-rows // align))
+    else:
+        n = 1
+    if n <= 1:
+        fn(0, rows)
+        return
+    step = -(-rows // n)
+    step = -(-step // align) * align
+    bounds = [(s, min(s + step, rows)) for s in range(0, rows, step)]
+    pool = _pool()
+    futures = [pool.submit(_run_marked, fn, s, e) for s, e in bounds[1:]]
+    try:
+        fn(*bounds[0])
+    finally:
+        failures = [f.exception() for f in futures]  # waits for every range
+    for failure in failures:
+        if failure is not None:
+            raise failure
+
+
+def _after_fork():
+    # A forked child has none of the parent's threads: start over.
+    _state["pool"] = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
