@@ -10,7 +10,7 @@ by tests/test_array_fast.py).
 
 `x` is never written: it may be a view of a user's array or of a read-only mmap.
 """
-from ..ops import SQRT_2_OVER_PI
+from ..ops import SQRT_2_OVER_PI, UNARY, gelu_erf_block
 
 
 def gelu_tanh(xp, x):
@@ -42,3 +42,57 @@ def silu(xp, x):
 
 # The exact GELU has its own blocked in-place form in ops.py (gelu_erf_array).
 UNARY_INPLACE = {"gelu_tanh": gelu_tanh, "sigmoid": sigmoid, "silu": silu}
+
+
+# --- forms that overwrite their input, for an epilogue on a fresh GEMM output ---------------
+# y is a contiguous 1-D block the caller owns; scratch is two arrays of y's size and
+# dtype. Same operations in the same order as the forms above and the ops.py rows.
+def _gelu_over(xp, y, scratch):
+    gelu_erf_block(xp, y, y, scratch[0], scratch[1])
+
+
+def _gelu_tanh_over(xp, y, scratch):
+    t = scratch[0]
+    xp.multiply(y, y, out=t)
+    t *= y
+    t *= 0.044715
+    t += y
+    t *= SQRT_2_OVER_PI
+    xp.tanh(t, out=t)
+    t += 1.0
+    y *= t
+    y *= 0.5
+
+
+def _sigmoid_into(xp, y, t):
+    xp.multiply(y, 0.5, out=t)
+    xp.tanh(t, out=t)
+    t *= 0.5
+    t += 0.5
+
+
+def _sigmoid_over(xp, y, scratch):
+    _sigmoid_into(xp, y, scratch[0])
+    xp.copyto(y, scratch[0])
+
+
+def _silu_over(xp, y, scratch):
+    _sigmoid_into(xp, y, scratch[0])
+    y *= scratch[0]
+
+
+def _relu_over(xp, y, scratch):
+    xp.maximum(y, 0, out=y)
+
+
+_OVERWRITE = {"gelu": _gelu_over, "gelu_tanh": _gelu_tanh_over, "sigmoid": _sigmoid_over,
+              "silu": _silu_over, "relu": _relu_over}
+
+
+def apply_over(xp, op, y, scratch):
+    """Unary `op` applied to the block y in place."""
+    form = _OVERWRITE.get(op)
+    if form is not None:
+        form(xp, y, scratch)
+    else:
+        xp.copyto(y, UNARY[op].array(xp, y))
