@@ -266,9 +266,55 @@ def embedding(ids, weight):
     return weight.index_select(0, ids)
 
 
-def linear(x, weight, bias=None):
-    out = x.matmul(weight.t())
-    return out + bias if bias is not None else out
+# Activations a linear layer can apply in its epilogue: the unary ops that take no parameter
+# and map 0-d to 0-d elementwise (ember.nn.activations maps config names onto these).
+LINEAR_ACTIVATIONS = frozenset({"gelu", "gelu_tanh", "quick_gelu", "relu", "silu", "sigmoid",
+                                "tanh"})
+
+
+def linear(x, weight, bias=None, activation=None, residual=None):
+    """activation(x @ weight.T + bias) + residual, weight (out, in) as in PyTorch.
+
+    x is (..., in) and runs as one 2-D GEMM; residual, when given, has the output's shape.
+    A backend with a fused `linear` applies bias, activation and residual while the GEMM's
+    output is still in cache, in place (the numpy backend also splits that work over the
+    cores, see backends/row_parallel.py); the others compose the same steps."""
+    op = "linear"
+    x._check_same(op, weight, *(t for t in (bias, residual) if t is not None))
+    if weight.ndim != 2 or x.ndim < 1 or x.shape[-1] != weight.shape[1]:
+        raise ShapeMismatch(
+            f"linear: input {fmt_shape(x.shape)} and weight {fmt_shape(weight.shape)} do not "
+            f"fit: the weight must be (out, in) with in = the input's last dim",
+            op=op, shapes=(x.shape, weight.shape))
+    out_shape = x.shape[:-1] + (weight.shape[0],)
+    if bias is not None and bias.shape != (weight.shape[0],):
+        raise ShapeMismatch(f"linear: bias {fmt_shape(bias.shape)} must be [{weight.shape[0]}] "
+                            f"for weight {fmt_shape(weight.shape)}", op=op,
+                            shapes=(weight.shape, bias.shape))
+    if residual is not None and residual.shape != out_shape:
+        raise ShapeMismatch(f"linear: residual {fmt_shape(residual.shape)} must have the "
+                            f"output's shape {fmt_shape(out_shape)}", op=op,
+                            shapes=(out_shape, residual.shape))
+    if activation is not None and activation not in LINEAR_ACTIVATIONS:
+        raise ValueError(f"linear: unknown activation {activation!r}; known: "
+                         f"{', '.join(sorted(LINEAR_ACTIVATIONS))}")
+    x2 = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
+    if x.backend.has_fused(op) and x.dtype.kind == "f":
+        w_t = weight.t()
+        r = residual.reshape(-1, out_shape[-1]) if residual is not None else None
+        storage = x.backend.linear(
+            x2.storage, x2.layout, w_t.storage, w_t.layout,
+            bias.storage if bias is not None else None, bias.layout if bias is not None else None,
+            x.dtype, activation, r.storage if r is not None else None,
+            r.layout if r is not None else None)
+        return x._new(storage, out_shape)
+    out = x2.matmul(weight.t())
+    if bias is not None:
+        out = out + bias
+    if activation is not None:
+        out = out._unary(activation)
+    out = out.reshape(out_shape)
+    return out + residual if residual is not None else out
 
 
 def rope(x, cos, sin, interleaved=False):

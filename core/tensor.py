@@ -758,11 +758,13 @@ class Tensor:
                     op=op, shapes=(index.shape, t.shape))
 
     # --- composites -------------------------------------------------------------------------
-    def layer_norm(self, weight=None, bias=None, eps=1e-5):
-        return _norm(self, weight, bias, eps, rms=False)
+    def layer_norm(self, weight=None, bias=None, eps=1e-5, residual=None):
+        """Layer norm over the last dim; with `residual`, of self + residual (the
+        transformer's add & norm, one pass where the backend fuses it)."""
+        return _norm(self, weight, bias, eps, rms=False, residual=residual)
 
-    def rms_norm(self, weight=None, eps=1e-6):
-        return _norm(self, weight, None, eps, rms=True)
+    def rms_norm(self, weight=None, eps=1e-6, residual=None):
+        return _norm(self, weight, None, eps, rms=True, residual=residual)
 
     def pad(self, pad, mode="constant", value=0.0):
         from .functional import pad as _pad
@@ -834,9 +836,17 @@ def _transfer(t, device):
     return Tensor(dst.from_host(host, t.dtype, t.shape), Layout(t.shape), t.dtype, device)
 
 
-def _norm(x, weight, bias, eps, rms):
+def _norm(x, weight, bias, eps, rms, residual=None):
     op = "rms_norm" if rms else "layer_norm"
     x._require_kind(op, "f")
+    if residual is not None:
+        x._check_same(op, residual)
+        if residual.shape != x.shape:
+            raise ShapeMismatch(
+                f"{op}: residual shape {fmt_shape(residual.shape)} must equal the input's "
+                f"{fmt_shape(x.shape)}", op=op, shapes=(x.shape, residual.shape))
+        if not x.backend.has_fused(op + "_residual"):
+            x, residual = x + residual, None
     for p in (weight, bias):
         if p is not None:
             x._check_same(op, p)
@@ -849,7 +859,9 @@ def _norm(x, weight, bias, eps, rms):
             x.storage, x.layout,
             weight.storage if weight is not None else None, weight.layout if weight is not None else None,
             bias.storage if bias is not None else None, bias.layout if bias is not None else None,
-            float(eps), x.dtype, rms=rms), x.shape)
+            float(eps), x.dtype, rms=rms,
+            **({} if residual is None else {"residual": residual.storage,
+                                            "lres": residual.layout})), x.shape)
     if rms:
         y = x * (x.square().mean(-1, keepdim=True) + eps).rsqrt()
     else:

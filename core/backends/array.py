@@ -9,11 +9,13 @@ from .. import dtype as dt
 from ..errors import DimOutOfRange, OutOfMemory, UnsupportedDType, fmt_shape
 from ..ops import BINARY, COMPARE, INT_DIV, UNARY
 from .array_fast import UNARY_INPLACE
+from .array_rows import linear_epilogue, norm_last_dim, softmax_last_dim
 from .base import Backend
 
 
 class ArrayBackend(Backend):
-    fused = frozenset({"softmax", "log_softmax", "layer_norm", "rms_norm"})
+    fused = frozenset({"softmax", "log_softmax", "layer_norm", "rms_norm", "linear",
+                       "layer_norm_residual", "rms_norm_residual"})
 
     def __init__(self, xp, name):
         self.xp = xp
@@ -274,6 +276,8 @@ class ArrayBackend(Backend):
     def softmax(self, storage, layout, dim, dtype, log=False):
         xp = self.xp
         x = self.load(storage, layout, dtype)
+        if dim == x.ndim - 1 and x.size:
+            return self.store(softmax_last_dim(xp, x, log), dtype)
         with self._quiet():
             # One fresh array, updated in place: fresh arrays cost page faults.
             y = x - xp.max(x, axis=dim, keepdims=True)
@@ -284,22 +288,35 @@ class ArrayBackend(Backend):
                 y /= xp.sum(y, axis=dim, keepdims=True)
         return self.store(y, dtype)
 
-    def layer_norm(self, storage, layout, w, lw, b, lb, eps, dtype, rms=False):
-        """Normalize over the last dim; w and b (or None) are 1-D."""
-        xp = self.xp
+    def layer_norm(self, storage, layout, w, lw, b, lb, eps, dtype, rms=False, residual=None,
+                   lres=None):
+        """Normalize over the last dim (of x + residual when given); w and b (or None)
+        are 1-D."""
         x = self.load(storage, layout, dtype)
-        with self._quiet():
-            if rms:
-                var = xp.mean(x * x, axis=-1, keepdims=True)
-                y = x * (1.0 / xp.sqrt(var + eps))
-            else:
-                y = x - xp.mean(x, axis=-1, keepdims=True)
-                var = xp.mean(y * y, axis=-1, keepdims=True)
-                y *= 1.0 / xp.sqrt(var + eps)  # y is fresh: scale it in place
-            if w is not None:
-                y *= self.load(w, lw, dtype)
-            if b is not None:
-                y += self.load(b, lb, dtype)
+        weight = self.load(w, lw, dtype) if w is not None else None
+        bias = self.load(b, lb, dtype) if b is not None else None
+        res = self.load(residual, lres, dtype) if residual is not None else None
+        if x.ndim == 0 or x.size == 0:
+            if res is not None:
+                x = x + res
+            return self.store(x.copy(), dtype) if x.size == 0 else self.store(
+                norm_last_dim(self.xp, x.reshape(1), weight, bias, eps, rms).reshape(()), dtype)
+        return self.store(norm_last_dim(self.xp, x, weight, bias, eps, rms, res), dtype)
+
+    def linear(self, a, la, b, lb, bias, lbias, dtype, activation=None, residual=None,
+               lres=None):
+        """activation(a @ b + bias) + residual for a 2-D `a` (rows, in) and `b` (in, out):
+        one GEMM, then the rest in place on its output (array_rows.linear_epilogue)."""
+        xp = self.xp
+        x = self.load(a, la, dtype)
+        w = self.load(b, lb, dtype)
+        with self._gemm_threads(la.numel * lb.shape[-1]):
+            y = _blasable(xp, x) @ _blasable(xp, w)
+        if not y.flags.c_contiguous:  # cupy may hand back another order
+            y = xp.ascontiguousarray(y)
+        linear_epilogue(xp, y, self.load(bias, lbias, dtype) if bias is not None else None,
+                        activation,
+                        self.load(residual, lres, dtype) if residual is not None else None)
         return self.store(y, dtype)
 
 

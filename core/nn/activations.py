@@ -2,23 +2,40 @@
 from ..errors import EmberError
 from .module import Module
 
-# name -> function of a Tensor. "gelu" is the exact (erf) GELU as in transformers;
-# "gelu_new", "gelu_pytorch_tanh" and "gelu_fast" are its tanh approximation.
-ACTIVATIONS = {
-    "gelu": lambda x: x.gelu(),
-    "gelu_exact": lambda x: x.gelu(),
-    "gelu_new": lambda x: x.gelu_tanh(),
-    "gelu_pytorch_tanh": lambda x: x.gelu_tanh(),
-    "gelu_fast": lambda x: x.gelu_tanh(),
-    "quick_gelu": lambda x: x.quick_gelu(),
-    "relu": lambda x: x.relu(),
-    "silu": lambda x: x.silu(),
-    "swish": lambda x: x.silu(),
-    "tanh": lambda x: x.tanh(),
-    "sigmoid": lambda x: x.sigmoid(),
-    "linear": lambda x: x,
-    "identity": lambda x: x,
+# name -> the unary op it is (None: the identity). "gelu" is the exact (erf) GELU as in
+# transformers; "gelu_new", "gelu_pytorch_tanh" and "gelu_fast" are its tanh approximation.
+ACTIVATION_OPS = {
+    "gelu": "gelu",
+    "gelu_exact": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",
+    "quick_gelu": "quick_gelu",
+    "relu": "relu",
+    "silu": "silu",
+    "swish": "silu",
+    "tanh": "tanh",
+    "sigmoid": "sigmoid",
+    "linear": None,
+    "identity": None,
 }
+
+
+def _as_function(op):
+    if op is None:
+        return lambda x: x
+    return lambda x: x._unary(op)
+
+
+# name -> function of a Tensor.
+ACTIVATIONS = {name: _as_function(op) for name, op in ACTIVATION_OPS.items()}
+
+
+def activation_op(name):
+    """The unary op name for an activation name (None for the identity), for
+    ember.functional.linear's `activation=`; unknown names raise naming the known ones."""
+    get_activation(name)
+    return ACTIVATION_OPS[str(name).lower()]
 
 
 def get_activation(name):

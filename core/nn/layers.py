@@ -33,17 +33,17 @@ class Linear(Module):
         self.weight = param(vb, (out_features, in_features), "weight")
         self.bias = param(vb, (out_features,), "bias") if bias else None
 
-    def forward(self, x):
-        if x.shape[-1] != self.in_features:
+    def forward(self, x, activation=None, residual=None):
+        """activation(x @ weight.T + bias) + residual; `activation` is a unary op name
+        (see ember.nn.activation_op), applied in the GEMM's epilogue where the backend
+        fuses it (F.linear)."""
+        if x.ndim == 0 or x.shape[-1] != self.in_features:
             raise ShapeMismatch(
-                f"Linear: input {fmt_shape(x.shape)} has last dim {x.shape[-1]}, expected "
+                f"Linear: input {fmt_shape(x.shape)} has last dim "
+                f"{x.shape[-1] if x.ndim else None}, expected "
                 f"{self.in_features} (weight {fmt_shape(self.weight.shape)})",
                 op="linear", shapes=(x.shape, self.weight.shape))
-        lead = x.shape[:-1]
-        y = x.reshape(-1, self.in_features).matmul(self.weight.t())
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(lead + (self.out_features,))
+        return F.linear(x, self.weight, self.bias, activation=activation, residual=residual)
 
     def extra_repr(self):
         return f"{self.in_features}, {self.out_features}, bias={self.bias is not None}"
@@ -78,8 +78,9 @@ class LayerNorm(Module):
         self.bias = param(vb, (self.dim,), "bias", alt="beta") if self.bias is not None else None
         return self
 
-    def forward(self, x):
-        return x.layer_norm(self.weight, self.bias, self.eps)
+    def forward(self, x, residual=None):
+        """LayerNorm(x), or LayerNorm(x + residual) in one pass where the backend fuses it."""
+        return x.layer_norm(self.weight, self.bias, self.eps, residual=residual)
 
     def extra_repr(self):
         return f"{self.dim}, eps={self.eps}"
@@ -92,8 +93,8 @@ class RmsNorm(Module):
         self.eps = float(eps)
         self.weight = param(vb, (dim,), "weight")
 
-    def forward(self, x):
-        return x.rms_norm(self.weight, self.eps)
+    def forward(self, x, residual=None):
+        return x.rms_norm(self.weight, self.eps, residual=residual)
 
     def extra_repr(self):
         return f"{self.dim}, eps={self.eps}"

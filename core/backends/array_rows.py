@@ -1,0 +1,124 @@
+"""The array backend's row-wise fused ops: a linear layer's epilogue, layer/RMS norm and
+softmax over the last dim, computed block by block in place.
+
+Each block is a few rows (about BLOCK elements), so a step's output is still in the
+core's cache when the next step reads it, and no step allocates a full-size temporary
+(fresh pages cost page faults). On numpy the blocks are spread over the cores by
+row_parallel.run_rows; rows are independent, so the split never changes a result.
+Arithmetic is the same as the whole-array forms, step for step, so results do not depend
+on the block size or the number of threads.
+"""
+from .array_fast import apply_over
+from .row_parallel import run_rows
+
+# Elements per block: big enough that the threads seldom meet at the GIL between numpy
+# calls (each call takes it), small enough to stay in the core's cache.
+BLOCK = int(__import__("os").environ.get("XBLOCK", 1 << 18))
+
+
+def _for_blocks(xp, rows, cols, body, scratch=0, dtype=None):
+    """body(r0, r1, scratch) over [0, rows) in blocks of ~BLOCK elements, on all cores for
+    numpy; cupy (one device, its own parallelism) takes the whole range at once. `scratch`
+    is that many 1-D arrays of `dtype` per thread, each as long as a block."""
+    if xp.__name__ != "numpy":
+        if rows:
+            body(0, rows, [xp.empty(rows * cols, dtype) for _ in range(scratch)])
+        return
+    step = max(1, BLOCK // max(cols, 1))
+
+    def ranges(start, stop):
+        buffers = [xp.empty(min(step, stop - start) * cols, dtype) for _ in range(scratch)]
+        # numpy's error state is per thread (a context variable): set it in each one.
+        with xp.errstate(all="ignore"):
+            for r in range(start, stop, step):
+                body(r, min(r + step, stop), buffers)
+
+    run_rows(ranges, rows, cols)
+
+
+def linear_epilogue(xp, y, bias, activation, residual):
+    """y (rows, cols), a fresh GEMM output, becomes activation(y + bias) + residual in
+    place; bias (cols,) and residual (rows, cols) may be None."""
+    rows, cols = y.shape
+    if bias is None and activation is None and residual is None:
+        return y
+
+    def body(r0, r1, scratch):
+        block = y[r0:r1]
+        if bias is not None:
+            block += bias
+        if activation is not None:
+            n = (r1 - r0) * cols
+            apply_over(xp, activation, block.reshape(-1), [s[:n] for s in scratch])
+        if residual is not None:
+            block += residual[r0:r1]
+
+    _for_blocks(xp, rows, cols, body, 2 if activation is not None else 0, y.dtype)
+    return y
+
+
+def norm_last_dim(xp, x, weight, bias, eps, rms, residual=None):
+    """Layer norm (or RMS norm) of x (+ residual) over its last dim, into a fresh array."""
+    cols = x.shape[-1]
+    x2 = x.reshape(-1, cols)
+    r2 = residual.reshape(-1, cols) if residual is not None else None
+    out = xp.empty(x2.shape, x.dtype)
+
+    def body(r0, r1, scratch):
+        xb, y = x2[r0:r1], out[r0:r1]
+        if r2 is not None:
+            xb = xp.add(xb, r2[r0:r1], out=y)  # the sum lives in the output block
+        if rms:
+            var = xp.mean(xb * xb, axis=-1, keepdims=True)
+            xp.multiply(xb, 1.0 / xp.sqrt(var + eps), out=y)
+        else:
+            xp.subtract(xb, xp.mean(xb, axis=-1, keepdims=True), out=y)
+            var = xp.mean(y * y, axis=-1, keepdims=True)
+            y *= 1.0 / xp.sqrt(var + eps)
+        if weight is not None:
+            y *= weight
+        if bias is not None:
+            y += bias
+
+    _for_blocks(xp, x2.shape[0], cols, body)
+    return out.reshape(x.shape)
+
+
+# Rows whose exponentials sum below this after the block-wide shift are redone with their
+# own maximum (e^-60: each row keeps ~26 orders of magnitude above f32's denormals).
+_SHIFT_FLOOR = 8.7e-27
+
+
+def softmax_last_dim(xp, x, log):
+    """Softmax (or log-softmax) of x over its last dim, into a fresh array.
+
+    Softmax is the same for any shift of a row; the usual shift is the row's maximum, but
+    a maximum over short rows (attention scores: a few dozen columns) is numpy's slowest
+    reduction (~2 ns/element, 5x a full-block max). So each block is shifted by its own
+    maximum, and only when that leaves a row's sum under _SHIFT_FLOOR (a row far below
+    the block's maximum), or the maximum is not finite, is the block redone row by row.
+    Log-softmax keeps the row maximum: x - shift - log(sum) would cancel digits for a
+    row far below the block's maximum, and log-probabilities are read to the last one."""
+    cols = x.shape[-1]
+    x2 = x.reshape(-1, cols)
+    out = xp.empty(x2.shape, x.dtype)
+
+    def body(r0, r1, scratch):
+        xb, y = x2[r0:r1], out[r0:r1]
+        top = None if log else xb.max()
+        if top is not None and xp.isfinite(top):
+            xp.subtract(xb, top, out=y)
+            xp.exp(y, out=y)
+            total = xp.sum(y, axis=-1, keepdims=True)
+            if total.min() >= _SHIFT_FLOOR:
+                y /= total
+                return
+        xp.subtract(xb, xp.max(xb, axis=-1, keepdims=True), out=y)
+        if log:
+            y -= xp.log(xp.sum(xp.exp(y), axis=-1, keepdims=True))
+        else:
+            xp.exp(y, out=y)
+            y /= xp.sum(y, axis=-1, keepdims=True)
+
+    _for_blocks(xp, x2.shape[0], cols, body)
+    return out.reshape(x.shape)
