@@ -74,6 +74,41 @@ def test_tiny_bert_last_hidden_state_matches_transformers(tmp_path, device, act)
     assert np.abs(out.numpy() - expected).max() <= 1e-4
 
 
+@pytest.mark.parametrize("with_types", [False, True])
+def test_skipping_the_padding_matches_transformers_on_the_real_tokens(tmp_path, device,
+                                                                        with_types):
+    """lengths= runs the token-wise steps on the real tokens only: the real positions must
+    equal transformers' (which computes the padding too), the padded ones are zeros."""
+    torch = require("torch")
+    path, ref_model = _save_tiny(tmp_path, "tiny-packed")
+    ids, mask, types = _inputs(torch)
+    lengths = mask.sum(1).tolist()                       # [11, 7, 2]
+    kwargs = {"token_type_ids": types} if with_types else {}
+    with torch.no_grad():
+        expected = ref_model(input_ids=ids, attention_mask=mask, **kwargs).last_hidden_state.numpy()
+    model = _ember_model(path, device)
+    et = {"token_type_ids": ember.tensor(types.numpy(), device=device)} if with_types else {}
+    out = model(ember.tensor(ids.numpy(), device=device), lengths=lengths, **et).numpy()
+    real = mask.numpy().astype(bool)
+    assert np.abs(out[real] - expected[real]).max() <= 1e-4
+    assert not out[~real].any()
+    # No padding at all: the same as the unpacked path.
+    full = model(ember.tensor(ids.numpy(), device=device), lengths=[11, 11, 11]).numpy()
+    plain = model(ember.tensor(ids.numpy(), device=device)).numpy()
+    np.testing.assert_array_equal(full, plain)
+
+
+@pytest.mark.parametrize("lengths,pattern", [([11, 12, 3], r"lengths \[11, 12, 3\] must lie in \[0, 11\]"),
+                                             ([3, -1, 2], r"must lie in \[0, 11\]"),
+                                             ([3, 2], r"2 lengths for a batch of 3 rows")])
+def test_bad_lengths_name_the_lengths(tmp_path, lengths, pattern):
+    torch = require("torch")
+    path, _ = _save_tiny(tmp_path, "tiny-lengths")
+    ids, _, _ = _inputs(torch)
+    with pytest.raises(ember.ShapeMismatch, match=pattern):
+        _ember_model(path, ember.Device.cpu())(ember.tensor(ids.numpy()), lengths=lengths)
+
+
 def test_checkpoints_nested_under_bert_prefix_load(tmp_path, device):
     torch = require("torch")
     path, ref_model = _save_tiny(tmp_path, "mlm", model_cls="BertForMaskedLM")

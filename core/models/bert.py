@@ -11,8 +11,11 @@ import json
 import math
 
 from ..errors import FormatError, ShapeMismatch, fmt_shape
-from ..nn import Dropout, Embedding, LayerNorm, Linear, Module, ModuleList, get_activation
-from ..tensor import cat
+from .. import functional as F
+from ..nn import (Dropout, Embedding, LayerNorm, Linear, Module, ModuleList, activation_op,
+                  get_activation)
+from .. import dtype as dt
+from ..tensor import cat, tensor, zeros
 
 
 @dataclasses.dataclass
@@ -109,6 +112,18 @@ class BertEmbeddings(Module):
             extra = pos + self.token_type_embeddings(token_type_ids)  # (B, T, H)
         return self.LayerNorm(words + extra)
 
+    def forward_packed(self, input_ids, packing, token_type_ids=None):
+        """Embeddings of the real tokens only: (N, H) rows in packing.keep's order."""
+        ids = input_ids.reshape(-1).index_select(0, packing.keep)
+        words = self.word_embeddings(ids)                                        # (N, H)
+        pos = self.position_embeddings.weight.index_select(0, packing.positions)  # (N, H)
+        if token_type_ids is None:
+            extra = pos + self.token_type_embeddings.weight.narrow(0, 0, 1)
+        else:
+            types = token_type_ids.reshape(-1).index_select(0, packing.keep)
+            extra = pos + self.token_type_embeddings(types)
+        return self.LayerNorm(words + extra)
+
 
 class BertSelfAttention(Module):
     def __init__(self, cfg, vb=None):
@@ -130,13 +145,16 @@ class BertSelfAttention(Module):
             scale = 1.0 / math.sqrt(self.head_dim)
             w = cat([self.query.weight * scale, self.key.weight, self.value.weight], 0)
             b = cat([self.query.bias * scale, self.key.bias, self.value.bias], 0)
-            self._qkv = (w.t(), b)
+            self._qkv = (w, b)
         return self._qkv
 
-    def forward(self, x2d, batch, tokens, mask_bias=None):
-        w_t, b = self.fused_qkv()
+    def forward(self, x2d, batch, tokens, mask_bias=None, packing=None):
+        w, b = self.fused_qkv()
         nh, hd = self.num_heads, self.head_dim
-        qkv = (x2d.matmul(w_t) + b).reshape(batch, tokens, 3, nh, hd)
+        qkv = F.linear(x2d, w, b)
+        if packing is not None:
+            qkv = qkv.index_select(0, packing.spread)   # real tokens -> (B*T) rows
+        qkv = qkv.reshape(batch, tokens, 3, nh, hd)
         q = qkv.select(2, 0).permute(0, 2, 1, 3)      # (B, nh, T, hd)
         k_t = qkv.select(2, 1).permute(0, 2, 3, 1)    # (B, nh, hd, T)
         v = qkv.select(2, 2).permute(0, 2, 1, 3)      # (B, nh, T, hd)
@@ -144,7 +162,8 @@ class BertSelfAttention(Module):
         if mask_bias is not None:
             scores = scores + mask_bias               # (B, 1, 1, T) broadcast
         ctx = scores.softmax(-1).matmul(v)            # (B, nh, T, hd)
-        return ctx.permute(0, 2, 1, 3).reshape(batch * tokens, nh * hd)
+        ctx = ctx.permute(0, 2, 1, 3).reshape(batch * tokens, nh * hd)
+        return ctx if packing is None else ctx.index_select(0, packing.keep)
 
 
 class BertSelfOutput(Module):
@@ -155,7 +174,7 @@ class BertSelfOutput(Module):
         self.dropout = Dropout()
 
     def forward(self, h, residual):
-        return self.LayerNorm(self.dense(h) + residual)
+        return self.LayerNorm(self.dense(h), residual=residual)
 
 
 class BertAttention(Module):
@@ -164,8 +183,8 @@ class BertAttention(Module):
         setattr(self, "self", BertSelfAttention(cfg, _sub(vb, "self")))
         self.output = BertSelfOutput(cfg, _sub(vb, "output"))
 
-    def forward(self, x2d, batch, tokens, mask_bias=None):
-        ctx = self._children["self"](x2d, batch, tokens, mask_bias)
+    def forward(self, x2d, batch, tokens, mask_bias=None, packing=None):
+        ctx = self._children["self"](x2d, batch, tokens, mask_bias, packing)
         return self.output(ctx, x2d)
 
 
@@ -173,10 +192,10 @@ class BertIntermediate(Module):
     def __init__(self, cfg, vb=None):
         super().__init__()
         self.dense = Linear(cfg.hidden_size, cfg.intermediate_size, vb=_sub(vb, "dense"))
-        self._act = get_activation(cfg.hidden_act)
+        self._act = activation_op(cfg.hidden_act)
 
     def forward(self, h):
-        return self._act(self.dense(h))
+        return self.dense(h, activation=self._act)
 
 
 class BertOutput(BertSelfOutput):
@@ -194,8 +213,8 @@ class BertLayer(Module):
         self.intermediate = BertIntermediate(cfg, _sub(vb, "intermediate"))
         self.output = BertOutput(cfg, _sub(vb, "output"))
 
-    def forward(self, x2d, batch, tokens, mask_bias=None):
-        a = self.attention(x2d, batch, tokens, mask_bias)
+    def forward(self, x2d, batch, tokens, mask_bias=None, packing=None):
+        a = self.attention(x2d, batch, tokens, mask_bias, packing)
         return self.output(self.intermediate(a), a)
 
 
@@ -205,9 +224,9 @@ class BertEncoder(Module):
         self.layer = ModuleList(*[BertLayer(cfg, _sub(_sub(vb, "layer"), i))
                                   for i in range(cfg.num_hidden_layers)])
 
-    def forward(self, x2d, batch, tokens, mask_bias=None):
+    def forward(self, x2d, batch, tokens, mask_bias=None, packing=None):
         for layer in self.layer:
-            x2d = layer(x2d, batch, tokens, mask_bias)
+            x2d = layer(x2d, batch, tokens, mask_bias, packing)
         return x2d
 
 
@@ -226,16 +245,92 @@ class BertModel(Module):
     def load_model(cls, cfg, vb):
         return cls(cfg, vb)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, lengths=None):
+        """last_hidden_state (B, T, H).
+
+        `lengths` (host ints, one per row, each row's real tokens first and its padding
+        after) lets the model skip the padding: every token-wise step (embeddings, the
+        linear layers, GELU, layer norms) runs on the real tokens only, and attention on
+        the padded (B, T) layout with the padding masked. Padded positions of the result
+        are then zeros (pooling ignores them) instead of the values computed there."""
         if input_ids.ndim != 2:
             raise ShapeMismatch(f"BertModel: input_ids must be (batch, tokens), got "
                                 f"{fmt_shape(input_ids.shape)}", op="bert", shape=input_ids.shape)
         b, t = input_ids.shape
-        x = self.embeddings(input_ids, token_type_ids)
+        packing = None if lengths is None else Packing.of(lengths, b, t, input_ids.device)
+        if packing is not None and packing.count == b * t:
+            packing = None  # no padding to skip
+        if packing is not None:
+            x = self.embeddings.forward_packed(input_ids, packing, token_type_ids)
+            attention_mask = packing.mask(x.dtype)
+        else:
+            x = self.embeddings(input_ids, token_type_ids).reshape(b * t, -1)
         h = x.shape[-1]
         bias = None if attention_mask is None else mask_to_bias(attention_mask, x.dtype)
-        out = self.encoder(x.reshape(b * t, h), b, t, bias)
+        out = self.encoder(x, b, t, bias, packing)
+        if packing is not None:
+            out = packing.unpack(out)
         return out.reshape(b, t, h)
+
+
+class Packing:
+    """Where the real tokens of a padded (B, T) batch are, as index tensors: `keep` (N,)
+    their flat positions, `positions` (N,) each one's position in its row, `spread`
+    (B*T,) for every flat position the packed row to read (padding reads its row's first
+    token: finite values, which the attention mask then ignores)."""
+
+    def __init__(self, lengths, tokens, device):
+        keep, positions, spread, unpack = [], [], [], []
+        for row, n in enumerate(lengths):
+            first = len(keep)
+            for j in range(tokens):
+                if j < n:
+                    spread.append(len(keep))
+                    unpack.append(len(keep))
+                    keep.append(row * tokens + j)
+                    positions.append(j)
+                else:
+                    spread.append(first if n else 0)
+                    unpack.append(-1)
+        self.count = len(keep)
+        self.lengths = list(lengths)
+        self.tokens = tokens
+        self.device = device
+        self._lists = (keep, positions, spread, unpack)
+        self._tensors = None
+
+    @classmethod
+    def of(cls, lengths, rows, tokens, device):
+        lengths = [int(n) for n in lengths]
+        if len(lengths) != rows:
+            raise ShapeMismatch(f"BertModel: {len(lengths)} lengths for a batch of {rows} rows",
+                                op="bert", shape=(rows, tokens))
+        if any(n < 0 or n > tokens for n in lengths):
+            raise ShapeMismatch(f"BertModel: lengths {lengths} must lie in [0, {tokens}] for "
+                                f"{tokens} tokens per row", op="bert", shape=(len(lengths), tokens))
+        return cls(lengths, tokens, device)
+
+    def _index(self, i):
+        if self._tensors is None:
+            keep, positions, spread, unpack = self._lists
+            unpack = [self.count if u < 0 else u for u in unpack]  # padding -> a zero row
+            self._tensors = tuple(tensor(v, dtype=dt.i64, device=self.device)
+                                  for v in (keep, positions, spread, unpack))
+        return self._tensors[i]
+
+    keep = property(lambda self: self._index(0))
+    positions = property(lambda self: self._index(1))
+    spread = property(lambda self: self._index(2))
+
+    def mask(self, dtype):
+        return tensor([[1] * n + [0] * (self.tokens - n) for n in self.lengths], dtype=dtype,
+                      device=self.device)
+
+    def unpack(self, packed):
+        """(N, H) -> (B*T, H) with zeros at the padding."""
+        padded = cat([packed, zeros(1, packed.shape[-1], dtype=packed.dtype,
+                                    device=packed.device)], 0)
+        return padded.index_select(0, self._index(3))
 
 
 def checkpoint_root(vb):

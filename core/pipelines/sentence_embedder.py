@@ -104,7 +104,9 @@ class SentenceEmbedder:
         else:
             mask = tensor([[1] * len(x) + [0] * (longest - len(x)) for x in batch_ids],
                           dtype=dt.f32, device=self.device)
-        hidden = self.model(input_ids, attention_mask=mask)
+        # The lengths let the model skip the padding in every token-wise step.
+        hidden = self.model(input_ids, attention_mask=mask,
+                            lengths=[len(x) for x in batch_ids])
         if mask is not None and mask.dtype is not hidden.dtype:
             mask = mask.to(hidden.dtype)
         return pool(hidden, mask, self.pooling.mode)
