@@ -13,14 +13,20 @@ by tests/test_array_fast.py).
 from ..ops import SQRT_2_OVER_PI, UNARY, gelu_erf_block
 
 
-def gelu_tanh(xp, x):
-    t = x * x
+def _gelu_tanh_factor(xp, x, t):
+    """t = 1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)), t a buffer of x's shape."""
+    xp.multiply(x, x, out=t)
     t *= x
     t *= 0.044715
     t += x
     t *= SQRT_2_OVER_PI
     xp.tanh(t, out=t)
     t += 1.0
+    return t
+
+
+def gelu_tanh(xp, x):
+    t = _gelu_tanh_factor(xp, x, xp.empty_like(x))
     t *= x
     t *= 0.5
     return t
@@ -52,15 +58,7 @@ def _gelu_over(xp, y, scratch):
 
 
 def _gelu_tanh_over(xp, y, scratch):
-    t = scratch[0]
-    xp.multiply(y, y, out=t)
-    t *= y
-    t *= 0.044715
-    t += y
-    t *= SQRT_2_OVER_PI
-    xp.tanh(t, out=t)
-    t += 1.0
-    y *= t
+    y *= _gelu_tanh_factor(xp, y, scratch[0])
     y *= 0.5
 
 
