@@ -107,12 +107,22 @@ def worker_torch(model_dir, device, texts, repeats):
     return first, best
 
 
+def threads_used(engine):
+    """How the engine ran on this machine's cores, in words (printed under the table)."""
+    if engine == "torch":
+        import torch
+        return f"{torch.get_num_threads()} intra-op threads"
+    from ember.backends import row_parallel
+    return (f"{row_parallel.workers()} threads for the work around GEMMs, "
+            f"OPENBLAS_THREAD_TIMEOUT={os.environ.get('OPENBLAS_THREAD_TIMEOUT', 'unset')}")
+
+
 def run_worker(args):
     texts = corpus(args.sentences)
     fn = worker_torch if args.worker == "torch" else worker_ember
     first, seconds = fn(args.model, args.device, texts, args.repeats)
     print(json.dumps({"first_embedding_at": first, "seconds": seconds, "n": len(texts),
-                      "peak_rss_mb": peak_rss_mb()}))
+                      "peak_rss_mb": peak_rss_mb(), "threads": threads_used(args.worker)}))
 
 
 # --- the browser demo ------------------------------------------------------------------------------
@@ -184,7 +194,7 @@ def measure(engine, device, model_dir, n, repeats):
     r = json.loads(done.stdout.strip().splitlines()[-1])
     # "first_embedding_at" is taken after the one-text call, before the warm-up pass.
     return {"cold_s": r["first_embedding_at"] - start, "per_s": r["n"] / r["seconds"],
-            "rss_mb": r["peak_rss_mb"]}
+            "rss_mb": r["peak_rss_mb"], "threads": r["threads"]}
 
 
 def main():
@@ -246,7 +256,8 @@ def main():
             elif "error" not in r:
                 results[label] = {"cold_s": min(best["cold_s"], r["cold_s"]),
                                   "per_s": max(best["per_s"], r["per_s"]),
-                                  "rss_mb": min(best["rss_mb"], r["rss_mb"])}
+                                  "rss_mb": min(best["rss_mb"], r["rss_mb"]),
+                                  "threads": r["threads"]}
         e, t = this_round.get("ember cpu", {}), this_round.get("torch cpu (transformers)", {})
         if "cold_s" in e and "cold_s" in t:
             paired.append((e["cold_s"] / t["cold_s"], e["per_s"] / t["per_s"]))
@@ -257,6 +268,9 @@ def main():
             print(f"{label:<26}  unavailable: {r['error']}")
             continue
         print(f"{label:<26}{r['cold_s']:>10.2f} s{r['per_s']:>14.1f}{r['rss_mb']:>9.0f} MB")
+    for label, _, device in rows:
+        if device == "cpu" and "threads" in results[label]:
+            print(f"  {label}: {results[label]['threads']}")
     if args.browser:
         n = min(args.sentences, BATCH)
         report_browser(measure_browser(n, max(1, args.browser_passes)), results, n)

@@ -1,4 +1,4 @@
-"""The sentence-embedding demo's Python side, run in the page's worker (web/static/embed.html).
+"""The semantic-search demo's Python side, run in the page's worker (web/static/embed.html).
 
 The model's small files (config, tokenizer) are fetched into Pyodide's in-memory file
 system; the weights are fetched into a JS ArrayBuffer with byte progress and uploaded from
@@ -115,11 +115,17 @@ async def load(manifest_json, name="all-MiniLM-L6-v2"):
                        "seconds": {"download": t1 - t0, "load": t2 - t1, "warm_up": t3 - t2}})
 
 
-def embed(texts_json):
-    """Embeddings and their cosine-similarity matrix for a JSON list of texts."""
+def _loaded_embedder():
     embedder = _state.get("embedder")
     if embedder is None:
         raise RuntimeError("the model is not loaded yet: call demo_embed.load() first")
+    return embedder
+
+
+def embed(texts_json):
+    """Embeddings and their cosine-similarity matrix for a JSON list of texts
+    (benchmarks/browser_ops.py times it against native)."""
+    embedder = _loaded_embedder()
     texts = json.loads(texts_json)
     t0 = time.perf_counter()
     vectors = embedder.encode(texts)
@@ -129,13 +135,44 @@ def embed(texts_json):
                        "first_values": [row[:4] for row in vectors.tolist()]})
 
 
+def search(query, texts_json):
+    """Rank a JSON list of documents against `query` by cosine similarity, as `ember embed
+    --query` does natively: JSON {"ranking": [{"index", "text", "score"}] best first,
+    "seconds", "timings" (the encode's tokenize / embed), "query_first_values" and
+    "first_values" (the first 4 values of the query's and each document's vector, for
+    comparing with native ember)."""
+    embedder = _loaded_embedder()
+    texts = json.loads(texts_json)
+    if not isinstance(query, str) or not query.strip():
+        raise ValueError("the query is empty: type what to search for")
+    if not isinstance(texts, list) or not texts:
+        raise ValueError("there are no documents to search: put one per line in the box")
+    for n, text in enumerate(texts, 1):
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"document {n} is empty or not text: {text!r}")
+    t0 = time.perf_counter()
+    # One encode for query and documents (query first), as the native demo does: the
+    # query rides in the documents' batch instead of costing a pass of its own.
+    vectors = embedder.encode([query] + texts)
+    scores = embedder.similarity(vectors.narrow(0, 0, 1),
+                                 vectors.narrow(0, 1, len(texts))).tolist()[0]
+    rows = vectors.tolist()
+    seconds = time.perf_counter() - t0
+    # Ties keep the documents' order (sorted is stable), so the ranking is deterministic.
+    order = sorted(range(len(texts)), key=lambda i: -scores[i])
+    return json.dumps({
+        "ranking": [{"index": i, "text": texts[i], "score": scores[i]} for i in order],
+        "seconds": seconds,
+        "timings": {k: embedder.timings[k] for k in ("tokenize", "embed")},
+        "query_first_values": rows[0][:4],
+        "first_values": [row[:4] for row in rows[1:]]})
+
+
 def encode_timed(texts_json, batch_size=64):
     """Embed a JSON list of texts in batches of `batch_size` and read the vectors back;
     JSON with the count, the dimension, the seconds it took and the kernels it compiled
     (for benchmarks/minilm.py, which times the same call natively)."""
-    embedder = _state.get("embedder")
-    if embedder is None:
-        raise RuntimeError("the model is not loaded yet: call demo_embed.load() first")
+    embedder = _loaded_embedder()
     texts = json.loads(texts_json)
     counters = getattr(embedder.device.backend, "counters", {})
     compiled = counters.get("pipeline_misses", 0)
