@@ -135,6 +135,16 @@ def embed(texts_json):
                        "first_values": [row[:4] for row in vectors.tolist()]})
 
 
+def vectors(texts_json, batch_size=8):
+    """The embeddings of a JSON list of texts, whole, as JSON {"vectors", "seconds"} (the
+    browser test checks them against sentence-transformers')."""
+    embedder = _loaded_embedder()
+    texts = json.loads(texts_json)
+    t0 = time.perf_counter()
+    rows = embedder.encode(texts, batch_size=batch_size).tolist()
+    return json.dumps({"vectors": rows, "seconds": time.perf_counter() - t0})
+
+
 def search(query, texts_json):
     """Rank a JSON list of documents against `query` by cosine similarity, as `ember embed
     --query` does natively: JSON {"ranking": [{"index", "text", "score"}] best first,
