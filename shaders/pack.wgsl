@@ -1,7 +1,8 @@
 // Readback boundary: narrow a contiguous device array into host words: f32 -> bf16 pairs,
 // f32 -> f16 pairs (no shader-f16), u32 -> u8 quads, i32 -> i64 (two words, sign-extended).
 // Placeholders: {{SX}} device storage type, {{PACK}} expression in x(k) for word j, {{WG}}.
-// P: 0 n words, 1 n elements, 4 x offset
+// P: 0 n words, 1 n elements, 3 out offset (words), 4 x offset; a tensor larger than one
+// binding is packed in ranges of whole words, one dispatch each
 @group(0) @binding(1) var<storage, read> X: array<{{SX}}>;
 @group(0) @binding(2) var<storage, read_write> W: array<u32>;
 
@@ -14,5 +15,5 @@ fn x(k: u32) -> {{SX}} {
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let j = flat_index(gid, nwg, {{WG}}u);
     if (j >= p(0u)) { return; }
-    W[j] = {{PACK}};
+    W[p(3u) + j] = {{PACK}};
 }

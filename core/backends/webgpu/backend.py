@@ -27,7 +27,7 @@ from ...errors import (DeviceError, DimOutOfRange, EmberError, UnsupportedDType,
 from ...ops import BINARY, COMPARE, INT_DIV, UNARY
 from ...layout import Layout
 from ..base import Backend
-from . import kernels
+from . import kernels, split
 from .dtypes import convert_expr, device_types, host_words, unsupported
 from .pool import Pool, Storage
 from .shapes import collapse, contiguous_strides, span
@@ -188,13 +188,20 @@ class WebGPUBackend(Backend):
             self.pool.give(scratch)
 
     # --- elementwise launcher -------------------------------------------------------------
+    def _split_limit(self):
+        """Bytes an operand may span and still bind once its start is aligned down."""
+        return self.max_binding - self.storage_align - 4
+
     def _elementwise(self, name, t, spec, op, shape, inputs, out, out_strides=None,
                      scalars=(0, 0)):
         """Launch an elementwise kernel over `shape`.
 
-        inputs: list of (storage, strides, offset, device size); out: (storage, offset,
+        inputs: list of (storage, strides, offset, device type); out: (storage, offset,
         size) written contiguously, or at `out_strides` (a strided destination). Dims are
-        collapsed first; operands larger than the max binding are split by outer rows.
+        collapsed first. Operands larger than the max binding are split into row-major
+        boxes (split.py); where one row of a permuted input (a transposed view) is
+        already too large, that input is first copied contiguous by the copy kernel, which
+        cuts both its source and destination into tiles.
         """
         n = 1
         for d in shape:
@@ -207,23 +214,40 @@ class WebGPUBackend(Backend):
         if len(cshape) > _MAX_DIMS:
             raise UnsupportedOp(f"{op}: more than {_MAX_DIMS} dims after collapsing", op=op)
         nd = len(cshape)
+        ostr = cstrides[-1] if strided_out else contiguous_strides(cshape)
+        operands = [(st, cs, off, it.size) for (st, _, off, it), cs in zip(inputs, cstrides)]
+        operands.append((out[0], ostr, out[1], out[2]))
+        limit = self._split_limit()
+        plans = [(cs, 1, size) for _, cs, _, size in operands]
+        plan = split.row_plan(cshape, plans, limit)
+        boxes = None
+        if plan[0] > 0 and strided_out:
+            boxes = split.tile_boxes(cshape, split.tile_plan(cshape, plans, limit))
+        elif plan[0] > 0:
+            done = {}    # a scalar binary op passes its one input twice: copy it once
+            copied = []
+            for inp, cs in zip(inputs, cstrides):
+                key = (id(inp[0]), tuple(inp[1]), inp[2])
+                if key not in done:
+                    done[key] = self._contiguous_input(shape, inp, cs, cshape, limit)
+                copied.append(done[key])
+            if any(c is not inp for c, inp in zip(copied, inputs)):
+                return self._elementwise(name, t, spec, op, shape, copied, out,
+                                         scalars=scalars)
+        if boxes is None:
+            boxes = split.row_boxes(cshape, *plan)
         spec = dict(spec, ND=nd, WG=_WG, EPT=_EPT)
         pipe = self._kernel(name, t, spec, op)
-        ostr = cstrides[-1] if strided_out else contiguous_strides(cshape)
-        operands = [(st, cs, off, size) for (st, _, off, size), cs in zip(inputs, cstrides)]
-        operands.append((out[0], ostr, out[1], out[2]))
-        rows = self._rows_per_chunk(cshape, operands, op)
-        for r0 in range(0, cshape[0], rows):
-            r1 = min(cshape[0], r0 + rows)
-            sub = (r1 - r0,) + tuple(cshape[1:])
+        for starts, sub in boxes:
             ranges, offs = [], []
             for st, cs, off, size in operands:
-                start = off + r0 * cs[0]
-                lo, hi = start, start + span(sub, cs)
-                rng, rel = self._bind(st, lo, hi, size, op)
+                lo = off + split.offset_of(starts, cs)
+                rng, rel = self._bind(st, lo, lo + span(sub, cs), size, op)
                 ranges.append(rng)
                 offs.append(rel)
-            count = (r1 - r0) * (n // cshape[0])
+            count = 1
+            for d in sub:
+                count *= d
             params = [0] * (8 + nd * (1 + len(operands)))
             params[0] = count
             params[1], params[2] = scalars
@@ -235,25 +259,19 @@ class WebGPUBackend(Backend):
                 params[8 + nd * (1 + j):8 + nd * (2 + j)] = cs
             self._launch(pipe, params, ranges, self._grid(-(-count // _EPT)))
 
-    def _rows_per_chunk(self, shape, operands, op):
-        limit = self.max_binding - self.storage_align - 4
-        rows = shape[0]
-        for _, cs, _, size in operands:
-            inner = span((1,) + tuple(shape[1:]), cs)
-            if cs[0] == 0:
-                if inner * size > limit:
-                    rows = 0
-                continue
-            fit = (limit // size - inner) // cs[0] + 1
-            rows = min(rows, fit)
-        if rows < 1:
-            raise UnsupportedOp(
-                f"{op}: one row of shape {fmt_shape(shape)} exceeds the adapter's maximum "
-                f"storage binding of {self.max_binding} bytes", op=op)
-        return rows
+    def _contiguous_input(self, shape, inp, cstrides, cshape, limit):
+        """`inp` copied contiguous when one row of it does not fit a binding and its dims
+        are permuted (a transposed view), else `inp` itself."""
+        st, strides, off, it = inp
+        row = [1] + list(cshape[1:])
+        moving = [s for d, s in zip(cshape, cstrides) if d > 1 and s > 0]
+        if span(row, cstrides) * it.size <= limit or moving == sorted(moving, reverse=True):
+            return inp
+        copy = self.copy_strided(st, Layout(shape, strides, off), it.dtype)
+        return (copy, contiguous_strides(shape), 0, it)
 
     def _input(self, storage, layout, t):
-        return (storage, layout.strides, layout.offset, t.size)
+        return (storage, layout.strides, layout.offset, t)
 
     # --- memory ---------------------------------------------------------------------------
     def from_host(self, data, dtype, shape, copy=True):
@@ -352,9 +370,16 @@ class WebGPUBackend(Backend):
             words = host_words(dtype, n)
             out = self.pool.take(words * 4, "readback")
             pipe = self._kernel("pack", t, {"SX": t.storage, "PACK": t.pack, "WG": _WG}, op)
-            rng, rel = self._bind(storage, off, off + n, t.size, op)
-            self._launch(pipe, [words, n, 0, 0, rel], [rng, (out, 0, words * 4)],
-                         self._grid(words))
+            # Ranges of 4 elements at a time: a whole number of words for every packing
+            # (2 bf16/f16 or 4 u8 per word, 2 words per i64).
+            per = (self._split_limit() // max(t.size, dtype.itemsize)) // 4 * 4
+            for s in range(0, n, per):
+                e = min(n, s + per)
+                w0, w1 = s * dtype.itemsize // 4, host_words(dtype, e)
+                rng, rel = self._bind(storage, off + s, off + e, t.size, op)
+                wrng, wrel = self._raw_range(out, w0, w1)
+                self._launch(pipe, [w1 - w0, e - s, 0, wrel, rel], [rng, wrng],
+                             self._grid(w1 - w0))
             out.batch = self.batch
             return out, 0, words * 4, n * dtype.itemsize, storage
         if not layout.is_contiguous():
@@ -449,11 +474,9 @@ class WebGPUBackend(Backend):
             scalar = _param_bits(b, t)
             inputs = [self._input(a, la, t), self._input(a, la, t)]
         else:
-            load_b = f"T(B[strided(i, {{{{ND}}}}u, 8u, 8u + 2u * {{{{ND}}}}u, p(5u))])"
+            load_b = "T(B[strided(i, {{ND}}u, 8u, 8u + 2u * {{ND}}u, p(5u))])"
             scalar = 0
             inputs = [self._input(a, la, t), self._input(b, lb, t)]
-        nd_probe = len(collapse(shape, [s for _, s, _, _ in inputs])[0])
-        load_b = load_b.replace("{{ND}}", str(nd_probe))
         spec = {"S": t.storage, "SO": so, "RESULT": result.replace("{{OP}}", expr),
                 "LOAD_B": load_b}
         self._elementwise("binary", t, spec, op, shape, inputs, (out, 0, ot.size),
@@ -482,7 +505,7 @@ class WebGPUBackend(Backend):
         out = self._alloc(la.numel, dtype, "where")
         spec = {"S": t.storage, "SC": tc.storage}
         self._elementwise("where", t, spec, "where", la.shape,
-                          [(cond, lc.strides, lc.offset, tc.size), self._input(a, la, t),
+                          [(cond, lc.strides, lc.offset, tc), self._input(a, la, t),
                            self._input(b, lb, t)], (out, 0, t.size))
         return out
 

@@ -62,7 +62,8 @@ def render(name, compute_type, spec, enable_f16=False):
     nan = "nan_f(x)" if compute_type == "f32" else "false"
     header = ("enable f16;\n" if enable_f16 else "") + f"alias T = {compute_type};\n" + \
         f"fn nan_t(x: T) -> bool {{ return {nan}; }}\n"
-    body = _PLACEHOLDER.sub(fill, source(name))
+    # One more pass: a value may name other placeholders (binary's LOAD_B names {{ND}}).
+    body = _PLACEHOLDER.sub(fill, _PLACEHOLDER.sub(fill, source(name)))
     return header + _PLACEHOLDER.sub(fill, source("prelude")) + body
 
 
