@@ -1,6 +1,9 @@
 // torch.gather: out[idx] = X[idx with idx[dim] = ids[idx]], over the ids' shape.
+// A source too large for one binding is bound in ranges [lo, hi) of dim {{DIM}}: a dispatch
+// writes only the outputs whose id falls in its range (lo = 0, hi = size: all of them).
 // Placeholders: {{S}}, {{SI}}, {{ND}}, {{DIM}}, {{WG}}.
-// P: 0 n, 1 size of dim in X, 2 ids offset, 4 x offset, 8.. ids shape, x strides, ids strides
+// P: 0 n, 1 size of dim in X, 2 ids offset, 4 x offset (of row lo), 5 lo, 6 hi, 7 out offset,
+// 8.. ids shape, x strides, ids strides
 @group(0) @binding(1) var<storage, read> X: array<{{S}}>;
 @group(0) @binding(2) var<storage, read> I: array<{{SI}}>;
 @group(0) @binding(3) var<storage, read_write> O: array<{{S}}>;
@@ -10,6 +13,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let i = flat_index(gid, nwg, {{WG}}u);
     if (i >= p(0u)) { return; }
     let id = min(u32(I[strided(i, {{ND}}u, 8u, 8u + 2u * {{ND}}u, p(2u))]), p(1u) - 1u);
+    if (id < p(5u) || id >= p(6u)) { return; }
     var rem = i;
     var o = p(4u);
     for (var k = {{ND}}u; k > 0u; k--) {
@@ -17,8 +21,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         let n = p(8u + d);
         var c = rem % n;
         rem = rem / n;
-        if (d == {{DIM}}u) { c = id; }
+        if (d == {{DIM}}u) { c = id - p(5u); }
         o += c * p(8u + {{ND}}u + d);
     }
-    O[i] = X[o];
+    O[p(7u) + i] = X[o];
 }

@@ -22,12 +22,12 @@ reads back; everything else lives here and needs neither wgpu nor numpy.
 import struct
 
 from ... import dtype as dt
-from ...errors import (DeviceError, DimOutOfRange, EmberError, UnsupportedDType,
+from ...errors import (DeviceError, EmberError, UnsupportedDType,
                        UnsupportedOp, fmt_shape)
 from ...ops import BINARY, COMPARE, INT_DIV, UNARY
 from ...layout import Layout
 from ..base import Backend
-from . import kernels, split
+from . import index, kernels, split
 from .dtypes import convert_expr, device_types, host_words, unsupported
 from .pool import Pool, Storage
 from .shapes import collapse, contiguous_strides, span
@@ -500,7 +500,7 @@ class WebGPUBackend(Backend):
 
     def where(self, cond, lc, a, la, b, lb, dtype):
         t = self._type(dtype, "where")
-        c_dtype = _storage_dtype_of(cond)
+        c_dtype = index.storage_dtype_of(cond)
         tc = self.types.get(c_dtype) if c_dtype else self.types["u8"]
         out = self._alloc(la.numel, dtype, "where")
         spec = {"S": t.storage, "SC": tc.storage}
@@ -744,112 +744,14 @@ class WebGPUBackend(Backend):
         return matmul(self, a, la, b, lb, dtype)
 
     # --- indexing ------------------------------------------------------------------------------
-    def _check_ids(self, ids, lids, size, op, dim):
-        """Reject out-of-range ids before a gather reads with them. Ids uploaded from the
-        host carry their range; others are reduced to (min, max) on the device and only
-        those two numbers are read back."""
-        if lids.numel == 0:
-            return
-        lo_hi = ids.known_range
-        if lo_hi is None or lo_hi[0] < 0 or lo_hi[1] >= size:
-            id_dtype = dt.from_name(_storage_dtype_of(ids) or "i64")
-            dims = list(range(lids.ndim))
-            one = Layout(())
-            lo_hi = tuple(_unpack_one(self.to_bytes(self.reduce(r, ids, lids, dims, id_dtype),
-                                                    one, id_dtype), id_dtype)
-                          for r in ("min", "max"))
-            if lids.offset == 0 and lids.numel == ids.numel and lids.is_contiguous():
-                ids.known_range = lo_hi
-        if lo_hi[0] < 0 or lo_hi[1] >= size:
-            bad = lo_hi[0] if lo_hi[0] < 0 else lo_hi[1]
-            raise DimOutOfRange(f"{op}: index {bad} out of range for dim {dim} of size {size}",
-                                op=op, index=bad, size=size)
-
-    def _ids_type(self, ids):
-        name = _storage_dtype_of(ids)
-        return self.types[name] if name else self.types["i64"]
-
     def index_select(self, storage, layout, ids, lids, dim, dtype):
-        op = "index_select"
-        t = self._type(dtype, op)
-        self._check_ids(ids, lids, layout.shape[dim], op, dim)
-        shape = list(layout.shape)
-        shape[dim] = lids.numel
-        n = 1
-        for d in shape:
-            n *= d
-        out = self._alloc(n, dtype, op)
-        if n == 0:
-            return out
-        ti = self._ids_type(ids)
-        spec = {"S": t.storage, "SI": ti.storage, "ND": len(shape), "DIM": dim, "WG": _WG}
-        pipe = self._kernel("index_select", t, spec, op)
-        rng, rel = self._bind(storage, layout.offset,
-                              layout.offset + span(layout.shape, layout.strides), t.size, op)
-        irng, irel = self._bind(ids, lids.offset, lids.offset + span(lids.shape, lids.strides),
-                                ti.size, op)
-        orng, _ = self._bind(out, 0, n, t.size, op)
-        params = [n, layout.shape[dim], irel, lids.strides[0] if lids.ndim else 0, rel, 0, 0, 0] + \
-            shape + list(layout.strides)
-        self._launch(pipe, params, [rng, irng, orng], self._grid(n))
-        return out
+        return index.index_select(self, storage, layout, ids, lids, dim, dtype)
 
     def gather(self, storage, layout, ids, lids, dim, dtype):
-        op = "gather"
-        t = self._type(dtype, op)
-        self._check_ids(ids, lids, layout.shape[dim], op, dim)
-        n = lids.numel
-        out = self._alloc(n, dtype, op)
-        if n == 0:
-            return out
-        ti = self._ids_type(ids)
-        spec = {"S": t.storage, "SI": ti.storage, "ND": lids.ndim, "DIM": dim, "WG": _WG}
-        pipe = self._kernel("gather", t, spec, op)
-        rng, rel = self._bind(storage, layout.offset,
-                              layout.offset + span(layout.shape, layout.strides), t.size, op)
-        irng, irel = self._bind(ids, lids.offset, lids.offset + span(lids.shape, lids.strides),
-                                ti.size, op)
-        orng, _ = self._bind(out, 0, n, t.size, op)
-        params = [n, layout.shape[dim], irel, 0, rel, 0, 0, 0] + list(lids.shape) + \
-            list(layout.strides) + list(lids.strides)
-        self._launch(pipe, params, [rng, irng, orng], self._grid(n))
-        return out
+        return index.gather(self, storage, layout, ids, lids, dim, dtype)
 
     def scatter_add(self, dst, ldst, ids, lids, src, lsrc, dim, dtype):
-        op = "scatter_add"
-        t = self._type(dtype, op)
-        self._check_ids(ids, lids, ldst.shape[dim], op, dim)
-        n = ldst.numel
-        out = self._alloc(n, dtype, op)
-        if n == 0:
-            return out
-        ti = self._ids_type(ids)
-        nd = ldst.ndim
-        spec = {"S": t.storage, "SI": ti.storage, "ROUND": t.round, "ND": nd, "DIM": dim,
-                "WG": _WG}
-        pipe = self._kernel("scatter_add", t, spec, op)
-        drng, drel = self._bind(dst, ldst.offset, ldst.offset + span(ldst.shape, ldst.strides),
-                                t.size, op)
-        irng, irel = self._bind(ids, lids.offset, lids.offset + span(lids.shape, lids.strides),
-                                ti.size, op)
-        srng, srel = self._bind(src, lsrc.offset, lsrc.offset + span(lsrc.shape, lsrc.strides),
-                                t.size, op)
-        orng, _ = self._bind(out, 0, n, t.size, op)
-        params = [n, lids.shape[dim], irel, srel, drel, 0, 0, 0] + list(ldst.shape) + \
-            list(ldst.strides) + list(lids.shape) + list(lids.strides) + list(lsrc.strides)
-        if len(params) > 64:
-            raise UnsupportedOp(f"{op}: too many dims ({nd}) for the WebGPU kernel", op=op)
-        self._launch(pipe, params, [drng, irng, srng, orng], self._grid(n))
-        return out
-
-
-def _storage_dtype_of(storage):
-    return getattr(storage, "dtype_name", None)
-
-
-def _unpack_one(data, dtype):
-    code = {"i64": "<q", "i32": "<i", "u32": "<I", "u8": "<B"}[dtype.name]
-    return struct.unpack(code, data[:struct.calcsize(code)])[0]
+        return index.scatter_add(self, dst, ldst, ids, lids, src, lsrc, dim, dtype)
 
 
 def _param_bits(value, t):

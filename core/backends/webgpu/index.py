@@ -1,0 +1,172 @@
+"""Index ops on WebGPU: index_select, gather, scatter_add, and the id check before them.
+
+index_select and gather split operands larger than the adapter's maximum storage binding:
+the output, with the ids and the source rows it reads, into row-major boxes (split.py);
+a source too large to bind whole (an LLM's embedding table: 128k x 4096 f32 is 2 GiB)
+into ranges along the indexed dim, each dispatch writing only the outputs whose id falls
+in its range. Ranges outside the ids' known (min, max) are skipped. scatter_add binds its
+operands whole.
+"""
+import struct
+
+from ... import dtype as dt
+from ...errors import DimOutOfRange, UnsupportedOp, fmt_shape
+from ...layout import Layout
+from . import split
+from .shapes import contiguous_strides, span
+
+_WG = 256
+_MAX_RANGES = 4096   # source ranges per output box before the split is not worth it
+
+
+def storage_dtype_of(storage):
+    return getattr(storage, "dtype_name", None)
+
+
+def _unpack_one(data, dtype):
+    code = {"i64": "<q", "i32": "<i", "u32": "<I", "u8": "<B"}[dtype.name]
+    return struct.unpack(code, data[:struct.calcsize(code)])[0]
+
+
+def check_ids(be, ids, lids, size, op, dim):
+    """Reject out-of-range ids before a gather reads with them; returns their (min, max)
+    (None when there are none). Ids uploaded from the host carry their range; others are
+    reduced to (min, max) on the device and only those two numbers are read back."""
+    if lids.numel == 0:
+        return None
+    lo_hi = ids.known_range
+    if lo_hi is None or lo_hi[0] < 0 or lo_hi[1] >= size:
+        id_dtype = dt.from_name(storage_dtype_of(ids) or "i64")
+        dims = list(range(lids.ndim))
+        one = Layout(())
+        lo_hi = tuple(_unpack_one(be.to_bytes(be.reduce(r, ids, lids, dims, id_dtype),
+                                              one, id_dtype), id_dtype)
+                      for r in ("min", "max"))
+        if lids.offset == 0 and lids.numel == ids.numel and lids.is_contiguous():
+            ids.known_range = lo_hi
+    if lo_hi[0] < 0 or lo_hi[1] >= size:
+        bad = lo_hi[0] if lo_hi[0] < 0 else lo_hi[1]
+        raise DimOutOfRange(f"{op}: index {bad} out of range for dim {dim} of size {size}",
+                            op=op, index=bad, size=size)
+    return lo_hi
+
+
+def _ids_type(be, ids):
+    name = storage_dtype_of(ids)
+    return be.types[name] if name else be.types["i64"]
+
+
+def index_select(be, storage, layout, ids, lids, dim, dtype):
+    op = "index_select"
+    t = be._type(dtype, op)
+    lo_hi = check_ids(be, ids, lids, layout.shape[dim], op, dim)
+    shape = list(layout.shape)
+    shape[dim] = lids.numel
+    n = 1
+    for d in shape:
+        n *= d
+    out = be._alloc(n, dtype, op)
+    if n == 0:
+        return out
+    istride = lids.strides[0] if lids.ndim else 0
+    istrides = [istride if d == dim else 0 for d in range(len(shape))]
+    _launch(be, "index_select", op, t, shape, dim, storage, layout, ids, lids.offset, istrides,
+            out, 0, lo_hi)
+    return out
+
+
+def gather(be, storage, layout, ids, lids, dim, dtype, dest=None, dest_off=0):
+    """torch.gather into a new tensor, or into dest[dest_off:] (argmax's last step)."""
+    op = "gather"
+    t = be._type(dtype, op)
+    lo_hi = check_ids(be, ids, lids, layout.shape[dim], op, dim)
+    n = lids.numel
+    out = be._alloc(n, dtype, op) if dest is None else dest
+    if n == 0:
+        return out
+    _launch(be, "gather", op, t, list(lids.shape), dim, storage, layout, ids, lids.offset,
+            list(lids.strides), out, dest_off, lo_hi)
+    return out
+
+
+def _launch(be, kernel, op, t, shape, dim, src, layout, ids, ioff, istrides, out, out_off,
+            lo_hi):
+    """Dispatch index_select / gather over `shape` (the output's), split so that every
+    binding fits: boxes of the output, and ranges [lo, hi) of the source's dim `dim`."""
+    ti = _ids_type(be, ids)
+    limit = be._split_limit()
+    size = layout.shape[dim]
+    xs = layout.strides[dim]
+    # The source's strides over the output's space: along `dim` the position is an id.
+    xbox = [0 if d == dim else s for d, s in enumerate(layout.strides)]
+    ostr = contiguous_strides(shape)
+    fixed = [(ostr, 1, t.size), (istrides, 1, ti.size)]
+    whole = (size - 1) * xs + 1
+    plan = split.row_plan(shape, fixed + [(xbox, whole, t.size)], limit)
+    if plan is None:
+        # Boxes whose own source part takes at most half a binding; the rest of each
+        # binding holds as many rows of the source as fit.
+        plan = split.row_plan(shape, fixed + [(xbox, 1, t.size)], limit // 2)
+    lo, hi = (0, size - 1) if lo_hi is None else lo_hi
+    nd = len(shape)
+    spec = {"S": t.storage, "SI": ti.storage, "ND": nd, "DIM": dim, "WG": _WG}
+    pipe = be._kernel(kernel, t, spec, op)
+    for starts, sub in split.row_boxes(shape, *plan):
+        count = 1
+        for d in sub:
+            count *= d
+        own = span(sub, xbox)
+        rows = max(1, (limit // t.size - own) // xs + 1) if xs else size
+        if -(-(hi - lo + 1) // rows) > _MAX_RANGES:
+            one = list(layout.shape)
+            one[dim] = 1
+            raise UnsupportedOp(
+                f"{op}: the source of shape {fmt_shape(layout.shape)} has rows of "
+                f"{span(one, layout.strides) * t.size} bytes along dim {dim}; under the "
+                f"adapter's maximum storage binding of {be.max_binding} bytes it would be "
+                f"read in more than {_MAX_RANGES} ranges", op=op)
+        irng, irel = be._bind(ids, ioff + split.offset_of(starts, istrides),
+                              ioff + split.offset_of(starts, istrides) + span(sub, istrides),
+                              ti.size, op)
+        o0 = out_off + split.offset_of(starts, ostr)
+        orng, orel = be._bind(out, o0, o0 + count, t.size, op)
+        base = layout.offset + split.offset_of(starts, xbox)
+        for r0 in range(0 if rows >= size else lo, hi + 1 if rows < size else 1, rows):
+            r1 = min(size, r0 + rows)
+            x0 = base + r0 * xs
+            rng, rel = be._bind(src, x0, x0 + own + (r1 - r0 - 1) * xs, t.size, op)
+            if kernel == "index_select":
+                params = [count, size, irel, istrides[dim], rel, r0, r1, orel] + list(sub) + \
+                    list(layout.strides)
+            else:
+                params = [count, size, irel, 0, rel, r0, r1, orel] + list(sub) + \
+                    list(layout.strides) + list(istrides)
+            be._launch(pipe, params, [rng, irng, orng], be._grid(count))
+
+
+def scatter_add(be, dst, ldst, ids, lids, src, lsrc, dim, dtype):
+    op = "scatter_add"
+    t = be._type(dtype, op)
+    check_ids(be, ids, lids, ldst.shape[dim], op, dim)
+    n = ldst.numel
+    out = be._alloc(n, dtype, op)
+    if n == 0:
+        return out
+    ti = _ids_type(be, ids)
+    nd = ldst.ndim
+    spec = {"S": t.storage, "SI": ti.storage, "ROUND": t.round, "ND": nd, "DIM": dim,
+            "WG": _WG}
+    pipe = be._kernel("scatter_add", t, spec, op)
+    drng, drel = be._bind(dst, ldst.offset, ldst.offset + span(ldst.shape, ldst.strides),
+                          t.size, op)
+    irng, irel = be._bind(ids, lids.offset, lids.offset + span(lids.shape, lids.strides),
+                          ti.size, op)
+    srng, srel = be._bind(src, lsrc.offset, lsrc.offset + span(lsrc.shape, lsrc.strides),
+                          t.size, op)
+    orng, _ = be._bind(out, 0, n, t.size, op)
+    params = [n, lids.shape[dim], irel, srel, drel, 0, 0, 0] + list(ldst.shape) + \
+        list(ldst.strides) + list(lids.shape) + list(lids.strides) + list(lsrc.strides)
+    if len(params) > 64:
+        raise UnsupportedOp(f"{op}: too many dims ({nd}) for the WebGPU kernel", op=op)
+    be._launch(pipe, params, [drng, irng, srng, orng], be._grid(n))
+    return out
