@@ -7,7 +7,9 @@
 // {{INIT}} the initial accumulator (may read `first`), {{RESULT}} stored value from acc, ai,
 // {{ISNAN}} a NaN test of v (`false` for integers), {{WG}}, {{LANES}}.
 // P: 0 rows (outputs x chunks), 1 k (reduced count), 2 x offset, 3 scale (f32), 4 chunk
-// length, 5 chunks per output, 8.. kept shape, kept strides, reduced shape, reduced strides
+// length, 5 chunks per output, 6 out offset, 7 index base (added by RESULT of argmax/argmin:
+// a part of a split reduction reports global indices), 8.. kept shape, kept strides,
+// reduced shape, reduced strides
 @group(0) @binding(1) var<storage, read> X: array<{{S}}>;
 @group(0) @binding(2) var<storage, read_write> O: array<{{SO}}>;
 
@@ -72,6 +74,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     if (lane == 0u && valid) {
         let acc_final = acc;
         let ai_final = ai;
-        O[row] = {{SO}}({{RESULT}});
+        O[p(6u) + row] = {{SO}}({{RESULT}});
     }
 }

@@ -28,6 +28,7 @@ from ...ops import BINARY, COMPARE, INT_DIV, UNARY
 from ...layout import Layout
 from ..base import Backend
 from . import index, kernels, split
+from . import reduce as reductions
 from .dtypes import convert_expr, device_types, host_words, unsupported
 from .pool import Pool, Storage
 from .shapes import collapse, contiguous_strides, span
@@ -38,7 +39,6 @@ _WG = 256                  # invocations per workgroup of elementwise kernels
 _EPT = 8                   # elements per invocation of elementwise kernels
 _MAX_DIMS = 10
 _SCAN_CHUNK = 4096         # prefix-sum elements per invocation before carries
-_REDUCE_CHUNK = 1 << 16   # reduced elements per workgroup before a second pass
 
 
 class WebGPUBackend(Backend):
@@ -511,98 +511,7 @@ class WebGPUBackend(Backend):
 
     # --- reductions -------------------------------------------------------------------------
     def reduce(self, op, storage, layout, dims, dtype):
-        t = self._type(dtype, op)
-        dims = sorted(dims)
-        kept = [d for d in range(layout.ndim) if d not in dims]
-        kshape = [layout.shape[d] for d in kept]
-        kstr = [layout.strides[d] for d in kept]
-        rshape = [layout.shape[d] for d in dims]
-        rstr = [layout.strides[d] for d in dims]
-        n_out = 1
-        for d in kshape:
-            n_out *= d
-        k_total = 1
-        for d in rshape:
-            k_total *= d
-        is_arg = op in ("argmax", "argmin")
-        out_dtype = dt.i64 if is_arg else dtype
-        out = self._alloc(n_out, out_dtype, op)
-        if n_out == 0:
-            return out
-        kshape, (kstr,) = collapse(kshape, [kstr])
-        if not is_arg:
-            rshape, (rstr,) = collapse(rshape, [rstr])
-        elif not rshape:
-            rshape, rstr = [1], [0]
-        src = (storage, layout.offset, span(layout.shape, layout.strides))
-        if is_arg:
-            out.known_range = (0, max(k_total - 1, 0))   # no range check needed downstream
-        if k_total <= _REDUCE_CHUNK:
-            self._reduce_pass(op, t, t, self._type(out_dtype, op), src, kshape, kstr, rshape,
-                              rstr, k_total, 1, out, k_total)
-            return out
-        chunks = -(-k_total // _REDUCE_CHUNK)
-        if is_arg:
-            # Per chunk: its extreme value and that value's first index; the first chunk
-            # holding the overall extreme then gives the index (ties keep the lowest).
-            values = self._alloc(n_out * chunks, dtype, op)
-            firsts = self._alloc(n_out * chunks, dt.i64, op)
-            for inner, dst, dst_t in (("max" if op == "argmax" else "min", values, t),
-                                      (op, firsts, self._type(dt.i64, op))):
-                self._reduce_pass(inner, t, t, dst_t, src, kshape, kstr, rshape, rstr,
-                                  k_total, chunks, dst, k_total, round_out=False)
-            best = self.reduce(op, values, Layout((n_out, chunks)), [1], dtype)
-            out = self.gather(firsts, Layout((n_out, chunks)), best, Layout((n_out, 1)), 1,
-                              dt.i64)
-            out.known_range = (0, k_total - 1)
-            return out
-        # Two passes: chunks of the reduced range into f32/int partials, then those.
-        pt = self.types["f32"] if t.compute == "f32" else t
-        partial = self._alloc(n_out * chunks, pt.dtype, op)
-        first = {"mean": "sum"}.get(op, op)
-        self._reduce_pass(first, t, t, pt, src, kshape, kstr, rshape, rstr, k_total, chunks,
-                          partial, k_total, round_out=False)
-        self._reduce_pass(op, pt, t, t, (partial, 0, n_out * chunks), [n_out], [chunks],
-                          [chunks], [1], chunks, 1, out, k_total)
-        return out
-
-    def _reduce_pass(self, op, tin, tcomp, tout, src, kshape, kstr, rshape, rstr, k_total,
-                     chunks, out, mean_count, round_out=True):
-        """One reduce dispatch: n_out x chunks workgroups, each folding one chunk."""
-        n_out = 1
-        for d in kshape:
-            n_out *= d
-        combine = {
-            "sum": "*acc = *acc + v;", "mean": "*acc = *acc + v;", "prod": "*acc = *acc * v;",
-            "max": "if (better_max(v, vi, *acc, *ai)) { *acc = v; *ai = vi; }",
-            "min": "if (better_min(v, vi, *acc, *ai)) { *acc = v; *ai = vi; }",
-            "argmax": "if (better_max(v, vi, *acc, *ai)) { *acc = v; *ai = vi; }",
-            "argmin": "if (better_min(v, vi, *acc, *ai)) { *acc = v; *ai = vi; }",
-        }.get(op)
-        if combine is None:
-            raise UnsupportedOp(f"reduce: unknown op {op!r}", op=op)
-        init = {"sum": "T(0)", "mean": "T(0)", "prod": "T(1)"}.get(op, "first")
-        rnd = tcomp.round if round_out else ""
-        if op in ("argmax", "argmin"):
-            result = "i32(ai_final)"
-        elif op == "mean":
-            result = f"{rnd}(acc_final * T(pf(3u)))"
-        else:
-            result = f"{rnd}(acc_final)"
-        chunk = -(-k_total // chunks)
-        wg, lanes = self._row_split(n_out * chunks, chunk, 1)
-        spec = {"S": tin.storage, "SO": tout.storage, "NK": len(kshape), "NR": len(rshape),
-                "COMBINE": combine, "INIT": init, "RESULT": result, "WG": wg, "LANES": lanes,
-                "ISNAN": "nan_f(f32(v))" if tcomp.compute == "f32" else "false"}
-        pipe = self._kernel("reduce", tcomp, spec, op)
-        st, off, extent = src
-        rng, rel = self._bind(st, off, off + extent, tin.size, op)
-        orng, _ = self._bind(out, 0, n_out * chunks, tout.size, op)
-        scale = struct.unpack("<I", struct.pack(
-            "<f", 1.0 / mean_count if mean_count else float("inf")))[0]
-        params = [n_out * chunks, k_total, rel, scale, chunk, chunks, 0, 0] + list(kshape) + \
-            list(kstr) + list(rshape) + list(rstr)
-        self._launch(pipe, params, [rng, orng], self._grid(n_out * chunks, wg // lanes))
+        return reductions.reduce(self, op, storage, layout, dims, dtype)
 
     def _row_split(self, rows, length, passes):
         """(workgroup size, invocations per row) for row kernels. CPU adapters give each
