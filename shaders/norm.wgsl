@@ -3,7 +3,7 @@
 // a workgroup tree; with LANES = 1 (CPU adapters) an invocation owns a row, no barriers.
 // Placeholders: {{S}} storage type, {{ROUND}}, {{NK}} kept dims, {{WG}}, {{LANES}}.
 // P: 0 rows, 1 length, 2 x offset, 3 eps (f32), 4 x stride of the last dim, 5 flags
-// (1 weight, 2 bias, 4 rms), 6 w offset, 7 b offset, 8 w stride, 9 b stride,
+// (1 weight, 2 bias, 4 rms), 6 w offset, 7 b offset, 8 w stride, 9 b stride, 10 out offset,
 // 12.. kept shape, kept x strides
 @group(0) @binding(1) var<storage, read> X: array<{{S}}>;
 @group(0) @binding(2) var<storage, read> Wt: array<{{S}}>;
@@ -54,6 +54,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         var y = (f32(X[xb + j * xs]) - mean) * inv;
         if ((flags & 1u) != 0u) { y = y * f32(Wt[p(6u) + j * p(8u)]); }
         if ((flags & 2u) != 0u) { y = y + f32(Bs[p(7u) + j * p(9u)]); }
-        O[r * p(1u) + j] = {{S}}({{ROUND}}(y));
+        O[p(10u) + r * p(1u) + j] = {{S}}({{ROUND}}(y));
     }
 }

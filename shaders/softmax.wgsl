@@ -4,7 +4,7 @@
 // barriers cost more than they save there.
 // Placeholders: {{S}} storage type, {{ROUND}}, {{NK}} kept dims, {{WG}}, {{LANES}}.
 // P: 0 rows, 1 length, 2 x offset, 3 log flag, 4 x stride of dim, 5 out stride of dim,
-// 8.. kept shape, kept x strides, kept out strides
+// 6 out offset, 8.. kept shape, kept x strides, kept out strides
 @group(0) @binding(1) var<storage, read> X: array<{{S}}>;
 @group(0) @binding(2) var<storage, read_write> O: array<{{S}}>;
 
@@ -39,7 +39,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let n = select(0u, p(1u), valid);
     let r = min(row, max(p(0u), 1u) - 1u);
     let xb = strided(r, {{NK}}u, 8u, 8u + {{NK}}u, p(2u));
-    let ob = strided(r, {{NK}}u, 8u, 8u + 2u * {{NK}}u, 0u);
+    let ob = strided(r, {{NK}}u, 8u, 8u + 2u * {{NK}}u, p(6u));
     let xs = p(4u);
     let os = p(5u);
     var m = bitcast<f32>(0xff7fffffu);   // -FLT_MAX; Tint rejects -3.4028235e38

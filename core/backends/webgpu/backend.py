@@ -9,13 +9,21 @@ reads back; everything else lives here and needs neither wgpu nor numpy.
 - Dispatches are recorded into one command encoder and submitted when a result is read
   or when the batch's uniform arena fills. Shapes, strides and scalars of each dispatch
   are one 256-byte block of that arena, selected by a dynamic offset.
-- Limits: bindings larger than the adapter's max storage binding are split (elementwise
-  ops, fills and uploads by row ranges, matmul by rows, K or columns); reductions,
-  softmax, norms, indexing and bf16/u8/i64 readback of such tensors raise UnsupportedOp
-  naming the op. Grids of more than 65,535 workgroups fold into two dimensions. Loops
-  per invocation stay under 65,535 iterations (lavapipe's cap): long reductions run in
-  two passes (argmax/argmin through per-chunk extremes and a gather), scans in chunks
-  with carries, matmul K in accumulated parts.
+- Limits: operands larger than the adapter's max storage binding (128 MiB on lavapipe
+  and many browsers) are split into parts that each fit, planned by split.py:
+  elementwise ops, fills, uploads and bf16/f16/u8/i64 readback by ranges of rows (a
+  permuted input whose rows do not fit, such as a transposed view, is first copied
+  contiguous by the copy kernel, which cuts source and destination into tiles); matmul
+  by rows, K or columns (matmul.py); reductions over any dims by ranges of outputs, or
+  by pieces of a reduced dim combined in a last pass, argmax/argmin keeping global
+  indices (reduce.py); softmax and norms by rows (strided rows run on a contiguous
+  copy); index_select and gather by boxes of the output and ranges of the source's rows
+  (index.py). Still refused with UnsupportedOp naming the op and the sizes: a softmax
+  or norm row that alone exceeds a binding, and cumsum, rope and scatter_add of such
+  tensors. Grids of more than 65,535 workgroups fold into two dimensions. Loops per
+  invocation stay under 65,535 iterations (lavapipe's cap): long reductions run in two
+  passes (argmax/argmin through per-chunk extremes and a gather), scans in chunks with
+  carries, matmul K in accumulated parts.
 - Row kernels (reductions, softmax, norms) give each short row one invocation on CPU
   adapters, where barriers are expensive, and a workgroup tree elsewhere.
 """
@@ -26,6 +34,7 @@ from ...errors import (DeviceError, EmberError, UnsupportedDType,
                        UnsupportedOp, fmt_shape)
 from ...ops import BINARY, COMPARE, INT_DIV, UNARY
 from ...layout import Layout
+from ...shape import numel
 from ..base import Backend
 from . import index, kernels, split
 from . import reduce as reductions
@@ -575,16 +584,43 @@ class WebGPUBackend(Backend):
         if layout.numel == 0:
             return out
         kshape, kx, ko, os_ = self._rows(layout, dim)
-        rows = layout.numel // layout.shape[dim]
-        wg, lanes = self._row_split(rows, layout.shape[dim], 3)
-        spec = {"S": t.storage, "ROUND": t.round, "NK": len(kshape), "WG": wg, "LANES": lanes}
-        pipe = self._kernel("softmax", t, spec, op)
-        rng, rel = self._bind(storage, layout.offset,
-                              layout.offset + span(layout.shape, layout.strides), t.size, op)
-        orng, _ = self._bind(out, 0, layout.numel, t.size, op)
-        params = [rows, layout.shape[dim], rel, int(log), layout.strides[dim], os_, 0, 0] + \
-            kshape + kx + ko
-        self._launch(pipe, params, [rng, orng], self._grid(rows, wg // lanes))
+        n, xs = layout.shape[dim], layout.strides[dim]
+        plan = split.row_plan(kshape, [(kx, (n - 1) * xs + 1, t.size),
+                                       (ko, (n - 1) * os_ + 1, t.size)], self._split_limit())
+        if plan is None:
+            return self._rows_apart(op, storage, layout, dim, dtype, out, lambda st, lay: (
+                self.softmax(st, lay, lay.ndim - 1, dtype, log)))
+        for starts, sub in split.row_boxes(kshape, *plan):
+            rows = numel(sub)
+            wg, lanes = self._row_split(rows, n, 3)
+            spec = {"S": t.storage, "ROUND": t.round, "NK": len(kshape), "WG": wg,
+                    "LANES": lanes}
+            pipe = self._kernel("softmax", t, spec, op)
+            x0 = layout.offset + split.offset_of(starts, kx)
+            o0 = split.offset_of(starts, ko)
+            rng, rel = self._bind(storage, x0, x0 + span(sub, kx) + (n - 1) * xs, t.size, op)
+            orng, orel = self._bind(out, o0, o0 + span(sub, ko) + (n - 1) * os_, t.size, op)
+            params = [rows, n, rel, int(log), xs, os_, orel, 0] + sub + kx + ko
+            self._launch(pipe, params, [rng, orng], self._grid(rows, wg // lanes))
+        return out
+
+    def _rows_apart(self, op, storage, layout, dim, dtype, out, last_dim_op):
+        """A row kernel whose single row does not fit a binding as laid out (a softmax
+        down the columns, a transposed view): when the row itself fits, run it on a copy
+        with `dim` last and contiguous, and copy the result back into place."""
+        n = layout.shape[dim]
+        t = self._type(dtype, op)
+        if n * t.size > self._split_limit():
+            raise UnsupportedOp(
+                f"{op}: one row of {n} elements ({n * t.size} bytes) along dim {dim} of shape "
+                f"{fmt_shape(layout.shape)} exceeds the adapter's maximum storage binding of "
+                f"{self.max_binding} bytes", op=op)
+        perm = [d for d in range(layout.ndim) if d != dim] + [dim]
+        moved = layout.permute(perm)
+        rows = self.copy_strided(storage, moved, dtype)
+        result = last_dim_op(rows, Layout(moved.shape))
+        self.copy_into(out, Layout(layout.shape).permute(perm), result, Layout(moved.shape),
+                       dtype)
         return out
 
     def layer_norm(self, storage, layout, w, lw, b, lb, eps, dtype, rms=False):
@@ -594,32 +630,39 @@ class WebGPUBackend(Backend):
         if layout.numel == 0:
             return out
         dim = layout.ndim - 1
-        kshape, kx, _, _ = self._rows(layout, dim)
-        n = layout.shape[dim]
-        rows = layout.numel // n
-        wg, lanes = self._row_split(rows, n, 3)
-        spec = {"S": t.storage, "ROUND": t.round, "NK": len(kshape), "WG": wg, "LANES": lanes}
-        pipe = self._kernel("norm", t, spec, op)
-        rng, rel = self._bind(storage, layout.offset,
-                              layout.offset + span(layout.shape, layout.strides), t.size, op)
-        ranges = [rng]
+        kshape, kx, ko, _ = self._rows(layout, dim)
+        n, xs = layout.shape[dim], layout.strides[dim]
+        plan = split.row_plan(kshape, [(kx, (n - 1) * xs + 1, t.size), (ko, n, t.size)],
+                              self._split_limit())
+        if plan is None:
+            return self._rows_apart(op, storage, layout, dim, dtype, out, lambda st, lay: (
+                self.layer_norm(st, lay, w, lw, b, lb, eps, dtype, rms)))
         flags = 4 if rms else 0
-        extra = []
+        extra, affine = [], []
         for bit, (s, l) in ((1, (w, lw)), (2, (b, lb))):
             if s is None:
-                ranges.append(rng)
                 extra.append((0, 0))
+                affine.append(None)
                 continue
             flags |= bit
             r, o = self._bind(s, l.offset, l.offset + span(l.shape, l.strides), t.size, op)
-            ranges.append(r)
+            affine.append(r)
             extra.append((o, l.strides[0] if l.ndim else 0))
-        orng, _ = self._bind(out, 0, layout.numel, t.size, op)
-        ranges.append(orng)
         eps_bits = struct.unpack("<I", struct.pack("<f", eps))[0]
-        params = [rows, n, rel, eps_bits, layout.strides[dim], flags, extra[0][0], extra[1][0],
-                  extra[0][1], extra[1][1], 0, 0] + kshape + kx
-        self._launch(pipe, params, ranges, self._grid(rows, wg // lanes))
+        for starts, sub in split.row_boxes(kshape, *plan):
+            rows = numel(sub)
+            wg, lanes = self._row_split(rows, n, 3)
+            spec = {"S": t.storage, "ROUND": t.round, "NK": len(kshape), "WG": wg,
+                    "LANES": lanes}
+            pipe = self._kernel("norm", t, spec, op)
+            x0 = layout.offset + split.offset_of(starts, kx)
+            o0 = split.offset_of(starts, ko)
+            rng, rel = self._bind(storage, x0, x0 + span(sub, kx) + (n - 1) * xs, t.size, op)
+            orng, orel = self._bind(out, o0, o0 + span(sub, ko) + n - 1, t.size, op)
+            ranges = [rng] + [r or rng for r in affine] + [orng]
+            params = [rows, n, rel, eps_bits, xs, flags, extra[0][0], extra[1][0], extra[0][1],
+                      extra[1][1], orel, 0] + sub + kx
+            self._launch(pipe, params, ranges, self._grid(rows, wg // lanes))
         return out
 
     def rope(self, storage, layout, cos, lcos, sin, lsin, dtype, interleaved=False):
