@@ -126,19 +126,40 @@ SPLIT_CASES = {
                                      "a.to(ember.f16).to(ember.f32)"),
     "split_upload_i64": (tensor_inputs(44, a=((5000,), "i64", -10 ** 6, 10 ** 6)),
                          "(a + 1).to(ember.f32)"),
-}
-
-# What the WebGPU backend does not split yet: it raises a clear UnsupportedOp instead.
-# Kept as expected failures so the day it splits them these turn into passes.
-NOT_SPLIT_YET = {
+    # a transposed view: its rows are columns of `a`, copied contiguous in tiles first
     "split_strided_view": (tensor_inputs(41, a=((300, 40), "f32")), "a.t().exp()"),
+    # reductions: rows apart, pieces of dim 0 combined, indices kept global
     "split_reduce_rows": (tensor_inputs(45, a=((40, 300), "f32")), "a.sum(-1)"),
+    "split_reduce_dim0": (tensor_inputs(47, a=((40, 300), "f32")), "a.max(0)"),
+    "split_reduce_mean_all": (tensor_inputs(48, a=((6, 50, 40), "f32")), "a.mean()"),
+    "split_reduce_transposed": (tensor_inputs(49, a=((300, 40), "f32")), "a.t().sum(0)"),
+    "split_argmax_rows": (tensor_inputs(51, a=((40, 300), "f32")), "a.argmax(-1)"),
+    "split_argmax_dim0": (tensor_inputs(52, a=((300, 40), "f32")), "a.argmax(0)"),
+    "split_argmin_all": (tensor_inputs(53, a=((40, 300), "f32")), "a.argmin()"),
+    # row kernels split by rows; softmax down the columns runs on a transposed copy
     "split_softmax_rows": (tensor_inputs(46, a=((40, 300), "f32")), "a.softmax(-1)"),
+    "split_log_softmax_dim0": (tensor_inputs(54, a=((40, 300), "f32")), "a.log_softmax(0)"),
+    "split_layer_norm": (tensor_inputs(55, a=((40, 300), "f32"), w=((300,), "f32"),
+                                       b=((300,), "f32")), "a.layer_norm(w, b, eps=1e-5)"),
+    "split_rms_norm": (tensor_inputs(56, a=((40, 300), "f32"), w=((300,), "f32")),
+                       "a.rms_norm(w, eps=1e-6)"),
+    # readback packs in ranges of words
     "split_readback_packed_f16": (tensor_inputs(43, a=((40, 300), "f32")), "a.to(ember.f16)"),
     "split_readback_packed_i64": (tensor_inputs(44, a=((5000,), "i64", -10 ** 6, 10 ** 6)),
                                   "a + 1"),
+    "split_readback_packed_bf16": (tensor_inputs(57, a=((40, 300), "f32")), "a.to(ember.bf16)"),
+    "split_readback_packed_u8": (tensor_inputs(58, a=((40, 300), "f32")), "a > 0"),
+    # an embedding table larger than a binding: ranges of rows, each writing its hits
+    "split_index_select_table": (tensor_inputs(59, w=((600, 24), "f32"),
+                                               i=((2, 70), "i64", 0, 600)),
+                                 "ember.embedding(i, w)"),
+    "split_gather": (tensor_inputs(60, a=((40, 300), "f32"), i=((40, 5), "i64", 0, 300)),
+                     "a.gather(1, i)"),
 }
-SPLIT_CASES.update(NOT_SPLIT_YET)
+
+# (rtol, atol) by case; exact for integer, bf16 and compare results.
+SPLIT_TOLERANCE = {"default": (1e-4, 1e-4), "split_layer_norm": (2e-4, 1e-4),
+                   "split_rms_norm": (2e-4, 1e-4)}
 
 
 @pytest.fixture(scope="session")
@@ -147,28 +168,28 @@ def capped_page(ember_page):
     return ember_page
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(
-        raises=PageError, strict=False,
-        reason="the WebGPU backend raises UnsupportedOp for this op over the binding limit"))
-    if n in NOT_SPLIT_YET else n for n in sorted(SPLIT_CASES)])
+@pytest.mark.parametrize("name", sorted(SPLIT_CASES))
 def test_operands_over_the_binding_limit_are_split(name, capped_page, reference_device):
     inputs, expression = SPLIT_CASES[name]
     code = snippet(inputs, expression, device="capped")
     expected = run_here(code, reference_device, capped=reference_device)
-    try:
-        got = capped_page.run(code)
-    except PageError as exc:
-        if exc.type != "UnsupportedOp" or "binding" not in exc.message:
-            pytest.fail(f"{name}: unexpected error in the page: {exc}")
-        raise
+    got = capped_page.run(code)
     assert got["shape"] == expected["shape"] and got["dtype"] == expected["dtype"]
     if expected["dtype"] in ("f32", "f16"):
+        rtol, atol = SPLIT_TOLERANCE.get(name, SPLIT_TOLERANCE["default"])
         np.testing.assert_allclose(np.asarray(got["values"], dtype=np.float64),
                                    np.asarray(expected["values"], dtype=np.float64),
-                                   rtol=1e-4, atol=1e-4, err_msg=name)
+                                   rtol=rtol, atol=atol, err_msg=name)
     else:
         assert got["values"] == expected["values"], name
+
+
+def test_a_row_over_the_binding_limit_is_refused_naming_the_op(capped_page):
+    # One row of 2,000 f32 is 8,000 bytes, twice the cap: it cannot be split.
+    with pytest.raises(PageError) as info:
+        capped_page.run("ember.ones(2, 2000, device=capped).softmax(-1).tolist()")
+    assert info.value.type == "UnsupportedOp"
+    assert info.value.message.startswith("softmax:") and "8000 bytes" in info.value.message
 
 
 def test_capped_backend_really_splits(capped_page):
