@@ -695,6 +695,15 @@ class WebGPUBackend(Backend):
         from .matmul import matmul
         return matmul(self, a, la, b, lb, dtype)
 
+    # --- quantized weights (qmatmul.py) ----------------------------------------------------------
+    def upload_quantized(self, raw, ggml_type, shape):
+        from . import qmatmul
+        return qmatmul.upload(self, raw, ggml_type, shape)
+
+    def qmatmul(self, x, lx, qweight, dtype):
+        from . import qmatmul
+        return qmatmul.qmatmul(self, x, lx, qweight, dtype)
+
     # --- indexing ------------------------------------------------------------------------------
     def index_select(self, storage, layout, ids, lids, dim, dtype):
         return index.index_select(self, storage, layout, ids, lids, dim, dtype)

@@ -31,6 +31,7 @@ BINDINGS = {
     "gather": (True, True, False),
     "scatter_add": (True, True, True, False),
     "rope": (True, True, True, False),
+    "qmatmul": (True, True, False),
 }
 
 _PLACEHOLDER = re.compile(r"\{\{([A-Z_0-9]+)\}\}")

@@ -1,0 +1,146 @@
+"""ggml-quantized weights on WebGPU: raw blocks in a buffer, dequantized inside the matmul.
+
+`upload(be, raw, ggml_type, shape)` puts a weight's GGUF block bytes on the device as they
+are (an exactly sized buffer, counted in the pool's bytes in use, not rounded to a size
+class); `qmatmul(be, x, lx, qw, dtype)` computes x @ dequantize(W).T in f32 with
+shaders/qmatmul.wgsl, which decodes the blocks inside its dot products.
+
+Types with a kernel: Q8_0, Q4_0, Q4_K and Q6_K (Q4_K_M files mix the last two). Other
+types have none here: `supports(t)` is False for them and callers (QuantLinear) keep
+dequantizing those to f32 at load time.
+
+One invocation per output column and tile of up to 8 rows of x: decoding (one row) reads
+the weight once; a prompt re-decodes it once per tile of rows. Splits: a weight over the
+storage binding limit by ranges of output rows (whole block rows), x and the output by
+ranges of x's rows, and K in parts of whole blocks accumulated into the output, so no
+invocation loops more than ~60,000 times in all (lavapipe's cap is 65,535).
+"""
+from ... import dtype as dt
+from ...errors import ShapeMismatch, UnsupportedOp
+from ...layout import Layout
+from .pool import Buffer, Storage
+
+# ggml type number -> (shader name, weights per block, bytes per block, loop iterations
+# per block for a tile of `tm` rows: the block's own loops plus add_rows' row loop)
+_TYPES = {
+    8: ("q8_0", 32, 34, lambda tm: 1 + 8 + 8 * tm),
+    2: ("q4_0", 32, 18, lambda tm: 1 + 4 + 8 * tm),
+    12: ("q4_k", 256, 144, lambda tm: 1 + 4 + 32 + 64 * tm),
+    14: ("q6_k", 256, 210, lambda tm: 1 + 2 + 8 + 64 + 64 * tm),
+}
+_WG = 64
+_MAX_TM = 8
+_LOOP_BUDGET = 60000      # loop iterations per invocation, under lavapipe's 65,535
+
+
+def supports(ggml_type):
+    return int(ggml_type) in _TYPES
+
+
+class QWeight:
+    """A quantized (out_features, in_features) weight resident on a WebGPU device."""
+    __slots__ = ("storage", "ggml_type", "shape", "row_bytes", "nbytes")
+
+    def __init__(self, storage, ggml_type, shape, row_bytes, nbytes):
+        self.storage, self.ggml_type, self.shape = storage, int(ggml_type), tuple(shape)
+        self.row_bytes, self.nbytes = row_bytes, nbytes
+
+    def __repr__(self):
+        return f"QWeight(type {self.ggml_type}, shape {self.shape}, {self.nbytes} bytes)"
+
+
+def upload(be, raw, ggml_type, shape):
+    """The raw block bytes of a 2-D weight (a bytes-like object) as a QWeight on `be`."""
+    t = int(ggml_type)
+    if t not in _TYPES:
+        raise UnsupportedOp(f"qmatmul: ggml type {t} has no WebGPU kernel "
+                            f"(supported: Q8_0, Q4_0, Q4_K, Q6_K)", op="qmatmul")
+    name, qk, ts, _ = _TYPES[t]
+    if len(shape) != 2:
+        raise ShapeMismatch(f"qmatmul: weight must be 2-D, got shape {tuple(shape)}",
+                            op="qmatmul", shape=tuple(shape))
+    n, k = int(shape[0]), int(shape[1])
+    if k % qk:
+        raise ShapeMismatch(f"qmatmul: {name} rows of {k} weights are not whole blocks of {qk}",
+                            op="qmatmul", shape=(n, k))
+    row_bytes = k // qk * ts
+    mv = memoryview(raw).cast("B")
+    if mv.nbytes != n * row_bytes:
+        raise ShapeMismatch(f"qmatmul: {name} weight ({n}, {k}) needs {n * row_bytes} bytes, "
+                            f"got {mv.nbytes}", op="qmatmul", shape=(n, k))
+    # 4 bytes of padding: the shader reads a whole word past a block's last byte.
+    size = (mv.nbytes + 4 + 3) // 4 * 4
+    pool = be.pool
+    if size > pool.max_buffer:
+        raise UnsupportedOp(f"qmatmul: a weight of {size} bytes exceeds the adapter's maximum "
+                            f"buffer size of {pool.max_buffer} bytes", op="qmatmul")
+    # An exactly sized buffer (the pool's size classes would round a weight up to 2x);
+    # returned to the pool when the weight dies, it is reused only at that exact size.
+    pool.buffers_created += 1
+    buf = Buffer(be.driver.create_buffer(size), size, pool.buffers_created)
+    pool.owned[buf.serial] = buf
+    pool.bytes_in_use += size
+    storage = Storage(buf, size // 4, pool)
+    storage.dtype_name = "u32"
+    be._write(buf, bytes(mv) + b"\0" * (size - mv.nbytes))
+    return QWeight(storage, t, (n, k), row_bytes, mv.nbytes)
+
+
+def qmatmul(be, x, lx, qw, dtype=dt.f32):
+    """x @ dequantize(qw).T: x an f32 storage of layout [..., K]; returns (storage, shape)
+    of the f32 result [..., N]."""
+    if dtype is not dt.f32:
+        raise UnsupportedOp(f"qmatmul: x must be f32 on the device, got {dtype.name}",
+                            op="qmatmul")
+    n, k = qw.shape
+    if not lx.shape or lx.shape[-1] != k:
+        raise ShapeMismatch(f"qmatmul: x of shape {tuple(lx.shape)} does not match weight "
+                            f"{qw.shape} (needs last dim {k})", op="qmatmul",
+                            shapes=(tuple(lx.shape), qw.shape))
+    lead = tuple(lx.shape[:-1])
+    m = 1
+    for d in lead:
+        m *= d
+    if not lx.is_contiguous() or lx.offset % 4:
+        x = be.copy_strided(x, lx, dtype)
+        lx = Layout(lx.shape)
+    out = be._alloc(m * n, dt.f32, "qmatmul")
+    if m * n == 0:
+        return out, lead + (n,)
+    name, qk, ts, per_block = _TYPES[qw.ggml_type]
+    tm = min(_MAX_TM, 1 << (m - 1).bit_length())
+    blocks = k // qk
+    part = max(1, (_LOOP_BUDGET - 4 * tm) // per_block(tm))        # blocks per K part
+    limit = be._split_limit() - 8
+    rows_w = limit // qw.row_bytes                   # weight rows per binding
+    rows_x = limit // (4 * max(k, n))               # x / out rows per binding
+    if rows_w < 1 or rows_x < 1:
+        raise UnsupportedOp(
+            f"qmatmul: one row of the weight ({qw.row_bytes} bytes) or of x/out "
+            f"({4 * max(k, n)} bytes) exceeds the adapter's maximum storage binding of "
+            f"{be.max_binding} bytes", op="qmatmul")
+    rows_x = min(rows_x, be.max_groups * tm)
+    rows_w = min(rows_w, be.max_groups * _WG)
+    spec = {"QTYPE": name, "TS": ts, "QK4": qk // 4, "TM": tm, "WG": _WG}
+    pipe = be._pipeline("qmatmul", "f32", spec, "qmatmul", f16=False)
+    wbuf = qw.storage.buf
+    for m0 in range(0, m, rows_x):
+        m1 = min(m, m0 + rows_x)
+        for b0 in range(0, blocks, part):
+            b1 = min(blocks, b0 + part)
+            kw = (b1 - b0) * qk
+            x0 = lx.offset + m0 * k + b0 * qk
+            xr, xrel = be._bind(x, x0, x0 + (m1 - m0 - 1) * k + kw, 4, "qmatmul")
+            for n0 in range(0, n, rows_w):
+                n1 = min(n, n0 + rows_w)
+                first = n0 * qw.row_bytes + b0 * ts
+                last = (n1 - 1) * qw.row_bytes + b1 * ts        # one past the last byte
+                wr, wrel = be._raw_range(wbuf, first // 4, -(-last // 4) + 1)
+                o0 = m0 * n + n0
+                orng, orel = be._bind(out, o0, o0 + (m1 - m0 - 1) * n + (n1 - n0), 4,
+                                      "qmatmul")
+                params = [m1 - m0, n1 - n0, b1 - b0, xrel // 4, k // 4,
+                          wrel * 4 + first % 4, qw.row_bytes, orel, n, int(b0 > 0)]
+                groups = (-(-(n1 - n0) // _WG), -(-(m1 - m0) // tm), 1)
+                be._launch(pipe, params, [xr, wr, orng], groups)
+    return out, lead + (n,)
