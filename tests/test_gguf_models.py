@@ -19,7 +19,9 @@ from ember.errors import FormatError
 from ember.generation import generate
 from ember.io.gguf import GGUFFile
 from ember.io.quant import dequantize
-from ember.models.gguf_llama import config_from_gguf, load_gguf_model, tokenizer_from_gguf
+from ember.models.gguf_llama import (config_from_gguf, device_weight_bytes, load_gguf_model,
+                                     tokenizer_from_gguf)
+from wgpu_device import wgpu  # noqa: F401  (fixture)
 
 CORPUS = ["The quick brown fox jumps over the lazy dog.", "Ünïcödé text: naïve café, 東京, emoji 🙂!",
           "def generate(model, prompt):\n    return model(prompt)\n", "1234567890 + 42 = 1234567932",
@@ -207,16 +209,43 @@ def test_q4_k_weights_take_under_0_3_of_f32(tmp_path_factory, hf_llama, hf_token
 
 
 def test_gguf_on_each_device_matches_cpu(quant_file, hf_llama, device, monkeypatch):
-    """Off the CPU, quantized weights are dequantized in row chunks while uploading
-    (chunks made small here so every weight takes several)."""
-    import ember.models.gguf_llama as gl
-    monkeypatch.setattr(gl, "_UPLOAD_CHUNK_BYTES", 64 * 1024)
+    """Off the CPU, quantized weights run on the device's quantized kernel (WebGPU) or are
+    dequantized in row chunks while uploading (chunks made small here so every weight
+    takes several)."""
+    import ember.models.quant_layers as ql
+    monkeypatch.setattr(ql, "_UPLOAD_CHUNK_BYTES", 64 * 1024)
     qname, path, _ = quant_file
     ids = _prompt(hf_llama.config.vocab_size, seed=2)
     cpu = load_gguf_model(path)([ids], last_only=True).numpy()[0, -1]
     got = load_gguf_model(path, device=device)([ids], last_only=True).numpy()[0, -1]
     tol = 1e-4 if device.kind == "cpu" else 1e-3
     assert np.abs(got - cpu).max() <= tol
+
+
+def test_gguf_on_wgpu_keeps_weights_quantized(quant_file, hf_llama, wgpu):
+    """On WebGPU the linear layers keep their GGUF blocks (dequantized inside the matmul):
+    the same greedy tokens as the CPU, and device memory for the weights is about the
+    file's tensor bytes (f32 would be 3.8x for Q8_0, 7.1x for Q4_K)."""
+    qname, path, _ = quant_file
+    f = GGUFFile(path)
+    quantized = sum(int(f.tensors[n].nbytes) for n in f.tensors
+                    if n != "token_embd.weight" and f.tensors[n].ggml_type not in (0, 1, 30)
+                    and len(f.tensors[n].shape) == 2)
+    be = wgpu.backend
+    before = be.memory_stats()["bytes_in_use"]
+    model = load_gguf_model(f, device=wgpu)
+    held = device_weight_bytes(model)
+    grown = be.memory_stats()["bytes_in_use"] - before
+    # every quantized linear weight is on the device at its raw size (+ at most 7 bytes of
+    # padding each); all the model's buffers (norms, rope tables) add little to that
+    assert quantized <= held <= quantized + 8 * 64, (held, quantized)
+    assert grown <= 1.25 * quantized, (grown, quantized)
+    cpu = load_gguf_model(f)
+    for seed in range(3):
+        ids = _prompt(hf_llama.config.vocab_size, seed=40 + seed)
+        want = generate(cpu, ids, max_new_tokens=16, stop_token_ids=())
+        got = generate(model, ids, max_new_tokens=16, stop_token_ids=())
+        assert got == want, (qname, seed)
 
 
 def test_tokenizer_from_gguf_matches_the_source_tokenizer(f32_file, hf_tokenizer):

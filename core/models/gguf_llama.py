@@ -6,10 +6,13 @@
 GGUF names tensors its own way (`blk.0.attn_q.weight`); `GGUFSource` presents them under
 Hugging Face names to the same VarBuilder the safetensors path uses, so the model code
 is shared. On the CPU quantized weights stay packed in the file's memory map and run
-through `qmatmul` (a chunk of rows dequantized at a time). Other devices have no
-quantized kernel in ember yet: their weights are dequantized to f32 a few MiB of rows at
-a time while uploading (memory then is the f32 size on the device; the host holds one
-chunk).
+through `qmatmul` (a chunk of rows dequantized at a time). On WebGPU the linear layers'
+weights of types its kernel decodes (Q8_0, Q4_0, Q4_K, Q6_K: every tensor of a Q4_K_M
+file but the odd one) go to the device as their raw blocks and are dequantized inside
+the matmul, so device memory is about the file's tensor bytes; other types, and other
+devices, get those weights dequantized to f32 a few MiB of rows at a time while
+uploading (quant_layers.QuantLinear.place). A quantized embedding table stays on the
+host: only the looked-up rows are dequantized and uploaded.
 
 llama.cpp's converter permutes the rows of q and k for the "llama" architecture so that
 rotary pairs are adjacent; those models use the interleaved rope layout.
@@ -24,9 +27,10 @@ from ..errors import FormatError
 from ..io.gguf import GGUFFile
 from ..io.quant import GGMLType
 from ..nn import VarBuilder
-from ..tensor import from_numpy, zeros
+from ..tensor import from_numpy
 from .llama import LlamaForCausalLM
 from .llama_config import LlamaConfig
+from .quant_layers import QuantLinear
 
 # GGUF architectures this loader knows, and the LlamaConfig model_type each becomes.
 ARCHITECTURES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "gemma": "gemma",
@@ -74,8 +78,9 @@ def gguf_name(hf_name):
 class GGUFSource:
     """A VarBuilder source over a GGUFFile, answering by Hugging Face names.
 
-    Quantized tensors load as QTensor views of the memory map on the CPU and as
-    dequantized f32 tensors elsewhere; F32/F16/BF16 tensors load as ember tensors.
+    Quantized 2-D tensors load as QTensor views of the memory map (the layers built
+    over them place their weights on the model's device, see load_gguf_model); other
+    tensors (F32/F16/BF16, 1-D) load as ember tensors on the device.
     """
 
     def __init__(self, gguf_file):
@@ -111,29 +116,9 @@ class GGUFSource:
         device = as_device(device) if device is not None else as_device("cpu")
         want = dt.as_dtype(dtype) if dtype is not None else dt.f32
         if info.ggml_type not in _PLAIN and len(info.shape) == 2:
-            if device.kind == "cpu":
-                return self.file.qtensor(gname)
-            return _upload_in_row_chunks(self.file.qtensor(gname), device, want)
+            return self.file.qtensor(gname)
         t = from_numpy(self.file.dequantize(gname)).to(device)
         return t if t.dtype is want else t.to(want)
-
-
-# host memory a dequantized chunk may take while uploading to a device
-_UPLOAD_CHUNK_BYTES = 8 << 20
-
-
-def _upload_in_row_chunks(q, device, dtype):
-    """A quantized weight as a dense tensor on `device`, dequantized a few rows at a time
-    into its slice of one preallocated device tensor (the host never holds it whole)."""
-    rows, cols = q.shape
-    out = zeros(rows, cols, dtype=dtype, device=device)
-    step = max(1, _UPLOAD_CHUNK_BYTES // (4 * cols))
-    buf = np.empty((min(step, rows), cols), np.float32)
-    for r0 in range(0, rows, step):
-        r1 = min(rows, r0 + step)
-        chunk = from_numpy(q.dequantize_rows(r0, r1, out=buf[:r1 - r0])).to(device)
-        out.narrow(0, r0, r1 - r0).copy_(chunk if chunk.dtype is dtype else chunk.to(dtype))
-    return out
 
 
 def config_from_gguf(gguf_file):
@@ -213,7 +198,18 @@ def load_gguf_model(path, device=None, dtype=dt.f32):
     vb = VarBuilder(GGUFSource(f), dtype=dtype, device=device)
     model = LlamaForCausalLM(cfg, vb, device)
     model._gguf = f    # the memory map must outlive the quantized weights viewing it
+    if device.kind != "cpu":
+        # Upload now (not at the first forward), one layer at a time: raw blocks where the
+        # device has a kernel for the type, else f32 dequantized in row chunks.
+        for _, m in model.named_modules():
+            if isinstance(m, QuantLinear):
+                m.place(device, dtype)
     return model
+
+
+def device_weight_bytes(model):
+    """Bytes the placed quantized layers' weights take on the model's device."""
+    return sum(m.device_bytes() for _, m in model.named_modules() if isinstance(m, QuantLinear))
 
 
 def tokenizer_from_gguf(path):
@@ -223,5 +219,5 @@ def tokenizer_from_gguf(path):
     return tokenizer_from_metadata(f.metadata, f.path)
 
 
-__all__ = ["GGUFSource", "config_from_gguf", "gguf_name", "load_gguf_model",
-           "tokenizer_from_gguf", "np"]
+__all__ = ["GGUFSource", "config_from_gguf", "device_weight_bytes", "gguf_name",
+           "load_gguf_model", "tokenizer_from_gguf", "np"]
