@@ -20,10 +20,19 @@ reads back; everything else lives here and needs neither wgpu nor numpy.
   copy); index_select and gather by boxes of the output and ranges of the source's rows
   (index.py). Still refused with UnsupportedOp naming the op and the sizes: a softmax
   or norm row that alone exceeds a binding, and cumsum, rope and scatter_add of such
-  tensors. Grids of more than 65,535 workgroups fold into two dimensions. Loops per
-  invocation stay under 65,535 iterations (lavapipe's cap): long reductions run in two
-  passes (argmax/argmin through per-chunk extremes and a gather), scans in chunks with
-  carries, matmul K in accumulated parts.
+  tensors. Grids of more than 65,535 workgroups fold into two dimensions.
+- Loops: lavapipe ends every loop of an invocation once it has run 65,535 iterations in
+  total (over all its loops, nested ones counted) and returns what was written, with no
+  error; each launch bounds its invocations' loops under loopcap.BUDGET (60,000):
+  reductions fold chunks of at most 65,536 elements with 256 lanes (2,048 per
+  invocation on the one-invocation CPU path), longer ones in two passes (argmax/argmin
+  through per-chunk extremes and a gather); scans run 4,096 elements an invocation with
+  carries; matmul K in accumulated parts of at most 32,768; scatter_add scans its ids
+  in pieces along dim, each adding into the last; elementwise, copy, index, rope and
+  pack kernels loop only over 8 elements and their dims. softmax/log_softmax (3 passes)
+  and layer_norm (3) / rms_norm (2) rows that would loop past the budget even with 256
+  invocations sharing them (over ~5.1M elements, rms_norm ~7.7M) run as a chain of
+  those kernels in f32 instead of the fused one (longrows.py).
 - Row kernels (reductions, softmax, norms) give each short row one invocation on CPU
   adapters, where barriers are expensive, and a workgroup tree elsewhere.
 """
@@ -36,7 +45,7 @@ from ...ops import BINARY, COMPARE, INT_DIV, UNARY
 from ...layout import Layout
 from ...shape import numel
 from ..base import Backend
-from . import index, kernels, split
+from . import index, kernels, longrows, loopcap, split
 from . import reduce as reductions
 from .dtypes import convert_expr, device_types, host_words, unsupported
 from .pool import Pool, Storage
@@ -525,13 +534,22 @@ class WebGPUBackend(Backend):
     def _row_split(self, rows, length, passes):
         """(workgroup size, invocations per row) for row kernels. CPU adapters give each
         of many short rows one invocation (no barriers; sequential f32 sums stay accurate
-        up to a few thousand terms, and loops under lavapipe's cap of 65,535 iterations);
-        GPUs, and few or long rows, share a row among a workgroup tree."""
+        up to a few thousand terms, and `passes` loops over the row stay within the loop
+        budget, loopcap.py); GPUs, and few or long rows, share a row among a workgroup
+        tree (rows too long even for that are _row_too_long)."""
         if (self.driver.info.get("adapter_type") == "CPU" and rows >= 64
-                and length <= 2048 and passes * length <= 16384):
+                and length <= 2048 and passes * length <= min(16384, loopcap.BUDGET)):
             return 64, 1
         lanes = min(256 if length >= 2048 else 64, 1 << max(0, length - 1).bit_length())
         return max(64, lanes), lanes     # short rows: several per workgroup
+
+    def _row_too_long(self, n, passes):
+        """Whether a row kernel's `passes` over rows of n elements would loop past the
+        budget (loopcap.py) in some invocation. Long rows share a workgroup tree (the
+        one-invocation rows of CPU adapters are short by construction), so the lanes are
+        those of a single row."""
+        _, lanes = self._row_split(1, n, passes)
+        return not loopcap.fits(loopcap.strided_loops(n, lanes, passes))
 
     def _rows(self, layout, dim):
         """Kept dims (all but `dim`) of layout, and the output's contiguous strides."""
@@ -580,11 +598,14 @@ class WebGPUBackend(Backend):
     def softmax(self, storage, layout, dim, dtype, log=False):
         op = "log_softmax" if log else "softmax"
         t = self._type(dtype, op)
+        n = layout.shape[dim]
+        if layout.numel and self._row_too_long(n, 3) and n * t.size <= self._split_limit():
+            return longrows.softmax(self, storage, layout, dim, dtype, log)
         out = self._alloc(layout.numel, dtype, op)
         if layout.numel == 0:
             return out
         kshape, kx, ko, os_ = self._rows(layout, dim)
-        n, xs = layout.shape[dim], layout.strides[dim]
+        xs = layout.strides[dim]
         plan = split.row_plan(kshape, [(kx, (n - 1) * xs + 1, t.size),
                                        (ko, (n - 1) * os_ + 1, t.size)], self._split_limit())
         if plan is None:
@@ -626,12 +647,16 @@ class WebGPUBackend(Backend):
     def layer_norm(self, storage, layout, w, lw, b, lb, eps, dtype, rms=False):
         op = "rms_norm" if rms else "layer_norm"
         t = self._type(dtype, op)
+        dim = layout.ndim - 1
+        n = layout.shape[dim]
+        passes = 2 if rms else 3     # rms_norm skips the mean
+        if layout.numel and self._row_too_long(n, passes) and n * t.size <= self._split_limit():
+            return longrows.layer_norm(self, storage, layout, w, lw, b, lb, eps, dtype, rms)
         out = self._alloc(layout.numel, dtype, op)
         if layout.numel == 0:
             return out
-        dim = layout.ndim - 1
         kshape, kx, ko, _ = self._rows(layout, dim)
-        n, xs = layout.shape[dim], layout.strides[dim]
+        xs = layout.strides[dim]
         plan = split.row_plan(kshape, [(kx, (n - 1) * xs + 1, t.size), (ko, n, t.size)],
                               self._split_limit())
         if plan is None:
@@ -651,7 +676,7 @@ class WebGPUBackend(Backend):
         eps_bits = struct.unpack("<I", struct.pack("<f", eps))[0]
         for starts, sub in split.row_boxes(kshape, *plan):
             rows = numel(sub)
-            wg, lanes = self._row_split(rows, n, 3)
+            wg, lanes = self._row_split(rows, n, passes)
             spec = {"S": t.storage, "ROUND": t.round, "NK": len(kshape), "WG": wg,
                     "LANES": lanes}
             pipe = self._kernel("norm", t, spec, op)

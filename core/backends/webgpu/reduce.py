@@ -3,7 +3,10 @@
 One dispatch folds chunks of up to 65,536 reduced elements per output; longer reductions
 add a pass over the chunks' partials (argmax/argmin: per-chunk extremes, the first chunk
 holding the overall one, and that chunk's index), so no invocation loops past lavapipe's
-cap of 65,535 iterations.
+cap of 65,535 iterations: a chunk of 2,048 or more is shared by 256 lanes (256 iterations
+each), a shorter one by up to 64 or, on CPU adapters, folded by one invocation (at most
+2,048 iterations, times the reduced dims that locating an element loops over: 22,528 for
+10 dims, within loopcap.BUDGET).
 
 A source that spans more than the adapter's maximum storage binding is split along its
 dim of largest stride, recursively until every part fits:
