@@ -5,14 +5,16 @@ the output, with the ids and the source rows it reads, into row-major boxes (spl
 a source too large to bind whole (an LLM's embedding table: 128k x 4096 f32 is 2 GiB)
 into ranges along the indexed dim, each dispatch writing only the outputs whose id falls
 in its range. Ranges outside the ids' known (min, max) are skipped. scatter_add binds its
-operands whole.
+operands whole; each output element scans the ids along dim, so long ids run in pieces
+along dim, each adding into the previous piece's result, keeping every invocation's loop
+under lavapipe's cap (loopcap.py).
 """
 import struct
 
 from ... import dtype as dt
 from ...errors import DimOutOfRange, UnsupportedOp, fmt_shape
 from ...layout import Layout
-from . import split
+from . import loopcap, split
 from .shapes import contiguous_strides, span
 
 _WG = 256
@@ -146,12 +148,31 @@ def _launch(be, kernel, op, t, shape, dim, src, layout, ids, ioff, istrides, out
 
 def scatter_add(be, dst, ldst, ids, lids, src, lsrc, dim, dtype):
     op = "scatter_add"
-    t = be._type(dtype, op)
+    be._type(dtype, op)        # an unsupported dtype fails before the ids are checked
     check_ids(be, ids, lids, ldst.shape[dim], op, dim)
     n = ldst.numel
-    out = be._alloc(n, dtype, op)
     if n == 0:
-        return out
+        return be._alloc(n, dtype, op)
+    m = lids.shape[dim]
+    # The kernel's loops: the ids along dim, then two over the dims (strided(), coords).
+    piece = max(1, loopcap.BUDGET - 2 * ldst.ndim)
+    if m <= piece:
+        return _scatter_add(be, dst, ldst, ids, lids, src, lsrc, dim, dtype)
+    acc, lacc = dst, ldst
+    for a in range(0, m, piece):
+        k = min(piece, m - a)
+        acc = _scatter_add(be, acc, lacc, ids, lids.narrow(dim, a, k), src,
+                           lsrc.narrow(dim, a, k), dim, dtype)
+        lacc = Layout(ldst.shape)
+    return acc
+
+
+def _scatter_add(be, dst, ldst, ids, lids, src, lsrc, dim, dtype):
+    """One dispatch: dst plus src at ids (already checked), into a new contiguous tensor."""
+    op = "scatter_add"
+    t = be._type(dtype, op)
+    n = ldst.numel
+    out = be._alloc(n, dtype, op)
     ti = _ids_type(be, ids)
     nd = ldst.ndim
     spec = {"S": t.storage, "SI": ti.storage, "ROUND": t.round, "ND": nd, "DIM": dim,
