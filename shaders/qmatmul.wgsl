@@ -6,8 +6,11 @@
 // bytes, Q6_K 210), so fields are read by byte offset: `bytes4` assembles 4 bytes from two
 // words. f16 scales are decoded from their bits by hand (no shader-f16, and subnormal
 // scales must not flush to zero).
-// Placeholders: {{QTYPE}} (q8_0, q4_0, q4_k, q6_k: the block decoder called), {{TS}}
-// bytes per block, {{QK4}} weights per block / 4, {{TM}}, {{WG}}.
+// With {{MODE}} dequant the same decoders write the weights out as f32 instead (for
+// prompts: rows of W dequantized into a scratch buffer for the f32 matmul kernels).
+// Placeholders: {{MODE}} (matmul or dequant), {{QTYPE}} (q8_0, q4_0, q4_k, q6_k: the
+// block decoder called), {{TS}} bytes per block, {{QK4}} weights per block / 4, {{TM}},
+// {{WG}}.
 // P: 0 M, 1 N, 2 blocks per row (this part of K), 3 x offset/4, 4 x row stride/4,
 // 5 byte offset of W's row 0 in the binding, 6 W row stride in bytes, 7 out offset,
 // 8 out row stride, 9 accumulate into out
@@ -55,8 +58,22 @@ fn nib4(w: u32, shift: u32) -> vec4<u32> {
     return (vec4<u32>(w) >> (vec4<u32>(0u, 8u, 16u, 24u) + shift)) & vec4<u32>(15u);
 }
 
-fn add_rows(k: u32, wv: vec4<f32>) {
+// The decoded weights k*4 .. k*4+3 of the row: into the dot products (matmul), or stored
+// as f32 (dequant).
+fn add_rows(k: u32, wv: vec4<f32>) { emit_{{MODE}}(k, wv); }
+
+fn emit_matmul(k: u32, wv: vec4<f32>) {
     for (var r = 0u; r < {{TM}}u; r++) { acc[r] += dot(X[xrow[r] + k], wv); }
+}
+
+var<private> obase: u32;    // dequant: where the row's weights go in O
+
+fn emit_dequant(k: u32, wv: vec4<f32>) {
+    let o = obase + 4u * k;
+    O[o] = wv.x;
+    O[o + 1u] = wv.y;
+    O[o + 2u] = wv.z;
+    O[o + 3u] = wv.w;
 }
 
 // Q8_0: f16 d, 32 int8 q; w = q * d.
@@ -127,7 +144,22 @@ fn q6_k_block(base: u32, xk: u32) {
 }
 
 @compute @workgroup_size({{WG}})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+fn main(@builtin(global_invocation_id) gid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) { main_{{MODE}}(gid, nwg); }
+
+// dequant: one invocation per block; rows n of W (the dispatch's P1 rows of P2 blocks)
+// go to O at P7 + n * P8. X is bound but not read.
+fn main_dequant(gid: vec3<u32>, nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg, {{WG}}u);
+    let nblocks = p(2u);
+    let n = i / nblocks;
+    if (n >= p(1u)) { return; }
+    let b = i % nblocks;
+    obase = p(7u) + n * p(8u);
+    {{QTYPE}}_block(p(5u) + n * p(6u) + b * {{TS}}u, b * {{QK4}}u);
+}
+
+fn main_matmul(gid: vec3<u32>, nwg: vec3<u32>) {
     let n = gid.x;
     let m0 = gid.y * {{TM}}u;
     let m_total = p(0u);

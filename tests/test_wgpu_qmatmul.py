@@ -56,8 +56,10 @@ def _assert_close(got, x, w):
 
 @pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
 @pytest.mark.parametrize("n_in", [256, 768])
-@pytest.mark.parametrize("rows", [1, 3, 37])
+@pytest.mark.parametrize("rows", [1, 3, 7, 37])
 def test_qmatmul_matches_numpy(wgpu, t, n_in, rows):
+    """1-7 rows: the tiled kernel (tiles of 1, 4 and 8 rows); 37: W dequantized in chunks
+    into a scratch buffer and the f32 matmul."""
     rng = np.random.default_rng(int(t) * 1000 + n_in + rows)
     qw = _qtensor(rng, t, 70, n_in, scale=0.01)      # 70: not a multiple of the workgroup
     x = rng.standard_normal((rows, n_in)).astype(np.float32)
@@ -81,6 +83,20 @@ def test_qmatmul_scales_with_subnormals_and_extremes(wgpu, t):
         xb = np.zeros_like(x)
         xb[:, b * qb:(b + 1) * qb] = x[:, b * qb:(b + 1) * qb]
         _assert_close(_run(wgpu, qw, xb), xb, w)
+
+
+@pytest.mark.parametrize("path", ["tiled", "dequantized"])
+def test_both_paths_for_any_row_count(wgpu, monkeypatch, path):
+    from ember.backends.webgpu import qmatmul as wq
+    monkeypatch.setattr(wq, "_DEQUANT_ROWS", 10 ** 9 if path == "tiled" else 1)
+    if path == "dequantized":
+        monkeypatch.setattr(wq, "_SCRATCH_BYTES", 20 * 512 * 4)     # 20 rows of W a chunk
+    rng = np.random.default_rng(11)
+    for t in TYPES:
+        qw = _qtensor(rng, t, 70, 512, scale=0.01)
+        for rows in (1, 2, 37):
+            x = rng.standard_normal((rows, 512)).astype(np.float32)
+            _assert_close(_run(wgpu, qw, x), x, qw.dequantize())
 
 
 def test_qmatmul_lead_dims_and_strided_x(wgpu):
@@ -163,11 +179,14 @@ def capped(wgpu):
 
 
 @pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
-def test_capped_weight_splits_by_output_rows(capped, t):
-    rng = np.random.default_rng(int(t) + 50)
+@pytest.mark.parametrize("rows", [3, 20])
+def test_capped_weight_splits_by_output_rows(capped, t, rows):
+    """3 rows: the tiled kernel over ranges of weight rows; 20: the dequantized path, whose
+    scratch chunks and matmul split too."""
+    rng = np.random.default_rng(int(t) + 50 + rows)
     qw = _qtensor(rng, t, 75, 512, scale=0.01)
     assert qw.nbytes > 4096
-    x = rng.standard_normal((3, 512)).astype(np.float32)
+    x = rng.standard_normal((rows, 512)).astype(np.float32)
     be = capped.backend
     before = be.counters["dispatches"]
     got = _run(capped, qw, x)

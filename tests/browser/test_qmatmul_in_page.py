@@ -52,10 +52,15 @@ def _check(got, ref, scale):
 
 
 @pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
-def test_qmatmul_in_page_matches_numpy_and_native(t, ember_page, reference_device):
-    code, ref, scale = _case(t, 70, 512, 3, seed=int(t))
+@pytest.mark.parametrize("rows", [3, 9])
+def test_qmatmul_in_page_matches_numpy_and_native(t, rows, ember_page, reference_device):
+    """3 rows: the tiled kernel; 9: W dequantized into a scratch buffer, f32 matmul."""
+    code, ref, scale = _case(t, 70, 512, rows, seed=int(t) + rows)
     got = ember_page.run(code.replace("DEV", "dev"))
     _check(got, ref, scale)
+    if rows >= 8:
+        assert ember_page.run("any('MODE=dequant' in label and 'QTYPE=%s' in label "
+                              "for label in dev.backend.labels.values())" % t.name.lower())
     if hasattr(reference_device.backend, "upload_quantized"):
         from snippets import run_here
         native = run_here(code.replace("DEV", "dev"), reference_device)
@@ -63,8 +68,9 @@ def test_qmatmul_in_page_matches_numpy_and_native(t, ember_page, reference_devic
 
 
 @pytest.mark.parametrize("t", [GGMLType.Q8_0, GGMLType.Q6_K], ids=lambda t: t.name)
-def test_qmatmul_in_page_splits_a_weight_over_the_binding(t, capped_page):
-    code, ref, scale = _case(t, 40, 512, 2, seed=int(t) + 9)
+@pytest.mark.parametrize("rows", [2, 9])
+def test_qmatmul_in_page_splits_a_weight_over_the_binding(t, rows, capped_page):
+    code, ref, scale = _case(t, 40, 512, rows, seed=int(t) + 9 + rows)
     head, launch, last = code.replace("DEV", "capped").rsplit("\n", 2)
     got = capped_page.run(f"{head}\n_n0 = capped.backend.counters['dispatches']\n{launch}\n"
                           f"_n1 = capped.backend.counters['dispatches']\n[{last}, _n1 - _n0]")
