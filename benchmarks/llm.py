@@ -1,5 +1,5 @@
 """Text generation speed and memory: a random ~100M-parameter Llama (hidden 768, 8 layers,
-GQA 12/4, intermediate 2048, vocab 32000) on ember (cpu f32, cpu Q4_K GGUF, wgpu f32)
+GQA 12/4, intermediate 2048, vocab 32000) on ember (cpu f32, cpu Q4_K GGUF, wgpu f32, wgpu Q4_K GGUF)
 next to transformers on torch CPU.
 
     python benchmarks/llm.py [--prompt 128] [--decode 32] [--skip-wgpu] [--keep DIR] [--threads N]
@@ -90,6 +90,8 @@ def worker_ember(path, device, n_prompt, n_decode, gguf):
     t0 = time.perf_counter()
     model = load_gguf_model(path, device=dev) if gguf else LlamaForCausalLM.from_pretrained(path, device=dev)
     load = time.perf_counter() - t0
+    stats = getattr(dev.backend, "memory_stats", None)
+    on_device = stats()["bytes_in_use"] if stats else None    # the weights, right after load
     ids = np.random.default_rng(1).integers(3, CONFIG["vocab_size"], (1, n_prompt))
 
     def run(n_dec):
@@ -105,12 +107,12 @@ def worker_ember(path, device, n_prompt, n_decode, gguf):
         return t1 - t0, t2 - t1
 
     run(4)
-    stats = getattr(dev.backend, "memory_stats", None)
     before = stats()["buffers_created"] if stats else None
     prompt_s, decode_s = run(n_decode)
     out = dict(load_s=load, prompt_s=prompt_s, decode_s=decode_s, weights=model.weight_bytes())
     if stats:
         out["gpu_buffers_created_in_run"] = stats()["buffers_created"] - before
+        out["gpu_bytes_after_load"] = on_device
     return out
 
 
@@ -176,7 +178,7 @@ def main():
     ]
     if not args.skip_wgpu:
         engines.append(("ember wgpu f32", ["ember", hf_dir, "wgpu", p, d, "hf"]))
-        engines.append(("ember wgpu Q4_K (dequantized on upload)", ["ember", gguf_path, "wgpu", p, d, "gguf"]))
+        engines.append(("ember wgpu Q4_K (gguf, quantized on device)", ["ember", gguf_path, "wgpu", p, d, "gguf"]))
     results = {}
     for _ in range(args.rounds):   # engines interleaved; each keeps its fastest round
         for name, a in engines:
@@ -204,6 +206,8 @@ def main():
               f"{r['peak_rss_mb']:11.0f}")
         if "gpu_buffers_created_in_run" in r:
             print(f"{'':42s} GPU buffers created during the timed run: {r['gpu_buffers_created_in_run']}")
+        if r.get("gpu_bytes_after_load") is not None:
+            print(f"{'':42s} GPU memory in use after load: {r['gpu_bytes_after_load'] / 1e6:.1f} MB")
     print(json.dumps(results))
 
 
