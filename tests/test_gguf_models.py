@@ -248,6 +248,19 @@ def test_gguf_on_wgpu_keeps_weights_quantized(quant_file, hf_llama, wgpu):
         assert got == want, (qname, seed)
 
 
+def test_gguf_in_f16_on_each_device(quant_file, hf_llama, device):
+    """dtype=f16: quantized layers and the host-side embedding hand back the model's dtype
+    (the matmul itself runs in f32), close to the f32 logits."""
+    import ember
+    _, path, _ = quant_file
+    ids = _prompt(hf_llama.config.vocab_size, seed=5)
+    ref = load_gguf_model(path)([ids], last_only=True).numpy()[0, -1]
+    out = load_gguf_model(path, device=device, dtype=ember.f16)([ids], last_only=True)
+    assert out.dtype is ember.f16
+    got = out.to(ember.f32).numpy()[0, -1]
+    assert np.abs(got - ref).max() <= 0.05 * ref.std()
+
+
 def test_tokenizer_from_gguf_matches_the_source_tokenizer(f32_file, hf_tokenizer):
     tok = tokenizer_from_gguf(f32_file[0])
     for text in TEXTS + CORPUS[:5]:

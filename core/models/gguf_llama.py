@@ -30,7 +30,7 @@ from ..nn import VarBuilder
 from ..tensor import from_numpy
 from .llama import LlamaForCausalLM
 from .llama_config import LlamaConfig
-from .quant_layers import QuantLinear
+from .quant_layers import QuantEmbedding, QuantLinear
 
 # GGUF architectures this loader knows, and the LlamaConfig model_type each becomes.
 ARCHITECTURES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "gemma": "gemma",
@@ -198,6 +198,8 @@ def load_gguf_model(path, device=None, dtype=dt.f32):
     vb = VarBuilder(GGUFSource(f), dtype=dtype, device=device)
     model = LlamaForCausalLM(cfg, vb, device)
     model._gguf = f    # the memory map must outlive the quantized weights viewing it
+    if isinstance(model.embed_tokens, QuantEmbedding):
+        model.embed_tokens.out_dtype = dt.as_dtype(dtype)
     if device.kind != "cpu":
         # Upload now (not at the first forward), one layer at a time: raw blocks where the
         # device has a kernel for the type, else f32 dequantized in row chunks.

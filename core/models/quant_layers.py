@@ -95,6 +95,8 @@ class QuantLinear(Module):
         if x.device.kind == "cpu":
             y = from_numpy(qmatmul(np.ascontiguousarray(x.numpy(), dtype=np.float32),
                                    self.qweight))
+            if x.dtype is not dt.f32:
+                y = y.to(x.dtype)
             return y + self.bias if self.bias is not None else y
         self.place(x.device, x.dtype)
         _, qw, dense = self._placed
@@ -116,10 +118,11 @@ class QuantEmbedding(Module):
     """Rows of a quantized (vocab, dim) table: only the looked-up rows are dequantized,
     on the host, and uploaded to `device` (the table itself never goes there)."""
 
-    def __init__(self, weight, device):
+    def __init__(self, weight, device, dtype=dt.f32):
         super().__init__()
         self.qweight = weight
         self.device = device
+        self.out_dtype = dtype     # the model's activation dtype (load_gguf_model sets it)
         self.num_embeddings, self.embedding_dim = weight.shape
 
     @property
@@ -136,4 +139,5 @@ class QuantEmbedding(Module):
         out = np.empty((flat.size, self.embedding_dim), np.float32)
         for i, r in enumerate(flat):
             self.qweight.dequantize_rows(int(r), int(r) + 1, out=out[i:i + 1])
-        return from_numpy(out.reshape(host.shape + (self.embedding_dim,))).to(self.device)
+        y = from_numpy(out.reshape(host.shape + (self.embedding_dim,))).to(self.device)
+        return y if self.out_dtype is dt.f32 else y.to(self.out_dtype)
