@@ -150,6 +150,15 @@ def test_weight_memory_is_the_raw_bytes(wgpu):
     assert be.memory_stats()["bytes_in_use"] == before
 
 
+def test_empty_operands(wgpu):
+    rng = np.random.default_rng(9)
+    qw = _qtensor(rng, GGMLType.Q4_K, 5, 256, scale=0.01)
+    assert _run(wgpu, qw, np.zeros((0, 256), np.float32)).shape == (0, 5)
+    empty_k = QTensor(np.zeros(0, np.uint8), GGMLType.Q8_0, (6, 0))
+    got = _run(wgpu, empty_k, np.zeros((2, 0), np.float32))
+    np.testing.assert_array_equal(got, np.zeros((2, 6), np.float32))
+
+
 def test_bad_operands_are_refused(wgpu):
     rng = np.random.default_rng(7)
     be = wgpu.backend

@@ -114,6 +114,8 @@ def qmatmul(be, x, lx, qw, dtype=dt.f32):
     if not lx.is_contiguous() or lx.offset % 4:
         x = be.copy_strided(x, lx, dtype)
         lx = Layout(lx.shape)
+    if k == 0:                     # an empty sum
+        return be.full(lead + (n,), 0, dt.f32), lead + (n,)
     out = be._alloc(m * n, dt.f32, "qmatmul")
     if m * n == 0:
         return out, lead + (n,)
