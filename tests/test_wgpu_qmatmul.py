@@ -115,12 +115,12 @@ def test_qmatmul_lead_dims_and_strided_x(wgpu):
 
 def test_qmatmul_k_in_parts_accumulates(wgpu, monkeypatch):
     """K split into parts of whole blocks, each accumulated into the output."""
-    from ember.backends.webgpu import qmatmul as wq
+    from ember.backends.webgpu import loopcap, qmatmul as wq
     rng = np.random.default_rng(4)
     for t in TYPES:
         qw = _qtensor(rng, t, 9, 1024, scale=0.01)
         x = rng.standard_normal((3, 1024)).astype(np.float32)
-        monkeypatch.setattr(wq, "_LOOP_BUDGET", 3 * wq._TYPES[int(t)][3](4) + 16)
+        monkeypatch.setattr(loopcap, "BUDGET", 3 * wq._TYPES[int(t)][3](4) + 16)
         before = wgpu.backend.counters["dispatches"]
         got = _run(wgpu, qw, x)
         assert wgpu.backend.counters["dispatches"] - before > 1, t.name

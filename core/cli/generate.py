@@ -63,9 +63,6 @@ def load_llm(args):
         model_dir = resolve(args.model)
     if args.gguf is not None:
         from ..models.gguf_llama import load_gguf_model, tokenizer_from_gguf
-        if device.kind != "cpu":
-            print(f"ember: GGUF weights are dequantized to f32 on {device} (quantized kernels "
-                  "run on the cpu)", file=sys.stderr)
         model = load_gguf_model(args.gguf, device=device)
         if model_dir is not None:
             tokenizer = _tokenizer_from_dir(model_dir)

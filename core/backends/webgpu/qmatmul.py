@@ -21,6 +21,7 @@ invocation loops more than ~60,000 times in all (lavapipe's cap is 65,535).
 from ... import dtype as dt
 from ...errors import ShapeMismatch, UnsupportedOp
 from ...layout import Layout
+from . import loopcap
 from .pool import Buffer, Storage
 
 # ggml type number -> (shader name, weights per block, bytes per block, loop iterations
@@ -33,7 +34,6 @@ _TYPES = {
 }
 _WG = 64
 _MAX_TM = 8
-_LOOP_BUDGET = 60000      # loop iterations per invocation, under lavapipe's 65,535
 # From this many rows of x (a prompt) W is dequantized in chunks of rows into a pooled f32
 # scratch buffer of at most _SCRATCH_BYTES and multiplied by the f32 matmul kernels.
 # Measured on lavapipe, 2048 x 2048 (tiled / dequantized, ms): Q4_K 4 rows 4.9 / 7.3,
@@ -125,7 +125,7 @@ def qmatmul(be, x, lx, qw, dtype=dt.f32):
         return out, lead + (n,)
     tm = min(_MAX_TM, 1 << (m - 1).bit_length())
     blocks = k // qk
-    part = max(1, (_LOOP_BUDGET - 4 * tm) // per_block(tm))        # blocks per K part
+    part = max(1, (loopcap.BUDGET - 4 * tm) // per_block(tm))      # blocks per K part
     limit = be._split_limit() - 8
     rows_w = limit // qw.row_bytes                   # weight rows per binding
     rows_x = limit // (4 * max(k, n))               # x / out rows per binding
