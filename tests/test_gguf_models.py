@@ -11,6 +11,8 @@ import json
 import numpy as np
 import pytest
 
+import ember
+
 from ggml_encode import quantize_q4_k, write_llama_gguf
 from helpers import require
 from reference_bpe import train_byte_level_bpe
@@ -18,7 +20,7 @@ from reference_bpe import train_byte_level_bpe
 from ember.errors import FormatError
 from ember.generation import generate
 from ember.io.gguf import GGUFFile
-from ember.io.quant import dequantize
+from ember.io.quant import QTensor, dequantize
 from ember.models.gguf_llama import (config_from_gguf, device_weight_bytes, load_gguf_model,
                                      tokenizer_from_gguf)
 from wgpu_device import wgpu  # noqa: F401  (fixture)
@@ -240,6 +242,17 @@ def test_gguf_on_wgpu_keeps_weights_quantized(quant_file, hf_llama, wgpu):
     # padding each); all the model's buffers (norms, rope tables) add little to that
     assert quantized <= held <= quantized + 8 * 64, (held, quantized)
     assert grown <= 1.25 * quantized, (grown, quantized)
+    # The host keeps no stacked copy (fused q/k/v, gate/up) next to the device's: what it
+    # holds of the weights are views of the file's memory map.
+    from ember.models.quant_layers import QuantLinear, _owns_its_memory
+    layers = [m for m in model.modules() if isinstance(m, QuantLinear)]
+    kept = [m for m in layers if isinstance(m.qweight, QTensor)]
+    assert layers and not any(_owns_its_memory(m.qweight.raw) for m in kept)
+    stacked = [m for m in layers if not isinstance(m.qweight, QTensor)]
+    assert stacked or qname == "mixed"   # same-type q/k/v and gate/up are stacked
+    if stacked:   # a layer whose weight exists only on the device says so when run elsewhere
+        with pytest.raises(ember.DeviceError, match=r"lives only on wgpu.*load the GGUF model"):
+            stacked[0](ember.zeros(1, stacked[0].in_features))
     cpu = load_gguf_model(f)
     for seed in range(3):
         ids = _prompt(hf_llama.config.vocab_size, seed=40 + seed)

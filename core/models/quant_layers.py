@@ -14,7 +14,7 @@ QuantEmbedding dequantizes only the looked-up rows, on the host, and uploads the
 import numpy as np
 
 from .. import dtype as dt
-from ..errors import ShapeMismatch, fmt_shape
+from ..errors import DeviceError, ShapeMismatch, fmt_shape
 from ..io.quant import qmatmul
 from ..layout import Layout
 from ..nn import Module
@@ -48,6 +48,36 @@ def upload_dequantized(q, device, dtype=dt.f32):
     return out
 
 
+def _owns_its_memory(array):
+    """Whether `array` is (a view of) memory numpy allocated, rather than of a file's
+    memory map or another buffer."""
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array.base is None
+
+
+class _DeviceOnly:
+    """What remains of a QTensor whose bytes now live only on `device`."""
+
+    __slots__ = ("ggml_type", "shape", "nbytes", "device")
+
+    def __init__(self, q, device):
+        self.ggml_type, self.shape, self.nbytes, self.device = q.ggml_type, q.shape, q.nbytes, device
+
+    def unavailable(self):
+        return DeviceError(
+            f"QuantLinear: this stacked {self.ggml_type.name} weight {fmt_shape(self.shape)} "
+            f"lives only on {self.device} (its host copy was released after the upload); load "
+            f"the GGUF model for the device you want to run it on", device=str(self.device))
+
+    @property
+    def raw(self):
+        raise self.unavailable()
+
+    def __repr__(self):
+        return f"QTensor({self.ggml_type.name}, {fmt_shape(self.shape)}, on {self.device} only)"
+
+
 class QuantLinear(Module):
     """y = x @ dequantize(weight).T + bias, with weight a QTensor (out, in)."""
 
@@ -77,7 +107,17 @@ class QuantLinear(Module):
                             None)
         else:
             self._placed = (device, None, upload_dequantized(w, device, dtype))
+        if _owns_its_memory(w.raw):
+            # An array of its own (fused_linear's stack of q/k/v or gate/up), not a view of
+            # the file's memory map: kept, it would hold the model's size in host memory
+            # next to the device copy. Only the description stays.
+            self.qweight = _DeviceOnly(w, device)
         return self
+
+    def _host_weight(self):
+        if isinstance(self.qweight, _DeviceOnly):
+            raise self.qweight.unavailable()
+        return self.qweight
 
     def device_bytes(self):
         """Bytes the placed weight takes on its device (0 when not placed)."""
@@ -94,7 +134,7 @@ class QuantLinear(Module):
                 shapes=(x.shape, self.qweight.shape))
         if x.device.kind == "cpu":
             y = from_numpy(qmatmul(np.ascontiguousarray(x.numpy(), dtype=np.float32),
-                                   self.qweight))
+                                   self._host_weight()))
             if x.dtype is not dt.f32:
                 y = y.to(x.dtype)
             return y + self.bias if self.bias is not None else y
