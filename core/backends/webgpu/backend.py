@@ -611,19 +611,29 @@ class WebGPUBackend(Backend):
         if plan is None:
             return self._rows_apart(op, storage, layout, dim, dtype, out, lambda st, lay: (
                 self.softmax(st, lay, lay.ndim - 1, dtype, log)))
+        for rows, sub, pipe, (rng, rel), (orng, orel), grid in self._row_launches(
+                "softmax", t, op, storage, layout.offset, out, kshape, kx, ko, plan, n, xs,
+                os_, 3):
+            params = [rows, n, rel, int(log), xs, os_, orel, 0] + sub + kx + ko
+            self._launch(pipe, params, [rng, orng], grid)
+        return out
+
+    def _row_launches(self, kernel, t, op, storage, offset, out, kshape, kx, ko, plan, n, xs,
+                      os_, passes):
+        """Per box of rows of a row kernel's split plan (rows of n elements, strides xs in
+        the input and os_ in the output): (rows, the box's shape, the pipeline, the
+        input's and the output's (range, offset) bindings, the grid)."""
         for starts, sub in split.row_boxes(kshape, *plan):
             rows = numel(sub)
-            wg, lanes = self._row_split(rows, n, 3)
+            wg, lanes = self._row_split(rows, n, passes)
             spec = {"S": t.storage, "ROUND": t.round, "NK": len(kshape), "WG": wg,
                     "LANES": lanes}
-            pipe = self._kernel("softmax", t, spec, op)
-            x0 = layout.offset + split.offset_of(starts, kx)
+            pipe = self._kernel(kernel, t, spec, op)
+            x0 = offset + split.offset_of(starts, kx)
             o0 = split.offset_of(starts, ko)
-            rng, rel = self._bind(storage, x0, x0 + span(sub, kx) + (n - 1) * xs, t.size, op)
-            orng, orel = self._bind(out, o0, o0 + span(sub, ko) + (n - 1) * os_, t.size, op)
-            params = [rows, n, rel, int(log), xs, os_, orel, 0] + sub + kx + ko
-            self._launch(pipe, params, [rng, orng], self._grid(rows, wg // lanes))
-        return out
+            bind_x = self._bind(storage, x0, x0 + span(sub, kx) + (n - 1) * xs, t.size, op)
+            bind_o = self._bind(out, o0, o0 + span(sub, ko) + (n - 1) * os_, t.size, op)
+            yield rows, sub, pipe, bind_x, bind_o, self._grid(rows, wg // lanes)
 
     def _rows_apart(self, op, storage, layout, dim, dtype, out, last_dim_op):
         """A row kernel whose single row does not fit a binding as laid out (a softmax
@@ -674,20 +684,13 @@ class WebGPUBackend(Backend):
             affine.append(r)
             extra.append((o, l.strides[0] if l.ndim else 0))
         eps_bits = struct.unpack("<I", struct.pack("<f", eps))[0]
-        for starts, sub in split.row_boxes(kshape, *plan):
-            rows = numel(sub)
-            wg, lanes = self._row_split(rows, n, passes)
-            spec = {"S": t.storage, "ROUND": t.round, "NK": len(kshape), "WG": wg,
-                    "LANES": lanes}
-            pipe = self._kernel("norm", t, spec, op)
-            x0 = layout.offset + split.offset_of(starts, kx)
-            o0 = split.offset_of(starts, ko)
-            rng, rel = self._bind(storage, x0, x0 + span(sub, kx) + (n - 1) * xs, t.size, op)
-            orng, orel = self._bind(out, o0, o0 + span(sub, ko) + n - 1, t.size, op)
+        for rows, sub, pipe, (rng, rel), (orng, orel), grid in self._row_launches(
+                "norm", t, op, storage, layout.offset, out, kshape, kx, ko, plan, n, xs, 1,
+                passes):
             ranges = [rng] + [r or rng for r in affine] + [orng]
             params = [rows, n, rel, eps_bits, xs, flags, extra[0][0], extra[1][0], extra[0][1],
                       extra[1][1], orel, 0] + sub + kx
-            self._launch(pipe, params, ranges, self._grid(rows, wg // lanes))
+            self._launch(pipe, params, ranges, grid)
         return out
 
     def rope(self, storage, layout, cos, lcos, sin, lsin, dtype, interleaved=False):
