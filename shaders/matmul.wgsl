@@ -1,12 +1,15 @@
 // General strided batched matmul, one output per invocation: any dtype, any strides
 // (broadcast batch dims have stride 0). The fast f32 paths are matmul_nn / matmul_nt.
-// Placeholders: {{S}} storage type, {{ROUND}}, {{NB}} batch dims, {{WG}}.
+// Placeholders: {{S}} storage type, {{ROUND}}, {{NB}} batch dims, {{WG}}, EPILOGUE
+// (epilogue.py: fn epilogue(value, row, col), bias/activation/residual of a fused linear).
 // P: 0 M, 1 N, 2 K, 3 outputs, 4 a offset, 5 b offset, 6 out offset, 7 accumulate,
 // 8 a row stride, 9 a k stride, 10 b k stride, 11 b col stride, 12 out row stride,
 // 16.. batch shape, a, b and out batch strides
 @group(0) @binding(1) var<storage, read> A: array<{{S}}>;
 @group(0) @binding(2) var<storage, read> B: array<{{S}}>;
 @group(0) @binding(3) var<storage, read_write> O: array<{{S}}>;
+
+{{EPILOGUE}}
 
 @compute @workgroup_size({{WG}})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -24,5 +27,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     }
     let o = strided(bi, {{NB}}u, 16u, 16u + 3u * {{NB}}u, p(6u)) + m * p(12u) + n;
     if (p(7u) != 0u) { acc += T(O[o]); }
-    O[o] = {{S}}({{ROUND}}(acc));
+    O[o] = {{S}}({{ROUND}}(epilogue(acc, m, n)));
 }

@@ -5,13 +5,15 @@
 // Needs: N, K, b/a offsets and row strides multiples of 4, A unit K-stride.
 // Placeholders: {{S}} storage type (f32 or f16; math in f32), {{ROUND}} a vec4 rounding
 // (bf16 kept in f32), {{TM}} rows and {{TC}} vec4 columns per invocation, {{WGX}}, {{WGY}}
-// workgroup shape, {{NB}}.
+// workgroup shape, {{NB}}, EPILOGUE (epilogue.py; epilogue4 takes a vec4 of columns).
 // P: 0 M, 1 N/4, 2 K/4, 4 a offset/4, 5 b offset/4, 6 out offset/4, 7 accumulate,
 // 8 a row stride/4, 10 b row stride/4, 12 out row stride/4,
 // 16.. batch shape, a, b and out batch strides (/4 where the operand is vec4)
 @group(0) @binding(1) var<storage, read> A: array<vec4<{{S}}>>;
 @group(0) @binding(2) var<storage, read> B: array<vec4<{{S}}>>;
 @group(0) @binding(3) var<storage, read_write> O: array<vec4<{{S}}>>;
+
+{{EPILOGUE}}
 
 @compute @workgroup_size({{WGX}}, {{WGY}})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -54,7 +56,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
                 let o = ob + (m0 + r) * p(12u) + c0 + c;
                 var v = acc[r][c];
                 if (p(7u) != 0u) { v += vec4<f32>(O[o]); }
-                O[o] = vec4<{{S}}>({{ROUND}}(v));
+                O[o] = vec4<{{S}}>({{ROUND}}(epilogue4(v, m0 + r, 4u * (c0 + c))));
             }
         }
     }

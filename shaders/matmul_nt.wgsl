@@ -3,13 +3,15 @@
 // register tile of dot products over vec4 runs of K. No shared memory (see matmul_nn).
 // Needs: K, a/b offsets and row strides multiples of 4.
 // Placeholders: {{S}} storage type (f32 or f16; math in f32), {{ROUND}}, {{TM}}, {{TN}},
-// {{WGX}}, {{WGY}}, {{NB}}.
+// {{WGX}}, {{WGY}}, {{NB}}, EPILOGUE (epilogue.py).
 // P: 0 M, 1 N, 2 K/4, 4 a offset/4, 5 b offset/4, 6 out offset, 7 accumulate,
 // 8 a row stride/4, 11 b row (n) stride/4, 12 out row stride,
 // 16.. batch shape, a, b and out batch strides (/4 where the operand is vec4)
 @group(0) @binding(1) var<storage, read> A: array<vec4<{{S}}>>;
 @group(0) @binding(2) var<storage, read> B: array<vec4<{{S}}>>;
 @group(0) @binding(3) var<storage, read_write> O: array<{{S}}>;
+
+{{EPILOGUE}}
 
 @compute @workgroup_size({{WGX}}, {{WGY}})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -42,7 +44,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
                 let o = ob + (m0 + r) * p(12u) + n0 + c;
                 var v = acc[r][c];
                 if (p(7u) != 0u) { v += f32(O[o]); }
-                O[o] = {{S}}({{ROUND}}(v));
+                O[o] = {{S}}({{ROUND}}(epilogue(v, m0 + r, n0 + c)));
             }
         }
     }

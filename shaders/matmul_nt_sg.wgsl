@@ -6,7 +6,8 @@
 // tile), and subgroupBroadcast (a register shuffle) hands it to every lane. Needs a
 // subgroup size of at least 8, else only the plain loop at the end runs. Invocations never
 // return early: a broadcast from an inactive lane is undefined.
-// Placeholders: as matmul_nt (workgroup 1-D: {{WG}} invocations along N). P: as matmul_nt,
+// Placeholders: as matmul_nt, EPILOGUE included (workgroup 1-D: {{WG}} invocations
+// along N). P: as matmul_nt,
 // except that A's offset, row stride and batch strides are in elements (A is read scalar).
 @group(0) @binding(1) var<storage, read> A: array<{{S}}>;
 @group(0) @binding(2) var<storage, read> B: array<vec4<{{S}}>>;
@@ -26,6 +27,8 @@ fn madd(acc: Tile, a: vec4<f32>, b: BRuns) -> Tile {
     for (var c = 0u; c < {{TN}}u; c++) { r[c] += dot(a, b[c]); }
     return r;
 }
+
+{{EPILOGUE}}
 
 @compute @workgroup_size({{WG}})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
@@ -76,7 +79,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
                 let o = ob + (m0 + r) * p(12u) + n0 + c;
                 var v = acc[r][c];
                 if (p(7u) != 0u) { v += f32(O[o]); }
-                O[o] = {{S}}({{ROUND}}(v));
+                O[o] = {{S}}({{ROUND}}(epilogue(v, m0 + r, n0 + c)));
             }
         }
     }

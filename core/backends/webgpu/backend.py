@@ -60,7 +60,7 @@ _SCAN_CHUNK = 4096         # prefix-sum elements per invocation before carries
 
 
 class WebGPUBackend(Backend):
-    fused = frozenset({"softmax", "log_softmax", "layer_norm", "rms_norm", "rope"})
+    fused = frozenset({"softmax", "log_softmax", "layer_norm", "rms_norm", "rope", "linear"})
 
     def __init__(self, driver, name):
         self.driver = driver
@@ -121,7 +121,7 @@ class WebGPUBackend(Backend):
             return pipe
         self.counters["pipeline_misses"] += 1
         code = kernels.render(name, compute, spec, enable_f16=f16)
-        ro = kernels.BINDINGS[name]
+        ro = kernels.bindings(name, spec)
         label = kernels.label(name, spec, op)
         pipe = self.driver.create_pipeline(code, label, len(ro), ro)
         self.pipelines[key] = pipe
@@ -722,6 +722,12 @@ class WebGPUBackend(Backend):
     def matmul(self, a, la, b, lb, dtype):
         from .matmul import matmul
         return matmul(self, a, la, b, lb, dtype)
+
+    def linear(self, a, la, b, lb, bias, lbias, dtype, activation=None, residual=None,
+               lres=None):
+        """activation(a @ b + bias) + residual, applied as the matmul kernel stores."""
+        from .matmul import linear
+        return linear(self, a, la, b, lb, bias, lbias, dtype, activation, residual, lres)
 
     # --- quantized weights (qmatmul.py) ----------------------------------------------------------
     def upload_quantized(self, raw, ggml_type, shape):

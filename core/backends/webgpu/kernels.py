@@ -48,6 +48,12 @@ def source(name):
     return text
 
 
+def bindings(name, spec):
+    """Read-only flag per storage binding of kernel `name` as `spec` fills it: the file's
+    row, plus the read-only operands a matmul epilogue adds after it (epilogue.py)."""
+    return BINDINGS[name] + (True,) * spec.get("EPI_READS", 0)
+
+
 def placeholders(name):
     return set(_PLACEHOLDER.findall(source(name)))
 
@@ -72,5 +78,6 @@ def label(name, spec, op=None):
     inner = ",".join(f"{k}={v}" for k, v in sorted(spec.items()) if k not in ("OP", "RESULT",
                                                                           "UNPACK", "PACK",
                                                                           "COMBINE", "CONVERT",
-                                                                          "LOAD_B", "INIT"))
+                                                                          "LOAD_B", "INIT",
+                                                                          "EPILOGUE"))
     return f"{name}:{op}[{inner}]" if op else f"{name}[{inner}]"

@@ -13,8 +13,14 @@ A K longer than 32,768 is split into partial products accumulated into the outpu
 An operand too large for one binding is split along its outermost dim: rows of A,
 columns of B (output columns), K (partial products accumulated into the output), or a
 batch dim; the halves recurse until every binding fits.
+
+`linear` is the same matmul with an epilogue (epilogue.py: bias, activation, residual)
+applied as the kernels store; split launches bind bias and residual for their own rows
+and columns, and of a split K only the last partial product applies it.
 """
 from ...errors import UnsupportedOp
+from .epilogue import Epilogue
+from . import epilogue as _epilogue
 from .shapes import collapse, contiguous_strides, span
 
 
@@ -54,6 +60,37 @@ def matmul(be, a, la, b, lb, dtype):
     return out
 
 
+def linear(be, a, la, b, lb, bias, lbias, dtype, activation=None, residual=None, lres=None):
+    """activation(a @ b + bias) + residual for a 2-D `a` (m, k) and `b` (k, n), in one
+    matmul launch (more where operands are split)."""
+    op = "linear"
+    t = be._type(dtype, op)
+    if not dtype.is_float:
+        raise UnsupportedOp(f"linear: the fused path is for float dtypes, not {dtype.name}",
+                            op=op)
+    if len(la.shape) != 2 or len(lb.shape) != 2:
+        raise UnsupportedOp(f"linear: takes a 2-D input and weight, not {len(la.shape)}-D "
+                            f"and {len(lb.shape)}-D", op=op)
+    m, k = la.shape
+    n = lb.shape[-1]
+    epi = Epilogue(None if bias is None else (bias, lbias.offset, lbias.strides[0]),
+                   activation,
+                   None if residual is None else (residual, lres.offset, lres.strides[0],
+                                                  lres.strides[1]))
+    out = be._alloc(m * n, dtype, op)
+    if m * n == 0:
+        return out
+    A = _Operand(a, la.offset, [0], la.strides[0], la.strides[1])
+    B = _Operand(b, lb.offset, [0], lb.strides[0], lb.strides[1])
+    if k == 0:
+        # No products: the kernel's K loop runs no iteration, so any binding will do.
+        zero = be.full((1,), 0, dtype)
+        A = B = _Operand(zero, 0, [0], 0, 0)
+    O = _Operand(out, 0, [0], n, 1)
+    _split_or_launch(be, t, dtype, A, B, O, m, n, k, [1], False, epi)
+    return out
+
+
 def _span(op, bshape, rows, cols):
     return span(list(bshape) + [rows, cols], op.bs + [op.rs, op.cs])
 
@@ -61,27 +98,34 @@ def _span(op, bshape, rows, cols):
 _MAX_K = 32768   # keeps each invocation's K loop under lavapipe's 65,535-iteration cap
 
 
-def _split_or_launch(be, t, dtype, A, B, O, m, n, k, bshape, acc):
+def _split_or_launch(be, t, dtype, A, B, O, m, n, k, bshape, acc, epi=None, last=True):
+    """`epi`: a linear's epilogue, applied by the launch of the last part of K (`last`)."""
     if k > _MAX_K:
         half = k // 2 // 4 * 4
-        _split_or_launch(be, t, dtype, A, B, O, m, n, half, bshape, acc)
+        _split_or_launch(be, t, dtype, A, B, O, m, n, half, bshape, acc, epi, False)
         _split_or_launch(be, t, dtype, A.moved(half * A.cs), B.moved(half * B.rs), O,
-                         m, n, k - half, bshape, True)
+                         m, n, k - half, bshape, True, epi, last)
         return
     limit = be.max_binding - be.storage_align - 16
     spans = {"A": _span(A, bshape, m, k) * t.size, "B": _span(B, bshape, k, n) * t.size,
              "O": _span(O, bshape, m, n) * t.size}
+    if epi is not None:
+        spans.update(epi.spans(t, m, n))
     worst = max(spans, key=spans.get)
     if spans[worst] <= limit:
-        _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc)
+        _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc, epi, last)
         return
     # Split the offending operand along its dim of largest stride.
-    op = {"A": A, "B": B, "O": O}[worst]
-    dims = {"A": (("m", A.rs, m), ("k", A.cs, k)), "B": (("k", B.rs, k), ("n", B.cs, n)),
-            "O": (("m", O.rs, m), ("n", O.cs, n))}[worst]
+    if worst in ("bias", "res"):
+        op, dims = None, epi.dims(worst, m, n)
+    else:
+        op = {"A": A, "B": B, "O": O}[worst]
+        dims = {"A": (("m", A.rs, m), ("k", A.cs, k)), "B": (("k", B.rs, k), ("n", B.cs, n)),
+                "O": (("m", O.rs, m), ("n", O.cs, n))}[worst]
     cands = [(s, name, size) for name, s, size in dims if size > 1]
-    cands += [(s, ("batch", i), size) for i, (s, size) in enumerate(zip(op.bs, bshape))
-              if size > 1]
+    if op is not None and epi is None:   # a linear is 2-D: no batch dims
+        cands += [(s, ("batch", i), size) for i, (s, size) in enumerate(zip(op.bs, bshape))
+                  if size > 1]
     if not cands:
         raise UnsupportedOp(f"matmul: an operand of {spans[worst]} bytes exceeds the adapter's "
                             f"maximum storage binding ({be.max_binding} bytes)", op="matmul")
@@ -90,17 +134,17 @@ def _split_or_launch(be, t, dtype, A, B, O, m, n, k, bshape, acc):
     if which in ("n", "k") and size >= 8:
         half = half // 4 * 4       # keep vec4 kernels usable on both halves
     if which == "m":
-        _split_or_launch(be, t, dtype, A, B, O, half, n, k, bshape, acc)
+        _split_or_launch(be, t, dtype, A, B, O, half, n, k, bshape, acc, epi, last)
         _split_or_launch(be, t, dtype, A.moved(half * A.rs), B, O.moved(half * O.rs),
-                         m - half, n, k, bshape, acc)
+                         m - half, n, k, bshape, acc, epi and epi.moved(half, 0), last)
     elif which == "n":
-        _split_or_launch(be, t, dtype, A, B, O, m, half, k, bshape, acc)
+        _split_or_launch(be, t, dtype, A, B, O, m, half, k, bshape, acc, epi, last)
         _split_or_launch(be, t, dtype, A, B.moved(half * B.cs), O.moved(half * O.cs),
-                         m, n - half, k, bshape, acc)
+                         m, n - half, k, bshape, acc, epi and epi.moved(0, half), last)
     elif which == "k":
-        _split_or_launch(be, t, dtype, A, B, O, m, n, half, bshape, acc)
+        _split_or_launch(be, t, dtype, A, B, O, m, n, half, bshape, acc, epi, False)
         _split_or_launch(be, t, dtype, A.moved(half * A.cs), B.moved(half * B.rs), O,
-                         m, n, k - half, bshape, True)
+                         m, n, k - half, bshape, True, epi, last)
     else:
         i = which[1]
         lo = list(bshape)
@@ -157,7 +201,7 @@ def _fit_rows(tile, m):
     return (1 << (m - 1).bit_length(),) + tuple(tile[1:-2]) + (min(256, wgx * wgy), 1)
 
 
-def _launch_transposed(be, t, dtype, A, B, O, m, n, k, bshape, acc):
+def _launch_transposed(be, t, dtype, A, B, O, m, n, k, bshape, acc, epi, last):
     """x @ W on a CPU adapter with subgroups: W copied to [N, K] by matmul_transpose, then
     matmul_nt_sg. A subgroup-broadcast kernel reading W down its columns ran at 15 or 31
     GFLOP/s at 1024^3 from run to run, by where the buffers landed (W's offset moved by
@@ -178,10 +222,10 @@ def _launch_transposed(be, t, dtype, A, B, O, m, n, k, bshape, acc):
     be._launch(pipe, params, [src, dst], (-(-n // 64), k // 4, nc))
     bs = [c * n * k if s else 0 for c, s in zip(cstr, B.bs)]
     Bt = _Operand(bt, 0, bs, 1, k)
-    _launch(be, t, dtype, A, Bt, O, m, n, k, bshape, acc)
+    _launch(be, t, dtype, A, Bt, O, m, n, k, bshape, acc, epi, last)
 
 
-def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc):
+def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc, epi=None, last=True):
     nb = 1
     for d in bshape:
         nb *= d
@@ -190,6 +234,12 @@ def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc):
         r, o = be._bind(op.st, op.off, op.off + _span(op, bshape, rows, cols), t.size, "matmul")
         ranges.append(r)
         rel.append(o)
+    tail = []
+    if epi is not None:
+        extra, tail = epi.bind(be, t, m, n)
+        ranges += extra
+        tail[0] = int(last)
+    epi_spec = _epilogue.spec(epi)
     nbd = len(bshape)
     fast = dtype.is_float and nb <= be.max_groups
     batch4 = _all4(*(A.bs + B.bs + O.bs))
@@ -200,12 +250,13 @@ def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc):
             tm, tn = _SG_TILE
             tm = min(tm, 1 << (m - 1).bit_length())
             wgx, wgy, a4 = _SG_WG, 1, 1
-            spec = {"TM": tm, "TN": tn, "WG": wgx, "NB": nbd, "S": t.storage, "ROUND": t.round}
+            spec = {"TM": tm, "TN": tn, "WG": wgx, "NB": nbd, "S": t.storage, "ROUND": t.round,
+                    **epi_spec}
             pipe = be._kernel("matmul_nt_sg", t, spec, "matmul")
         else:
             tm, tn, wgx, wgy = _fit_rows(tile["nt"], m)
             spec = {"TM": tm, "TN": tn, "WGX": wgx, "WGY": wgy, "NB": nbd, "S": t.storage,
-                    "ROUND": t.round}
+                    "ROUND": t.round, **epi_spec}
             pipe = be._kernel("matmul_nt", t, spec, "matmul")
         params = [m, n, k // 4, 0, rel[0] // a4, rel[1] // 4, rel[2], int(acc),
                   A.rs // a4, 0, 0, B.cs // 4, O.rs, 0, 0, 0] + list(bshape) + \
@@ -214,21 +265,21 @@ def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc):
     elif fast and A.cs == 1 and B.cs == 1 and _all4(n, k, rel[0], A.rs, rel[1], B.rs, rel[2],
                                                    O.rs) and batch4:
         if _use_subgroups(be, m):
-            _launch_transposed(be, t, dtype, A, B, O, m, n, k, bshape, acc)
+            _launch_transposed(be, t, dtype, A, B, O, m, n, k, bshape, acc, epi, last)
             return
         tm, tc, wgx, wgy = _fit_rows(tile["nn"], m)
         spec = {"TM": tm, "TC": tc, "WGX": wgx, "WGY": wgy, "NB": nbd, "S": t.storage,
-                "ROUND": t.round + "_4" if t.round else ""}
+                "ROUND": t.round + "_4" if t.round else "", **epi_spec}
         pipe = be._kernel("matmul_nn", t, spec, "matmul")
         params = [m, n // 4, k // 4, 0, rel[0] // 4, rel[1] // 4, rel[2] // 4, int(acc),
                   A.rs // 4, 0, B.rs // 4, 0, O.rs // 4, 0, 0, 0] + list(bshape) + \
             [s // 4 for s in A.bs + B.bs + O.bs]
         groups = (-(-(-(-(n // 4) // tc)) // wgx), -(-(-(-m // tm)) // wgy), nb)
     else:
-        spec = {"S": t.storage, "ROUND": t.round, "NB": nbd, "WG": 64}
+        spec = {"S": t.storage, "ROUND": t.round, "NB": nbd, "WG": 64, **epi_spec}
         pipe = be._kernel("matmul", t, spec, "matmul")
         total = nb * m * n
         params = [m, n, k, total, rel[0], rel[1], rel[2], int(acc),
                   A.rs, A.cs, B.rs, B.cs, O.rs, 0, 0, 0] + list(bshape) + A.bs + B.bs + O.bs
         groups = be._grid(total, 64)
-    be._launch(pipe, params, ranges, groups)
+    be._launch(pipe, params + tail, ranges, groups)

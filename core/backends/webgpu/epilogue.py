@@ -1,0 +1,109 @@
+"""The epilogue of a fused linear, applied by the matmul kernels where they store.
+
+Every matmul template has an {{EPILOGUE}} placeholder at top level and stores
+`epilogue(v, row, col)` (`epilogue4` for matmul_nn's vec4 of columns col..col+3). A plain
+matmul fills it with functions that return v; a fused linear with one that adds the bias,
+applies the activation (core/ops.py's UNARY WGSL, an expression in x) and adds the
+residual, reading bias and residual from two extra read-only bindings after O (4, 5).
+
+The epilogue's parameters follow the batch block, at E = 16 + 4 * NB: E on (0 for the
+partial products of a split K before the last, which must store the bare sum), E+1 bias
+offset, E+2 bias stride, E+3 residual offset, E+4 and E+5 residual row and column
+strides (elements; the kernel adds row and col of the launch, so split launches move the
+offsets with O).
+"""
+from ...ops import UNARY
+from .shapes import span
+
+_PLAIN = """fn epilogue(v: T, row: u32, col: u32) -> T { return v; }
+fn epilogue4(v: vec4<T>, row: u32, col: u32) -> vec4<T> { return v; }"""
+
+_VEC4 = """fn epilogue4(v: vec4<f32>, row: u32, col: u32) -> vec4<f32> {
+    return vec4<f32>(epilogue(v.x, row, col), epilogue(v.y, row, col + 1u),
+                     epilogue(v.z, row, col + 2u), epilogue(v.w, row, col + 3u));
+}"""
+
+
+class Epilogue:
+    """bias (storage, offset, stride) or None, activation name or None, residual
+    (storage, offset, row stride, col stride) or None."""
+    __slots__ = ("bias", "act", "res")
+
+    def __init__(self, bias, act, res):
+        if act is not None and (act not in UNARY or UNARY[act].nparams or "f" not in UNARY[act].kinds):
+            raise ValueError(f"linear: {act!r} is not an activation the WebGPU epilogue can apply")
+        self.bias, self.act, self.res = bias, act, res
+
+    def moved(self, rows, cols):
+        """The epilogue of the block starting `rows` rows and `cols` columns further on."""
+        bias = res = None
+        if self.bias is not None:
+            st, off, s = self.bias
+            bias = (st, off + cols * s, s)
+        if self.res is not None:
+            st, off, rs, cs = self.res
+            res = (st, off + rows * rs + cols * cs, rs, cs)
+        return Epilogue(bias, self.act, res)
+
+    def tag(self):
+        """Short name for the pipeline's spec and label."""
+        return "+".join(p for p, on in (("bias", self.bias is not None), (self.act, self.act),
+                                         ("res", self.res is not None)) if on)
+
+    def spans(self, t, rows, cols):
+        """Bytes each extra binding covers for a rows x cols block, by operand name."""
+        out = {}
+        if self.bias is not None:
+            out["bias"] = span([cols], [self.bias[2]]) * t.size
+        if self.res is not None:
+            out["res"] = span([rows, cols], [self.res[2], self.res[3]]) * t.size
+        return out
+
+    def dims(self, name, rows, cols):
+        """(dim, stride, size) of the extra operand `name`, as the split planner wants."""
+        if name == "bias":
+            return (("n", self.bias[2], cols),)
+        return (("m", self.res[2], rows), ("n", self.res[3], cols))
+
+    def wgsl(self):
+        """The {{EPILOGUE}} text: extra bindings and the functions the templates call."""
+        lines, body = [], ["    let e = 16u + 4u * {{NB}}u;", "    if (p(e) == 0u) { return v; }",
+                           "    var x = v;"]
+        binding = 4
+        if self.bias is not None:
+            lines.append(f"@group(0) @binding({binding}) var<storage, read> BIAS: array<{{{{S}}}}>;")
+            body.append("    x += f32(BIAS[p(e + 1u) + col * p(e + 2u)]);")
+            binding += 1
+        if self.act is not None:
+            body.append(f"    x = {UNARY[self.act].wgsl};")
+        if self.res is not None:
+            lines.append(f"@group(0) @binding({binding}) var<storage, read> RES: array<{{{{S}}}}>;")
+            body.append("    x += f32(RES[p(e + 3u) + row * p(e + 4u) + col * p(e + 5u)]);")
+        body.append("    return x;")
+        return "\n".join(lines + ["fn epilogue(v: f32, row: u32, col: u32) -> f32 {"] + body +
+                         ["}", _VEC4])
+
+    def reads(self):
+        return int(self.bias is not None) + int(self.res is not None)
+
+    def bind(self, be, t, rows, cols):
+        """Binding ranges and the parameter block tail for a rows x cols launch."""
+        ranges, params = [], [0, 0, 0, 0, 0, 0]
+        if self.bias is not None:
+            st, off, s = self.bias
+            r, rel = be._bind(st, off, off + span([cols], [s]), t.size, "linear")
+            ranges.append(r)
+            params[1:3] = [rel, s]
+        if self.res is not None:
+            st, off, rs, cs = self.res
+            r, rel = be._bind(st, off, off + span([rows, cols], [rs, cs]), t.size, "linear")
+            ranges.append(r)
+            params[3:6] = [rel, rs, cs]
+        return ranges, params
+
+
+def spec(epi):
+    """Spec entries of a matmul kernel: the plain store, or `epi`'s."""
+    if epi is None:
+        return {"EPILOGUE": _PLAIN}
+    return {"EPILOGUE": epi.wgsl(), "EPI": epi.tag(), "EPI_READS": epi.reads()}
