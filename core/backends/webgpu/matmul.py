@@ -77,6 +77,8 @@ def linear(be, a, la, b, lb, bias, lbias, dtype, activation=None, residual=None,
                    activation,
                    None if residual is None else (residual, lres.offset, lres.strides[0],
                                                   lres.strides[1]))
+    if bias is None and activation is None and residual is None:
+        epi = None      # the plain matmul's kernels, no epilogue parameters
     out = be._alloc(m * n, dtype, op)
     if m * n == 0:
         return out
