@@ -27,5 +27,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     }
     let o = strided(bi, {{NB}}u, 16u, 16u + 3u * {{NB}}u, p(6u)) + m * p(12u) + n;
     if (p(7u) != 0u) { acc += T(O[o]); }
-    O[o] = {{S}}({{ROUND}}(epilogue(acc, m, n)));
+    if (epilogue_on()) { acc = epilogue(acc, m, n); }
+    O[o] = {{S}}({{ROUND}}(acc));
 }

@@ -1,8 +1,10 @@
 """The epilogue of a fused linear, applied by the matmul kernels where they store.
 
-Every matmul template has an {{EPILOGUE}} placeholder at top level and stores
-`epilogue(v, row, col)` (`epilogue4` for matmul_nn's vec4 of columns col..col+3). A plain
-matmul fills it with functions that return v; a fused linear with one that adds the bias,
+Every matmul template has an {{EPILOGUE}} placeholder at top level and, where
+`epilogue_on()`, stores `epilogue(v, row, col)` (`epilogue4` for matmul_nn's vec4 of
+columns col..col+3); the tiled kernels do it in a second pass over their own outputs (see
+the templates for why). A plain matmul fills the placeholder with an `epilogue_on` that is
+false (the pass compiles away); a fused linear with an epilogue that adds the bias,
 applies the activation (core/ops.py's UNARY WGSL, an expression in x) and adds the
 residual, reading bias and residual from two extra read-only bindings after O (4, 5).
 
@@ -15,7 +17,8 @@ offsets with O).
 from ...ops import UNARY
 from .shapes import span
 
-_PLAIN = """fn epilogue(v: T, row: u32, col: u32) -> T { return v; }
+_PLAIN = """fn epilogue_on() -> bool { return false; }
+fn epilogue(v: T, row: u32, col: u32) -> T { return v; }
 fn epilogue4(v: vec4<T>, row: u32, col: u32) -> vec4<T> { return v; }"""
 
 _VEC4 = """fn epilogue4(v: vec4<f32>, row: u32, col: u32) -> vec4<f32> {
@@ -67,8 +70,8 @@ class Epilogue:
 
     def wgsl(self):
         """The {{EPILOGUE}} text: extra bindings and the functions the templates call."""
-        lines, body = [], ["    let e = 16u + 4u * {{NB}}u;", "    if (p(e) == 0u) { return v; }",
-                           "    var x = v;"]
+        lines = ["fn epilogue_on() -> bool { return p(16u + 4u * {{NB}}u) != 0u; }"]
+        body = ["    let e = 16u + 4u * {{NB}}u;", "    var x = v;"]
         binding = 4
         if self.bias is not None:
             lines.append(f"@group(0) @binding({binding}) var<storage, read> BIAS: array<{{{{S}}}}>;")
