@@ -33,7 +33,8 @@ class Epilogue:
     __slots__ = ("bias", "act", "res")
 
     def __init__(self, bias, act, res):
-        if act is not None and (act not in UNARY or UNARY[act].nparams or "f" not in UNARY[act].kinds):
+        row = UNARY.get(act)
+        if act is not None and (row is None or row.nparams or "f" not in row.kinds):
             raise ValueError(f"linear: {act!r} is not an activation the WebGPU epilogue can apply")
         self.bias, self.act, self.res = bias, act, res
 
@@ -74,13 +75,15 @@ class Epilogue:
         body = ["    let e = 16u + 4u * {{NB}}u;", "    var x = v;"]
         binding = 4
         if self.bias is not None:
-            lines.append(f"@group(0) @binding({binding}) var<storage, read> BIAS: array<{{{{S}}}}>;")
+            lines.append(f"@group(0) @binding({binding}) var<storage, read> BIAS: "
+                         "array<{{S}}>;")
             body.append("    x += f32(BIAS[p(e + 1u) + col * p(e + 2u)]);")
             binding += 1
         if self.act is not None:
             body.append(f"    x = {UNARY[self.act].wgsl};")
         if self.res is not None:
-            lines.append(f"@group(0) @binding({binding}) var<storage, read> RES: array<{{{{S}}}}>;")
+            lines.append(f"@group(0) @binding({binding}) var<storage, read> RES: "
+                         "array<{{S}}>;")
             body.append("    x += f32(RES[p(e + 3u) + row * p(e + 4u) + col * p(e + 5u)]);")
         body.append("    return x;")
         return "\n".join(lines + ["fn epilogue(v: f32, row: u32, col: u32) -> f32 {"] + body +
