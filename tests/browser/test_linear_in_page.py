@@ -1,7 +1,8 @@
 """The fused linear in the page: Chromium's Tint compiles the matmul kernels with their
 epilogue (bias, every activation, residual), on each matmul kernel, on the f16 path
 SwiftShader takes (no shader-f16: f32 storage rounded on store) and split over a 4 KiB
-binding cap. Reference: the CPU backend (numpy), which shares no WGSL with the page."""
+binding cap; and the norms' residual= read by the norm kernel. Reference: the CPU
+backend (numpy), which shares no WGSL with the page."""
 import numpy as np
 import pytest
 
@@ -28,6 +29,10 @@ CASES.update({
     "f16": (_inputs(73, 9, 36, 20),
             "ember.functional.linear(*(t.to(ember.f16) for t in (x, w, b)), activation='gelu',"
             " residual=r.to(ember.f16)).to(ember.f32)"),
+})
+CASES.update({
+    "layer_norm_residual": (_inputs(75, 7, 3, 40), "r.layer_norm(b, b * 0.5, residual=r * 2.0)"),
+    "rms_norm_residual": (_inputs(76, 7, 3, 40), "r.rms_norm(b, residual=r + 1.0)"),
 })
 TOLERANCE = {"f16": (4e-3, 4e-3)}
 
@@ -63,6 +68,9 @@ def test_linear_split_over_a_capped_binding(ember_page):
     code = snippet(inputs, LINEAR.format(w="w", act="gelu", r="rt.t()"), device="capped_linear")
     _compare("capped", ember_page.run(code), run_here(code, ember.Device.cpu(),
                                                       capped_linear=ember.Device.cpu()))
+    code = snippet(inputs, "x.layer_norm(x[0], x[1], residual=x * 3.0)", device="capped_linear")
+    _compare("capped norm", ember_page.run(code), run_here(code, ember.Device.cpu(),
+                                                           capped_linear=ember.Device.cpu()))
 
 
 def test_linear_in_page_is_one_dispatch(ember_page):

@@ -60,7 +60,8 @@ _SCAN_CHUNK = 4096         # prefix-sum elements per invocation before carries
 
 
 class WebGPUBackend(Backend):
-    fused = frozenset({"softmax", "log_softmax", "layer_norm", "rms_norm", "rope", "linear"})
+    fused = frozenset({"softmax", "log_softmax", "layer_norm", "rms_norm", "rope", "linear",
+                       "layer_norm_residual", "rms_norm_residual"})
 
     def __init__(self, driver, name):
         self.driver = driver
@@ -619,10 +620,11 @@ class WebGPUBackend(Backend):
         return out
 
     def _row_launches(self, kernel, t, op, storage, offset, out, kshape, kx, ko, plan, n, xs,
-                      os_, passes):
+                      os_, passes, also=None):
         """Per box of rows of a row kernel's split plan (rows of n elements, strides xs in
         the input and os_ in the output): (rows, the box's shape, the pipeline, the
-        input's and the output's (range, offset) bindings, the grid)."""
+        input's and the output's (range, offset) bindings, the grid); with `also`
+        (storage, offset) of a second input laid out as the first, its binding too."""
         for starts, sub in split.row_boxes(kshape, *plan):
             rows = numel(sub)
             wg, lanes = self._row_split(rows, n, passes)
@@ -633,7 +635,13 @@ class WebGPUBackend(Backend):
             o0 = split.offset_of(starts, ko)
             bind_x = self._bind(storage, x0, x0 + span(sub, kx) + (n - 1) * xs, t.size, op)
             bind_o = self._bind(out, o0, o0 + span(sub, ko) + (n - 1) * os_, t.size, op)
-            yield rows, sub, pipe, bind_x, bind_o, self._grid(rows, wg // lanes)
+            grid = self._grid(rows, wg // lanes)
+            if also is None:
+                yield rows, sub, pipe, bind_x, bind_o, grid
+                continue
+            a0 = also[1] + split.offset_of(starts, kx)
+            bind_a = self._bind(also[0], a0, a0 + span(sub, kx) + (n - 1) * xs, t.size, op)
+            yield rows, sub, pipe, bind_x, bind_o, grid, bind_a
 
     def _rows_apart(self, op, storage, layout, dim, dtype, out, last_dim_op):
         """A row kernel whose single row does not fit a binding as laid out (a softmax
@@ -654,13 +662,22 @@ class WebGPUBackend(Backend):
                        dtype)
         return out
 
-    def layer_norm(self, storage, layout, w, lw, b, lb, eps, dtype, rms=False):
+    def layer_norm(self, storage, layout, w, lw, b, lb, eps, dtype, rms=False, residual=None,
+                   lres=None):
+        """Norm over the last dim, of x + residual where given: the norm kernel adds a
+        residual laid out as x (same strides) as it reads; any other (or a row taking the
+        long-row or rows-apart paths) is added first."""
         op = "rms_norm" if rms else "layer_norm"
         t = self._type(dtype, op)
         dim = layout.ndim - 1
         n = layout.shape[dim]
         passes = 2 if rms else 3     # rms_norm skips the mean
-        if layout.numel and self._row_too_long(n, passes) and n * t.size <= self._split_limit():
+        long_rows = layout.numel and self._row_too_long(n, passes) and \
+            n * t.size <= self._split_limit()
+        if residual is not None and (long_rows or tuple(lres.strides) != tuple(layout.strides)):
+            storage = self.binary("add", storage, layout, residual, lres, dtype)
+            layout, residual = Layout(layout.shape), None
+        if long_rows:
             return longrows.layer_norm(self, storage, layout, w, lw, b, lb, eps, dtype, rms)
         out = self._alloc(layout.numel, dtype, op)
         if layout.numel == 0:
@@ -669,6 +686,9 @@ class WebGPUBackend(Backend):
         xs = layout.strides[dim]
         plan = split.row_plan(kshape, [(kx, (n - 1) * xs + 1, t.size), (ko, n, t.size)],
                               self._split_limit())
+        if plan is None and residual is not None:
+            summed = self.binary("add", storage, layout, residual, lres, dtype)
+            return self.layer_norm(summed, Layout(layout.shape), w, lw, b, lb, eps, dtype, rms)
         if plan is None:
             return self._rows_apart(op, storage, layout, dim, dtype, out, lambda st, lay: (
                 self.layer_norm(st, lay, w, lw, b, lb, eps, dtype, rms)))
@@ -684,12 +704,18 @@ class WebGPUBackend(Backend):
             affine.append(r)
             extra.append((o, l.strides[0] if l.ndim else 0))
         eps_bits = struct.unpack("<I", struct.pack("<f", eps))[0]
-        for rows, sub, pipe, (rng, rel), (orng, orel), grid in self._row_launches(
+        also = None
+        if residual is not None:
+            flags |= 8
+            also = (residual, lres.offset)
+        for rows, sub, pipe, (rng, rel), (orng, orel), grid, *bind_r in self._row_launches(
                 "norm", t, op, storage, layout.offset, out, kshape, kx, ko, plan, n, xs, 1,
-                passes):
-            ranges = [rng] + [r or rng for r in affine] + [orng]
+                passes, also):
+            # Without a residual, binding 5 repeats x (read-only, never read).
+            (rrng, rrel), = bind_r or [(rng, 0)]
+            ranges = [rng] + [r or rng for r in affine] + [orng, rrng]
             params = [rows, n, rel, eps_bits, xs, flags, extra[0][0], extra[1][0], extra[0][1],
-                      extra[1][1], orel, 0] + sub + kx
+                      extra[1][1], orel, rrel] + sub + kx
             self._launch(pipe, params, ranges, grid)
         return out
 

@@ -20,7 +20,7 @@ BINDINGS = {
     "pack": (True, False),
     "reduce": (True, False),
     "softmax": (True, False),
-    "norm": (True, True, True, False),
+    "norm": (True, True, True, False, True),
     "cumsum": (True, True, False),
     "matmul": (True, True, False),
     "matmul_nn": (True, True, False),
