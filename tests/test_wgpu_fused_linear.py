@@ -206,3 +206,18 @@ def test_operands_over_the_binding_limit(capped, m, k, n, layout):
         ember.tensor(b, device=capped), "quick_gelu", tr).numpy())
     assert count > 1
     np.testing.assert_allclose(got, _want(x, w, b, "quick_gelu", r), rtol=1e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("layout", ["nk", "kn"])
+@pytest.mark.parametrize("m", [1, 13, 70])
+def test_gpu_tiles_on_this_adapter(wgpu, monkeypatch, layout, m):
+    """The register tiles and workgroups GPUs get (no subgroup kernel), run here too: rows
+    and columns off the tile edges, the epilogue on every stored element."""
+    monkeypatch.setattr(wgpu_matmul, "_use_subgroups", lambda be, m: False)
+    monkeypatch.setattr(wgpu_matmul, "tiles",
+                        lambda be: {"nn": (8, 1, 16, 8), "nt": (4, 4, 16, 8)})
+    x, w, b, r = _data(12 + m, m, 68, 36)
+    got = F.linear(ember.tensor(x, device=wgpu), _weight(wgpu, w, layout),
+                   ember.tensor(b, device=wgpu), "gelu_tanh", ember.tensor(r, device=wgpu))
+    np.testing.assert_allclose(got.numpy(), _want(x, w, b, "gelu_tanh", r), rtol=1e-5,
+                               atol=2e-5)
