@@ -35,6 +35,8 @@ reads back; everything else lives here and needs neither wgpu nor numpy.
   those kernels in f32 instead of the fused one (longrows.py).
 - Row kernels (reductions, softmax, norms) give each short row one invocation on CPU
   adapters, where barriers are expensive, and a workgroup tree elsewhere.
+- Fused: linear (bias, activation and residual applied by the matmul kernel, epilogue.py),
+  and the norms' residual= (read by the norm kernel when laid out as x).
 """
 import struct
 
