@@ -1,6 +1,7 @@
 """ember.functional.linear (bias, activation and residual in the GEMM's epilogue) and the
-norms' `residual=`, against torch; on the CPU they run fused and row-parallel, on WebGPU
-composed from primitives: both must give torch's answer."""
+norms' `residual=`, against torch, on every device: the CPU runs them fused and
+row-parallel (array_rows.py), WebGPU in the matmul and norm kernels (epilogue.py); integer
+dtypes take the composite path."""
 import math
 
 import numpy as np
