@@ -13,7 +13,7 @@ import pytest
 import ember
 import ember.functional as F
 from ember.backends.webgpu import matmul as wgpu_matmul
-from wgpu_device import wgpu  # noqa: F401  (fixture)
+from wgpu_device import capped, wgpu  # noqa: F401  (fixtures)
 
 _erf = np.vectorize(math.erf)
 
@@ -181,17 +181,6 @@ def test_half_precision_rounds_once(wgpu, dtype, m, layout):
 
 
 # --- over the binding limit, on a backend that plans with 4 KiB bindings ------------------
-CAP = 4096
-
-
-@pytest.fixture(scope="module")
-def capped(wgpu):
-    from ember.backends.webgpu.backend import WebGPUBackend
-    from ember.backends.webgpu.native import NativeDriver
-    driver = NativeDriver(wgpu.backend.driver.adapter)
-    driver.limits["max-storage-buffer-binding-size"] = CAP
-    driver.limits["min-storage-buffer-offset-alignment"] = 256
-    return ember.Device("wgpu", 98, WebGPUBackend(driver, "wgpu:capped-linear"))
 
 
 @pytest.mark.parametrize("m,k,n,layout", [(40, 64, 48, "nk"), (40, 64, 48, "kn"),

@@ -8,7 +8,7 @@ import pytest
 
 import ember
 from ember.backends.webgpu import kernels
-from wgpu_device import wgpu  # noqa: F401  (fixture)
+from wgpu_device import CAP, capped, wgpu  # noqa: F401  (fixtures)
 
 
 @pytest.fixture(autouse=True)
@@ -128,23 +128,7 @@ def test_cumsum_over_a_long_dim(wgpu, dtype_name):
     np.testing.assert_array_equal(got, np.cumsum(y.T, axis=0))
 
 
-# --- operands over the binding limit, on a backend that plans with 4 KiB bindings --------
-# lavapipe's real limit is 128 MiB; a second backend on the same adapter that plans with
-# 4 KiB bindings (and the 256-byte offset alignment browsers use) splits tensors of a few
-# thousand elements exactly as it would split hundreds of MiB.
-CAP = 4096
-
-
-@pytest.fixture(scope="module")
-def capped(wgpu):
-    from ember.backends.webgpu.backend import WebGPUBackend
-    from ember.backends.webgpu.native import NativeDriver
-    driver = NativeDriver(wgpu.backend.driver.adapter)
-    driver.limits["max-storage-buffer-binding-size"] = CAP
-    driver.limits["min-storage-buffer-offset-alignment"] = 256
-    device = ember.Device("wgpu", 99, WebGPUBackend(driver, "wgpu:capped"))
-    assert device.backend.max_binding == CAP
-    return device
+# (the `capped` fixture and CAP come from wgpu_device.py)
 
 
 def _f32(rng, *shape):

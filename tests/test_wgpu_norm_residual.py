@@ -7,7 +7,7 @@ import pytest
 
 import ember
 from ember.backends.webgpu import loopcap
-from wgpu_device import wgpu  # noqa: F401  (fixture)
+from wgpu_device import capped, wgpu  # noqa: F401  (fixtures)
 
 
 def _want(x, r, w, b, eps, rms):
@@ -90,17 +90,6 @@ def test_long_rows_add_first(wgpu, monkeypatch, rms):
     _check(got.numpy(), x, r, w, b, rms, tol=1e-4)
 
 
-CAP = 4096
-
-
-@pytest.fixture(scope="module")
-def capped(wgpu):
-    from ember.backends.webgpu.backend import WebGPUBackend
-    from ember.backends.webgpu.native import NativeDriver
-    driver = NativeDriver(wgpu.backend.driver.adapter)
-    driver.limits["max-storage-buffer-binding-size"] = CAP
-    driver.limits["min-storage-buffer-offset-alignment"] = 256
-    return ember.Device("wgpu", 97, WebGPUBackend(driver, "wgpu:capped-norm"))
 
 
 @pytest.mark.parametrize("rms", [False, True])

@@ -9,7 +9,7 @@ from ember.errors import ShapeMismatch, UnsupportedOp
 from ember.io import quant
 from ember.io.quant import BLOCK_SIZES, GGMLType, QTensor
 from ember.layout import Layout
-from wgpu_device import wgpu  # noqa: F401  (fixture)
+from wgpu_device import capped, wgpu  # noqa: F401  (fixtures)
 
 TYPES = [GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q6_K]
 
@@ -177,14 +177,6 @@ def test_bad_operands_are_refused(wgpu):
 
 
 # --- a weight over the binding limit, on a backend that plans with 4 KiB bindings --------
-@pytest.fixture(scope="module")
-def capped(wgpu):
-    from ember.backends.webgpu.backend import WebGPUBackend
-    from ember.backends.webgpu.native import NativeDriver
-    driver = NativeDriver(wgpu.backend.driver.adapter)
-    driver.limits["max-storage-buffer-binding-size"] = 4096
-    driver.limits["min-storage-buffer-offset-alignment"] = 256
-    return ember.Device("wgpu", 98, WebGPUBackend(driver, "wgpu:qcapped"))
 
 
 @pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
