@@ -3,7 +3,8 @@
 // register tile of dot products over vec4 runs of K. No shared memory (see matmul_nn).
 // Needs: K, a/b offsets and row strides multiples of 4.
 // Placeholders: {{S}} storage type (f32 or f16; math in f32), {{ROUND}}, {{TM}}, {{TN}},
-// {{WGX}}, {{WGY}}, {{NB}}, EPILOGUE (epilogue.py).
+// {{WGX}}, {{WGY}}, {{NB}}, EPILOGUE (epilogue.py), STORE_TILE (matmul.py: the tile's
+// store and the epilogue pass, shared with matmul_nt_sg).
 // P: 0 M, 1 N, 2 K/4, 4 a offset/4, 5 b offset/4, 6 out offset, 7 accumulate,
 // 8 a row stride/4, 11 b row (n) stride/4, 12 out row stride,
 // 16.. batch shape, a, b and out batch strides (/4 where the operand is vec4)
@@ -37,28 +38,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
             for (var c = 0u; c < {{TN}}u; c++) { acc[r][c] += dot(a, bv[c]); }
         }
     }
-    let ob = strided(bi, {{NB}}u, 16u, 16u + 3u * {{NB}}u, p(6u));
-    for (var r = 0u; r < {{TM}}u; r++) {
-        for (var c = 0u; c < {{TN}}u; c++) {
-            if (m0 + r < m_total && n0 + c < n_total) {
-                let o = ob + (m0 + r) * p(12u) + n0 + c;
-                var v = acc[r][c];
-                if (p(7u) != 0u) { v += f32(O[o]); }
-                O[o] = {{S}}({{ROUND}}(v));
-            }
-        }
-    }
-    // The epilogue in a second pass over this invocation's outputs (re-read, still in
-    // cache): inside the loop above it made lavapipe's kernel slower by more than the
-    // separate elementwise passes it replaces (1024x1536 @ 1536x384: 52 ms against 39).
-    if (epilogue_on()) {
-        for (var r = 0u; r < {{TM}}u; r++) {
-            for (var c = 0u; c < {{TN}}u; c++) {
-                if (m0 + r < m_total && n0 + c < n_total) {
-                    let o = ob + (m0 + r) * p(12u) + n0 + c;
-                    O[o] = {{S}}({{ROUND}}(epilogue(f32(O[o]), m0 + r, n0 + c)));
-                }
-            }
-        }
-    }
+{{STORE_TILE}}
 }

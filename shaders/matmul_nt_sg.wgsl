@@ -72,28 +72,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
                                             f32(A[o + 3u])), b);
         }
     }
-    let ob = strided(bi, {{NB}}u, 16u, 16u + 3u * {{NB}}u, p(6u));
-    for (var r = 0u; r < {{TM}}u; r++) {
-        for (var c = 0u; c < {{TN}}u; c++) {
-            if (m0 + r < m_total && n0 + c < n_total) {
-                let o = ob + (m0 + r) * p(12u) + n0 + c;
-                var v = acc[r][c];
-                if (p(7u) != 0u) { v += f32(O[o]); }
-                O[o] = {{S}}({{ROUND}}(v));
-            }
-        }
-    }
-    // The epilogue in a second pass over this invocation's outputs (re-read, still in
-    // cache): inside the loop above it made lavapipe's kernel slower by more than the
-    // separate elementwise passes it replaces (1024x1536 @ 1536x384: 52 ms against 39).
-    if (epilogue_on()) {
-        for (var r = 0u; r < {{TM}}u; r++) {
-            for (var c = 0u; c < {{TN}}u; c++) {
-                if (m0 + r < m_total && n0 + c < n_total) {
-                    let o = ob + (m0 + r) * p(12u) + n0 + c;
-                    O[o] = {{S}}({{ROUND}}(epilogue(f32(O[o]), m0 + r, n0 + c)));
-                }
-            }
-        }
-    }
+{{STORE_TILE}}
 }

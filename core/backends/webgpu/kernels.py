@@ -79,5 +79,6 @@ def label(name, spec, op=None):
                                                                           "UNPACK", "PACK",
                                                                           "COMBINE", "CONVERT",
                                                                           "LOAD_B", "INIT",
-                                                                          "EPILOGUE"))
+                                                                          "EPILOGUE",
+                                                                          "STORE_TILE"))
     return f"{name}:{op}[{inner}]" if op else f"{name}[{inner}]"
