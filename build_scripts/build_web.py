@@ -12,7 +12,9 @@ network at all.
       manifest.json   wheel path, Pyodide version, models, and a hash of the sources
 
 The bundle is assembled in a temporary directory and swapped in whole, so a server never
-sees half of one. `--if-stale` rebuilds only when the sources' hash changed.
+sees half of one. It goes only into an absent or empty directory or one an earlier build
+made (it carries the `.ember-bundle` marker): nothing else is replaced (see
+web/bundle_place.py). `--if-stale` rebuilds only when the sources' hash changed.
 """
 import argparse
 import contextlib
@@ -167,9 +169,11 @@ def build(bundle=BUNDLE):
 
 
 def _build(bundle):
+    from ember.web import bundle_place
+    bundle = Path(bundle)
+    bundle_place.check(bundle, BUNDLE)   # before any work: refuse someone else's directory
     version = ensure_pyodide()
     digest = source_hash()
-    bundle = Path(bundle)
     bundle.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".bundle-", dir=bundle.parent))
     try:
@@ -195,16 +199,11 @@ def _build(bundle):
         manifest = {"wheel": f"wheels/{wheel.name}", "pyodide": version, "sources": digest,
                     "models": models}
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        bundle_place.write_marker(tmp, sources=digest)
         os.chmod(tmp, 0o755)
-        old = None
-        if bundle.exists():
-            old = bundle.with_name(f".old-{bundle.name}-{os.getpid()}")
-            bundle.rename(old)
-        tmp.rename(bundle)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        bundle_place.swap_in(tmp, bundle, BUNDLE)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        bundle_place.discard(tmp)
         raise
     size = sum(p.stat().st_size for p in bundle.rglob("*") if p.is_file())
     print(f"build_web: bundle at {bundle} ({size / 1e6:.1f} MB, {wheel.name}, "
@@ -237,10 +236,15 @@ def main(argv=None):
     parser.add_argument("--if-stale", action="store_true",
                         help="only rebuild when the sources changed since the last build")
     args = parser.parse_args(argv)
+    from ember.web.bundle_place import BundlePlaceError
     if args.if_stale and not is_stale(args.out):
         print(f"build_web: {args.out} is up to date", flush=True)
         return 0
-    build(args.out)
+    try:
+        build(args.out)
+    except BundlePlaceError as exc:
+        print(f"build_web: {exc}", file=sys.stderr, flush=True)
+        return 2
     return 0
 
 

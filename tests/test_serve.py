@@ -183,6 +183,7 @@ def test_serve_builds_a_missing_bundle(tmp_path):
     for name in ("index.html", "worker.js", "ember-client.js", "playground.js",
                  "pyodide/pyodide.mjs", "pyodide/pyodide.asm.wasm", "pyodide/python_stdlib.zip"):
         assert (bundle / name).is_file(), name
+    assert (bundle / ".ember-bundle").is_file()   # what lets a later build replace it
     manifest = json.loads((bundle / "manifest.json").read_text())
     wheel = bundle / manifest["wheel"]
     assert wheel.name.endswith("-py3-none-any.whl")

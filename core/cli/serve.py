@@ -3,7 +3,9 @@
     ember serve [--host 127.0.0.1] [--port 8000] [--bundle DIR] [--rebuild]
 
 The bundle is built first (`make web` does the same) when it is missing, or when
---rebuild is given; building needs a source checkout, npm and the `build` package.
+--rebuild is given; building needs a source checkout, npm and the `build` package. A
+directory given with --bundle that has an index.html is served as it is; ember builds
+only into an absent or empty directory or a bundle it built, and refuses anything else.
 """
 import sys
 from pathlib import Path
@@ -30,21 +32,36 @@ def _build_script():
 
 
 def ensure_bundle(bundle=None, rebuild=False):
+    """The directory to serve. An existing directory with an index.html is served as it is
+    (someone's own site too) and never built into; a bundle is built only where
+    build_web may build (an absent or empty directory, or one ember built: see
+    ember.web.bundle_place), else this refuses, saying why."""
     from ember.errors import EmberError
+    from ember.web import bundle_place
     from ember.web.server import bundle_dir
-    path = Path(bundle) if bundle else bundle_dir()
+    default = bundle_dir()
+    path = Path(bundle) if bundle else default
     script = _build_script()
-    if (path / "index.html").is_file() and (path / "manifest.json").is_file() and not rebuild:
+    if (path / "index.html").is_file() and not rebuild and (
+            bundle is not None or (path / "manifest.json").is_file()):
         if bundle is None and script is not None and _load(script).is_stale(path):
             print("ember serve: note: the bundle is older than the sources; `ember serve "
                   "--rebuild` or `make web` refreshes it", file=sys.stderr, flush=True)
         return path
+    why = bundle_place.refusal(path, default)
+    if why is not None:
+        raise EmberError(f"will not build a bundle here: {why}",
+                         op="serve")
     if script is None:
         raise EmberError(f"no bundle at {path}, and no build_scripts/build_web.py "
                          "to build one (run `make web` in an ember source checkout, or pass "
                          "--bundle DIR)")
     print(f"ember serve: building the bundle into {path}", file=sys.stderr, flush=True)
-    return _load(script).build(path)
+    try:
+        return _load(script).build(path)
+    except bundle_place.BundlePlaceError as exc:   # the place changed while building
+        raise EmberError(f"will not build a bundle here: {exc}",
+                         op="serve") from None
 
 
 def _load(script):
