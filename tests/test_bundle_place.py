@@ -58,7 +58,9 @@ def _build_web(*args):
 
 
 def _no_staging_left(parent):
-    return [p.name for p in parent.iterdir() if p.name.startswith((".bundle-", ".old-"))]
+    """Names in `parent` that no fixture made (a staging or old-bundle directory)."""
+    return [p.name for p in parent.iterdir() if p.name not in ("v", "site", "paper.txt",
+                                                               "link")]
 
 
 @pytest.mark.parametrize("extra", [[], ["--rebuild"]], ids=["serve", "serve-rebuild"])
@@ -101,7 +103,7 @@ def test_build_web_refuses_someone_elses_directory(request, which, extra):
     before = _snapshot(target)
     done = _build_web("--out", str(target), *extra)
     assert done.returncode == 2, done.stdout + done.stderr
-    assert "not a bundle ember built" in done.stderr and "Traceback" not in done.stderr
+    assert "not made by ember" in done.stderr and "Traceback" not in done.stderr
     assert _snapshot(target) == before
     assert _no_staging_left(target.parent) == []
 
@@ -176,7 +178,7 @@ def test_swap_in_rechecks_the_place_before_replacing(tmp_path, thesis):
     still refused at the swap, and the staged build is the only thing to go."""
     before = _snapshot(thesis)
     staged = _staged(tmp_path, "late")
-    with pytest.raises(bundle_place.BundlePlaceError, match="not a bundle ember built"):
+    with pytest.raises(bundle_place.BundlePlaceError, match="not made by ember"):
         bundle_place.swap_in(staged, thesis)
     assert _snapshot(thesis) == before
     bundle_place.discard(staged)

@@ -460,19 +460,12 @@ def save_safetensors(tensors, path, metadata=None):
 
     The file is written beside `path` and renamed into place, so a failure never leaves
     a half-written file under the final name."""
+    from ..owned import atomic_file
     head, order = _plan(tensors, metadata)
-    path = os.fspath(path)
-    partial = path + ".partial"
-    try:
-        with open(partial, "wb") as fh:
-            fh.write(head)
-            for _, t in order:
-                fh.write(_tensor_bytes(t))
-        os.replace(partial, path)
-    except BaseException:
-        if os.path.exists(partial):
-            os.remove(partial)
-        raise
+    with atomic_file(path) as fh:
+        fh.write(head)
+        for _, t in order:
+            fh.write(_tensor_bytes(t))
 
 
 def save_safetensors_bytes(tensors, metadata=None):
