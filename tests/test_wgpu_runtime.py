@@ -125,7 +125,7 @@ def test_shader_failure_is_a_device_error_naming_the_kernel(wgpu):
     spec = {"S": "f32", "OP": "no_such_function(x)", "PARAM": "pf", "ROUND": "", "ND": 1,
             "WG": 64, "EPT": 1}
     with pytest.raises(ember.DeviceError) as info:
-        backend._kernel("unary", t, spec, op="broken_op")
+        backend.runtime.kernel("unary", t, spec, op="broken_op")
     assert "unary" in str(info.value) and "broken_op" in str(info.value)
     assert "no_such_function" in str(info.value)
     # The device still works afterwards.
@@ -210,7 +210,8 @@ def test_adapter_listing_matches_the_opened_device(wgpu):
 def test_row_kernels_with_every_row_split(wgpu, monkeypatch, split):
     """softmax, layer/rms norm and reductions give the same result whether an invocation
     owns a row (CPU adapters) or a workgroup tree shares it (GPUs): both paths run here."""
-    monkeypatch.setattr(type(wgpu.backend), "_row_split", lambda self, rows, n, passes: split)
+    from ember.backends.webgpu import rows
+    monkeypatch.setattr(rows, "row_split", lambda runtime, rows, n, passes: split)
     rng = np.random.default_rng(5)
     x = rng.standard_normal((3, 70, 33), dtype=np.float32)
     w = rng.standard_normal(33, dtype=np.float32)
@@ -282,12 +283,12 @@ def test_vec4_matmul_kernels_at_every_row_count(wgpu, m, layout):
 def test_uploads_never_overtake_recorded_work_across_full_batches(wgpu):
     """A buffer whose dispatch is still recorded is reused by an upload only after that
     work is submitted, also when the dispatch is the one that filled the batch."""
-    from ember.backends.webgpu import backend as webgpu_backend
+    from ember.backends.webgpu import runtime
     backend = wgpu.backend
     x = np.arange(300, dtype=np.float32)
     t = ember.tensor(x, device=wgpu)
     t.numpy()                                           # an empty batch to start from
-    room = (webgpu_backend._ARENA - backend.arena_used) // backend.block
+    room = (runtime.ARENA - backend.runtime.arena_used) // backend.runtime.block
     keep = [t * 1.0 for _ in range(room)]               # the batch is now full
     y = t * 2.0                                         # flushes, then records y's dispatch
     del y                                               # y's buffer goes back to the pool

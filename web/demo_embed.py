@@ -58,7 +58,7 @@ async def _fetch_model_to_gpu(entry, name):
     ArrayBuffer straight onto the WebGPU device. Returns (root, device, tensors, t0, t1),
     t0 and t1 the perf_counter() before and after the download, for the caller's timings."""
     import ember
-    from ember.backends.webgpu.browser import load_safetensors_js
+    from ember.io.js_buffers import load_safetensors_js
     files = entry["files"]
     t0 = time.perf_counter()
     root = f"/models/{name}"

@@ -88,7 +88,7 @@ def test_js_array_buffer_goes_to_the_gpu_without_python_bytes(ember_page):
     got = ember_page.run(
         "import js\n"
         "from pyodide.ffi import to_js\n"
-        "from ember.backends.webgpu.browser import tensor_from_js\n"
+        "from ember.io.js_buffers import tensor_from_js\n"
         f"_ab = js.Float32Array.new(to_js({values!r})).buffer\n"
         "_from_host = dev.backend.from_host\n"
         "def _refuse(*args, **kw):\n"
@@ -108,7 +108,7 @@ def test_js_array_buffer_goes_to_the_gpu_without_python_bytes(ember_page):
 
 def test_js_buffer_of_the_wrong_size_names_shape_and_dtype(ember_page):
     answer = ember_page.result(
-        "import js\nfrom ember.backends.webgpu.browser import tensor_from_js\n"
+        "import js\nfrom ember.io.js_buffers import tensor_from_js\n"
         "tensor_from_js(js.ArrayBuffer.new(12), ember.f32, (2, 2))")
     assert answer["error"]["type"] == "ShapeMismatch"
     assert "12 bytes" in answer["error"]["message"] and "[2, 2]" in answer["error"]["message"]
@@ -187,7 +187,7 @@ def test_safetensors_from_an_array_buffer(ember_page, tmp_path_factory):
     blob = safetensors_numpy.save(tensors)
     got = ember_page.run(
         "import js\nfrom pyodide.ffi import to_js\n"
-        "from ember.backends.webgpu.browser import load_safetensors_js\n"
+        "from ember.io.js_buffers import load_safetensors_js\n"
         f"_ab = js.Uint8Array.new(to_js({list(blob)!r})).buffer\n"
         "_t = load_safetensors_js(_ab)\n"
         "{k: [v.dtype.name, list(v.shape), v.tolist()] for k, v in sorted(_t.items())}")

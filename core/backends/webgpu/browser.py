@@ -315,6 +315,12 @@ class BrowserDriver:
         self.queue.submit(to_js([enc.finish()]))
         return True
 
+    def discard(self):
+        """Drop the open pass and encoder unsubmitted (after a failure inside them), so
+        that the next dispatch starts a fresh encoder."""
+        self._pass = None
+        self._encoder = None
+
     # --- readback -----------------------------------------------------------------------------
     def _staging_for(self, size):
         cls = 1 << max(8, (size - 1).bit_length())
@@ -365,61 +371,3 @@ class BrowserDriver:
                               f"{exc}", device="webgpu") from None
         return self._finish_read(staging, size)
 
-
-def tensor_from_js(data, dtype, shape, device=None):
-    """A WebGPU tensor filled from a JS ArrayBuffer or typed array (e.g. a fetched weights
-    file, or a slice of one) without copying the bytes through Python: for f32 (and f16
-    on adapters with shader-f16) the queue copies them straight into the GPU buffer. Other
-    dtypes need a widening kernel and go through one host copy and `from_host`."""
-    from ... import dtype as dt
-    from ...device import Device
-    from ...errors import ShapeMismatch
-    from ...layout import Layout
-    from ...tensor import Tensor
-    device = Device.webgpu() if device is None else Device.parse(device)
-    dtype = dt.as_dtype(dtype)
-    shape = tuple(int(d) for d in shape)
-    if not isinstance(data, JsProxy):
-        raise TypeError(f"tensor_from_js: expected a JS ArrayBuffer or typed array, got "
-                        f"{type(data).__name__}; use ember.tensor() for Python data")
-    view = data if hasattr(data, "BYTES_PER_ELEMENT") else js.Uint8Array.new(data)
-    nbytes = int(view.byteLength)
-    n = 1
-    for d in shape:
-        n *= d
-    if nbytes != n * dtype.itemsize:
-        raise ShapeMismatch(f"tensor_from_js: {nbytes} bytes cannot hold shape {list(shape)} "
-                            f"of {dtype.name} ({n * dtype.itemsize} bytes)",
-                            op="tensor_from_js", shape=shape, dtype=dtype)
-    backend = device.backend
-    kept = backend.types.get(dtype.name)
-    if kept is not None and not kept.packed and dtype.is_float and nbytes % 4 == 0 and n:
-        storage = backend._alloc(n, dtype, "tensor_from_js")
-        backend._write(storage.buf, view)
-    else:
-        storage = backend.from_host(view.to_bytes(), dtype, shape)
-    return Tensor(storage, Layout(shape), dtype, device)
-
-
-def load_safetensors_js(array_buffer, device=None, name="<ArrayBuffer>"):
-    """All tensors of a safetensors file held in a JS ArrayBuffer (a fetched file): only
-    the header crosses into Python; each tensor's bytes go from a view of the buffer
-    straight into its GPU buffer (`tensor_from_js`). Returns a dict name -> Tensor."""
-    import struct
-    from ...io.safetensors import _check_supported, parse_header
-    if not isinstance(array_buffer, JsProxy):
-        raise TypeError(f"load_safetensors_js: expected a JS ArrayBuffer, got "
-                        f"{type(array_buffer).__name__}; use ember.io.load_safetensors_bytes")
-    size = int(array_buffer.byteLength)
-    head = js.Uint8Array.new(array_buffer, 0, min(8, size)).to_bytes()
-    length = struct.unpack("<Q", head)[0] if len(head) == 8 else 0
-    header_bytes = js.Uint8Array.new(array_buffer, 0, min(size, 8 + length)).to_bytes() \
-        if 8 + length <= size else head
-    header = parse_header(header_bytes, size, name)   # validates against the full size
-    out = {}
-    for key, info in header.tensors.items():
-        _check_supported(name, info)
-        begin, end = info.file_offsets
-        view = js.Uint8Array.new(array_buffer, begin, end - begin)
-        out[key] = tensor_from_js(view, info.dtype, info.shape, device)
-    return out

@@ -2,7 +2,8 @@
 native process (native.py, wgpu-py) and a web page (browser.py, pyodide.ffi).
 
 This class documents the contract; drivers need not inherit from it. Everything else
-(kernels, pipeline cache, buffer pool, batching, limits) lives in backend.py.
+(kernels, pipeline cache, buffer pool, batching, limits) lives in runtime.py and the
+op modules above it.
 """
 
 
@@ -52,6 +53,11 @@ class Driver:
 
     def submit(self):
         """Submit what was recorded; returns whether there was anything."""
+        raise NotImplementedError
+
+    def discard(self):
+        """Drop what was recorded and not submitted (after a failure while recording or
+        submitting), so that the next dispatch starts on a fresh encoder."""
         raise NotImplementedError
 
     def read(self, buf, offset, size):

@@ -97,12 +97,12 @@ class Epilogue:
         ranges, params = [], [0, 0, 0, 0, 0, 0]
         if self.bias is not None:
             st, off, s = self.bias
-            r, rel = be._bind(st, off, off + span([cols], [s]), t.size, "linear")
+            r, rel = be.runtime.bind(st, off, off + span([cols], [s]), t.size, "linear")
             ranges.append(r)
             params[1:3] = [rel, s]
         if self.res is not None:
             st, off, rs, cs = self.res
-            r, rel = be._bind(st, off, off + span([rows, cols], [rs, cs]), t.size, "linear")
+            r, rel = be.runtime.bind(st, off, off + span([rows, cols], [rs, cs]), t.size, "linear")
             ranges.append(r)
             params[3:6] = [rel, rs, cs]
         return ranges, params

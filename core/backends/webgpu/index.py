@@ -14,6 +14,7 @@ import struct
 from ... import dtype as dt
 from ...errors import DimOutOfRange, UnsupportedOp, fmt_shape
 from ...layout import Layout
+from ...intmath import ceil_div
 from . import loopcap, split
 from .shapes import contiguous_strides, span
 
@@ -55,19 +56,19 @@ def check_ids(be, ids, lids, size, op, dim):
 
 def _ids_type(be, ids):
     name = storage_dtype_of(ids)
-    return be.types[name] if name else be.types["i64"]
+    return be.runtime.types[name] if name else be.runtime.types["i64"]
 
 
 def index_select(be, storage, layout, ids, lids, dim, dtype):
     op = "index_select"
-    t = be._type(dtype, op)
+    t = be.runtime.type_of(dtype, op)
     lo_hi = check_ids(be, ids, lids, layout.shape[dim], op, dim)
     shape = list(layout.shape)
     shape[dim] = lids.numel
     n = 1
     for d in shape:
         n *= d
-    out = be._alloc(n, dtype, op)
+    out = be.runtime.alloc(n, dtype, op)
     if n == 0:
         return out
     istride = lids.strides[0] if lids.ndim else 0
@@ -80,10 +81,10 @@ def index_select(be, storage, layout, ids, lids, dim, dtype):
 def gather(be, storage, layout, ids, lids, dim, dtype, dest=None, dest_off=0):
     """torch.gather into a new tensor, or into dest[dest_off:] (argmax's last step)."""
     op = "gather"
-    t = be._type(dtype, op)
+    t = be.runtime.type_of(dtype, op)
     lo_hi = check_ids(be, ids, lids, layout.shape[dim], op, dim)
     n = lids.numel
-    out = be._alloc(n, dtype, op) if dest is None else dest
+    out = be.runtime.alloc(n, dtype, op) if dest is None else dest
     if n == 0:
         return out
     _launch(be, "gather", op, t, list(lids.shape), dim, storage, layout, ids, lids.offset,
@@ -96,7 +97,7 @@ def _launch(be, kernel, op, t, shape, dim, src, layout, ids, ioff, istrides, out
     """Dispatch index_select / gather over `shape` (the output's), split so that every
     binding fits: boxes of the output, and ranges [lo, hi) of the source's dim `dim`."""
     ti = _ids_type(be, ids)
-    limit = be._split_limit()
+    limit = be.runtime.split_limit
     size = layout.shape[dim]
     xs = layout.strides[dim]
     # The source's strides over the output's space: along `dim` the position is an id.
@@ -112,47 +113,47 @@ def _launch(be, kernel, op, t, shape, dim, src, layout, ids, ioff, istrides, out
     lo, hi = (0, size - 1) if lo_hi is None else lo_hi
     nd = len(shape)
     spec = {"S": t.storage, "SI": ti.storage, "ND": nd, "DIM": dim, "WG": _WG}
-    pipe = be._kernel(kernel, t, spec, op)
+    pipe = be.runtime.kernel(kernel, t, spec, op)
     for starts, sub in split.row_boxes(shape, *plan):
         count = 1
         for d in sub:
             count *= d
         own = span(sub, xbox)
         rows = max(1, (limit // t.size - own) // xs + 1) if xs else size
-        if -(-(hi - lo + 1) // rows) > _MAX_RANGES:
+        if ceil_div(hi - lo + 1, rows) > _MAX_RANGES:
             one = list(layout.shape)
             one[dim] = 1
             raise UnsupportedOp(
                 f"{op}: the source of shape {fmt_shape(layout.shape)} has rows of "
                 f"{span(one, layout.strides) * t.size} bytes along dim {dim}; under the "
-                f"adapter's maximum storage binding of {be.max_binding} bytes it would be "
+                f"adapter's maximum storage binding of {be.runtime.max_binding} bytes it would be "
                 f"read in more than {_MAX_RANGES} ranges", op=op)
-        irng, irel = be._bind(ids, ioff + split.offset_of(starts, istrides),
+        irng, irel = be.runtime.bind(ids, ioff + split.offset_of(starts, istrides),
                               ioff + split.offset_of(starts, istrides) + span(sub, istrides),
                               ti.size, op)
         o0 = out_off + split.offset_of(starts, ostr)
-        orng, orel = be._bind(out, o0, o0 + count, t.size, op)
+        orng, orel = be.runtime.bind(out, o0, o0 + count, t.size, op)
         base = layout.offset + split.offset_of(starts, xbox)
         for r0 in range(0 if rows >= size else lo, hi + 1 if rows < size else 1, rows):
             r1 = min(size, r0 + rows)
             x0 = base + r0 * xs
-            rng, rel = be._bind(src, x0, x0 + own + (r1 - r0 - 1) * xs, t.size, op)
+            rng, rel = be.runtime.bind(src, x0, x0 + own + (r1 - r0 - 1) * xs, t.size, op)
             if kernel == "index_select":
                 params = [count, size, irel, istrides[dim], rel, r0, r1, orel] + list(sub) + \
                     list(layout.strides)
             else:
                 params = [count, size, irel, 0, rel, r0, r1, orel] + list(sub) + \
                     list(layout.strides) + list(istrides)
-            be._launch(pipe, params, [rng, irng, orng], be._grid(count))
+            be.runtime.launch(pipe, params, [rng, irng, orng], be.runtime.grid(count))
 
 
 def scatter_add(be, dst, ldst, ids, lids, src, lsrc, dim, dtype):
     op = "scatter_add"
-    be._type(dtype, op)        # an unsupported dtype fails before the ids are checked
+    be.runtime.type_of(dtype, op)        # an unsupported dtype fails before the ids are checked
     check_ids(be, ids, lids, ldst.shape[dim], op, dim)
     n = ldst.numel
     if n == 0:
-        return be._alloc(n, dtype, op)
+        return be.runtime.alloc(n, dtype, op)
     m = lids.shape[dim]
     # The kernel's loops: the ids along dim, then two over the dims (strided(), coords).
     piece = max(1, loopcap.BUDGET - 2 * ldst.ndim)
@@ -170,24 +171,24 @@ def scatter_add(be, dst, ldst, ids, lids, src, lsrc, dim, dtype):
 def _scatter_add(be, dst, ldst, ids, lids, src, lsrc, dim, dtype):
     """One dispatch: dst plus src at ids (already checked), into a new contiguous tensor."""
     op = "scatter_add"
-    t = be._type(dtype, op)
+    t = be.runtime.type_of(dtype, op)
     n = ldst.numel
-    out = be._alloc(n, dtype, op)
+    out = be.runtime.alloc(n, dtype, op)
     ti = _ids_type(be, ids)
     nd = ldst.ndim
     spec = {"S": t.storage, "SI": ti.storage, "ROUND": t.round, "ND": nd, "DIM": dim,
             "WG": _WG}
-    pipe = be._kernel("scatter_add", t, spec, op)
-    drng, drel = be._bind(dst, ldst.offset, ldst.offset + span(ldst.shape, ldst.strides),
+    pipe = be.runtime.kernel("scatter_add", t, spec, op)
+    drng, drel = be.runtime.bind(dst, ldst.offset, ldst.offset + span(ldst.shape, ldst.strides),
                           t.size, op)
-    irng, irel = be._bind(ids, lids.offset, lids.offset + span(lids.shape, lids.strides),
+    irng, irel = be.runtime.bind(ids, lids.offset, lids.offset + span(lids.shape, lids.strides),
                           ti.size, op)
-    srng, srel = be._bind(src, lsrc.offset, lsrc.offset + span(lsrc.shape, lsrc.strides),
+    srng, srel = be.runtime.bind(src, lsrc.offset, lsrc.offset + span(lsrc.shape, lsrc.strides),
                           t.size, op)
-    orng, _ = be._bind(out, 0, n, t.size, op)
+    orng, _ = be.runtime.bind(out, 0, n, t.size, op)
     params = [n, lids.shape[dim], irel, srel, drel, 0, 0, 0] + list(ldst.shape) + \
         list(ldst.strides) + list(lids.shape) + list(lids.strides) + list(lsrc.strides)
     if len(params) > 64:
         raise UnsupportedOp(f"{op}: too many dims ({nd}) for the WebGPU kernel", op=op)
-    be._launch(pipe, params, [drng, irng, srng, orng], be._grid(n))
+    be.runtime.launch(pipe, params, [drng, irng, srng, orng], be.runtime.grid(n))
     return out

@@ -11,13 +11,15 @@ for the few fixed-length loops (dims of strided(), workgroup trees) not counted.
 Tests lower BUDGET (monkeypatch loopcap.BUDGET) to reach the long-input paths with
 small inputs; read it as `loopcap.BUDGET` at call time, never import the number.
 """
+from ...intmath import ceil_div
+
 BUDGET = 60000
 
 
 def strided_loops(n, lanes, passes):
     """Iterations of `passes` loops that each stride over n elements `lanes` apart,
     plus the workgroup trees (log2 lanes each) combining the lanes after each pass."""
-    return passes * (-(-n // lanes) + max(lanes, 1).bit_length())
+    return passes * (ceil_div(n, lanes) + max(lanes, 1).bit_length())
 
 
 def fits(loops):

@@ -19,6 +19,7 @@ applied as the kernels store; split launches bind bias and residual for their ow
 and columns, and of a split K only the last partial product applies it.
 """
 from ...errors import UnsupportedOp
+from ...intmath import ceil_div
 from .epilogue import Epilogue
 from . import epilogue as _epilogue
 from .shapes import collapse, contiguous_strides, span
@@ -66,14 +67,14 @@ STORE_TILE = """    let ob = strided(bi, {{NB}}u, 16u, 16u + 3u * {{NB}}u, p(6u)
 
 
 def matmul(be, a, la, b, lb, dtype):
-    t = be._type(dtype, "matmul")
+    t = be.runtime.type_of(dtype, "matmul")
     batch = list(la.shape[:-2])
     m, k = la.shape[-2:]
     n = lb.shape[-1]
     nb = 1
     for d in batch:
         nb *= d
-    out = be._alloc(nb * m * n, dtype, "matmul")
+    out = be.runtime.alloc(nb * m * n, dtype, "matmul")
     if nb * m * n == 0:
         return out
     if k == 0:
@@ -94,7 +95,7 @@ def linear(be, a, la, b, lb, bias, lbias, dtype, activation=None, residual=None,
     """activation(a @ b + bias) + residual for a 2-D `a` (m, k) and `b` (k, n), in one
     matmul launch (more where operands are split)."""
     op = "linear"
-    t = be._type(dtype, op)
+    t = be.runtime.type_of(dtype, op)
     if not dtype.is_float:
         raise UnsupportedOp(f"linear: the fused path is for float dtypes, not {dtype.name}",
                             op=op)
@@ -109,7 +110,7 @@ def linear(be, a, la, b, lb, bias, lbias, dtype, activation=None, residual=None,
                                                   lres.strides[1]))
     if bias is None and activation is None and residual is None:
         epi = None      # the plain matmul's kernels, no epilogue parameters
-    out = be._alloc(m * n, dtype, op)
+    out = be.runtime.alloc(m * n, dtype, op)
     if m * n == 0:
         return out
     A = _Operand(a, la.offset, [0], la.strides[0], la.strides[1])
@@ -138,7 +139,7 @@ def _split_or_launch(be, t, dtype, A, B, O, m, n, k, bshape, acc, epi=None, last
         _split_or_launch(be, t, dtype, A.moved(half * A.cs), B.moved(half * B.rs), O,
                          m, n, k - half, bshape, True, epi, last)
         return
-    limit = be.max_binding - be.storage_align - 16
+    limit = be.runtime.max_binding - be.runtime.storage_align - 16
     spans = {"A": _span(A, bshape, m, k) * t.size, "B": _span(B, bshape, k, n) * t.size,
              "O": _span(O, bshape, m, n) * t.size}
     if epi is not None:
@@ -160,7 +161,7 @@ def _split_or_launch(be, t, dtype, A, B, O, m, n, k, bshape, acc, epi=None, last
                   if size > 1]
     if not cands:
         raise UnsupportedOp(f"matmul: an operand of {spans[worst]} bytes exceeds the adapter's "
-                            f"maximum storage binding ({be.max_binding} bytes)", op="matmul")
+                            f"maximum storage binding ({be.runtime.max_binding} bytes)", op="matmul")
     _, which, size = max(cands, key=lambda c: c[0])
     half = size // 2
     if which in ("n", "k") and size >= 8:
@@ -196,8 +197,7 @@ def tiles(be):
     """Register tiles and workgroup shapes per adapter kind: nn (TM, TC, WGX, WGY) and nt
     (TM, TN, WGX, WGY). CPU adapters (lavapipe) vectorise across invocations; tall tiles
     that still fit the registers suit them."""
-    info = be.driver.info
-    if info.get("adapter_type") == "CPU":
+    if be.runtime.is_cpu_adapter:
         # Measured on lavapipe (GFLOP per CPU-second, 1024^3): nn 12x4 tiles 8.6 against
         # 8x4 7.0 and 16x4 5.0 (register spills); nt 6x4 7.1 against 8x4 6.2.
         return {"nn": (12, 1, 8, 16), "nt": (6, 4, 8, 8)}
@@ -220,7 +220,7 @@ _SG_MIN_M = 8     # fewer rows (decoding) keep the plain kernels' narrow-M tiles
 
 def _use_subgroups(be, m):
     drv = be.driver
-    return (m >= _SG_MIN_M and drv.info.get("adapter_type") == "CPU"
+    return (m >= _SG_MIN_M and be.runtime.is_cpu_adapter
             and getattr(drv, "kind", "") == "native" and "subgroup" in drv.features)
 
 
@@ -243,15 +243,15 @@ def _launch_transposed(be, t, dtype, A, B, O, m, n, k, bshape, acc, epi, last):
     nc = 1
     for d in cshape:
         nc *= d
-    bt = be._alloc(nc * n * k, dtype, "matmul")
-    src, rel = be._bind(B.st, B.off, B.off + _span(B, cshape, k, n), t.size, "matmul")
-    dst, _ = be._bind(bt, 0, nc * n * k, t.size, "matmul")
+    bt = be.runtime.alloc(nc * n * k, dtype, "matmul")
+    src, rel = be.runtime.bind(B.st, B.off, B.off + _span(B, cshape, k, n), t.size, "matmul")
+    dst, _ = be.runtime.bind(bt, 0, nc * n * k, t.size, "matmul")
     cstr = contiguous_strides(cshape)
     spec = {"S": t.storage, "NB": len(cshape), "WG": 64}
-    pipe = be._kernel("matmul_transpose", t, spec, "matmul")
+    pipe = be.runtime.kernel("matmul_transpose", t, spec, "matmul")
     params = [k // 4, n, rel, B.rs, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] + list(cshape) + \
         list(B.bs) + [s * n * k // 4 for s in cstr]
-    be._launch(pipe, params, [src, dst], (-(-n // 64), k // 4, nc))
+    be.runtime.launch(pipe, params, [src, dst], (ceil_div(n, 64), k // 4, nc))
     bs = [c * n * k if s else 0 for c, s in zip(cstr, B.bs)]
     Bt = _Operand(bt, 0, bs, 1, k)
     _launch(be, t, dtype, A, Bt, O, m, n, k, bshape, acc, epi, last)
@@ -263,7 +263,7 @@ def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc, epi=None, last=True):
         nb *= d
     ranges, rel = [], []
     for op, rows, cols in ((A, m, k), (B, k, n), (O, m, n)):
-        r, o = be._bind(op.st, op.off, op.off + _span(op, bshape, rows, cols), t.size, "matmul")
+        r, o = be.runtime.bind(op.st, op.off, op.off + _span(op, bshape, rows, cols), t.size, "matmul")
         ranges.append(r)
         rel.append(o)
     tail = []
@@ -273,7 +273,7 @@ def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc, epi=None, last=True):
         tail[0] = int(last)
     epi_spec = _epilogue.spec(epi)
     nbd = len(bshape)
-    fast = dtype.is_float and nb <= be.max_groups
+    fast = dtype.is_float and nb <= be.runtime.max_groups
     batch4 = _all4(*(A.bs + B.bs + O.bs))
     tile = tiles(be)
     if fast and A.cs == 1 and B.rs == 1 and _all4(k, rel[0], A.rs, rel[1], B.cs) and batch4:
@@ -284,16 +284,16 @@ def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc, epi=None, last=True):
             wgx, wgy, a4 = _SG_WG, 1, 1
             spec = {"TM": tm, "TN": tn, "WG": wgx, "NB": nbd, "S": t.storage, "ROUND": t.round,
                     "STORE_TILE": STORE_TILE, **epi_spec}
-            pipe = be._kernel("matmul_nt_sg", t, spec, "matmul")
+            pipe = be.runtime.kernel("matmul_nt_sg", t, spec, "matmul")
         else:
             tm, tn, wgx, wgy = _fit_rows(tile["nt"], m)
             spec = {"TM": tm, "TN": tn, "WGX": wgx, "WGY": wgy, "NB": nbd, "S": t.storage,
                     "ROUND": t.round, "STORE_TILE": STORE_TILE, **epi_spec}
-            pipe = be._kernel("matmul_nt", t, spec, "matmul")
+            pipe = be.runtime.kernel("matmul_nt", t, spec, "matmul")
         params = [m, n, k // 4, 0, rel[0] // a4, rel[1] // 4, rel[2], int(acc),
                   A.rs // a4, 0, 0, B.cs // 4, O.rs, 0, 0, 0] + list(bshape) + \
             [s // a4 for s in A.bs] + [s // 4 for s in B.bs] + list(O.bs)
-        groups = (-(-(-(-n // tn)) // wgx), -(-(-(-m // tm)) // wgy), nb)
+        groups = (ceil_div(ceil_div(n, tn), wgx), ceil_div(ceil_div(m, tm), wgy), nb)
     elif fast and A.cs == 1 and B.cs == 1 and _all4(n, k, rel[0], A.rs, rel[1], B.rs, rel[2],
                                                    O.rs) and batch4:
         if _use_subgroups(be, m):
@@ -302,16 +302,16 @@ def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc, epi=None, last=True):
         tm, tc, wgx, wgy = _fit_rows(tile["nn"], m)
         spec = {"TM": tm, "TC": tc, "WGX": wgx, "WGY": wgy, "NB": nbd, "S": t.storage,
                 "ROUND": t.round + "_4" if t.round else "", **epi_spec}
-        pipe = be._kernel("matmul_nn", t, spec, "matmul")
+        pipe = be.runtime.kernel("matmul_nn", t, spec, "matmul")
         params = [m, n // 4, k // 4, 0, rel[0] // 4, rel[1] // 4, rel[2] // 4, int(acc),
                   A.rs // 4, 0, B.rs // 4, 0, O.rs // 4, 0, 0, 0] + list(bshape) + \
             [s // 4 for s in A.bs + B.bs + O.bs]
-        groups = (-(-(-(-(n // 4) // tc)) // wgx), -(-(-(-m // tm)) // wgy), nb)
+        groups = (ceil_div(ceil_div(n // 4, tc), wgx), ceil_div(ceil_div(m, tm), wgy), nb)
     else:
         spec = {"S": t.storage, "ROUND": t.round, "NB": nbd, "WG": 64, **epi_spec}
-        pipe = be._kernel("matmul", t, spec, "matmul")
+        pipe = be.runtime.kernel("matmul", t, spec, "matmul")
         total = nb * m * n
         params = [m, n, k, total, rel[0], rel[1], rel[2], int(acc),
                   A.rs, A.cs, B.rs, B.cs, O.rs, 0, 0, 0] + list(bshape) + A.bs + B.bs + O.bs
-        groups = be._grid(total, 64)
-    be._launch(pipe, params + tail, ranges, groups)
+        groups = be.runtime.grid(total, 64)
+    be.runtime.launch(pipe, params + tail, ranges, groups)

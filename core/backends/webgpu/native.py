@@ -176,6 +176,12 @@ class NativeDriver:
                               device="wgpu") from None
         return True
 
+    def discard(self):
+        """Drop the open pass and encoder unsubmitted (after a failure inside them), so
+        that the next dispatch starts a fresh encoder."""
+        self._pass = None
+        self._encoder = None
+
     # --- readback -----------------------------------------------------------------------------
     def _staging_for(self, size):
         # Staging buffers are pooled by power-of-two class; one in flight is not shared,

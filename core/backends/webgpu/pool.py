@@ -3,7 +3,11 @@
 A tensor's storage returns its buffer to the pool when the tensor dies (CPython frees it
 at once); the next allocation of the same class reuses it, so a repeated forward pass of
 one shape creates no new buffers after the first.
+
+The pool is shared by the threads using a device: each method runs under the runtime's
+lock (a storage may die, and give its buffer back, in any thread).
 """
+import threading
 
 _MIB = 1 << 20
 
@@ -29,8 +33,9 @@ class Buffer:
 
 
 class Pool:
-    def __init__(self, driver, max_buffer):
+    def __init__(self, driver, max_buffer, lock=None):
         self.driver = driver
+        self.lock = lock or threading.RLock()
         self.max_buffer = max_buffer
         self.free = {}
         # Every live buffer stays reachable from here: when the garbage collector frees a
@@ -41,7 +46,15 @@ class Pool:
         self.bytes_pooled = 0
         self.buffers_created = 0
 
+    def stats(self):
+        return {"bytes_in_use": self.bytes_in_use, "bytes_pooled": self.bytes_pooled,
+                "buffers_created": self.buffers_created}
+
     def take(self, nbytes, what="tensor"):
+        with self.lock:
+            return self._take(nbytes, what)
+
+    def _take(self, nbytes, what):
         from ...errors import OutOfMemory
         cls = size_class(nbytes)
         if cls > self.max_buffer:
@@ -56,25 +69,45 @@ class Pool:
             buf = bucket.pop()
             self.bytes_pooled -= cls
         else:
-            self.buffers_created += 1
-            buf = Buffer(self.driver.create_buffer(cls), cls, self.buffers_created)
-            self.owned[buf.serial] = buf
+            buf = self._create(cls)
         self.bytes_in_use += cls
         return buf
 
+    def _create(self, size):
+        self.buffers_created += 1
+        buf = Buffer(self.driver.create_buffer(size), size, self.buffers_created)
+        self.owned[buf.serial] = buf
+        return buf
+
+    def take_exact(self, nbytes):
+        """A new buffer of exactly `nbytes` (a multiple of 4; a quantized weight, which a
+        size class would round up to 2x), counted in use; given back, it is reused only
+        at that exact size."""
+        from ...errors import OutOfMemory
+        if nbytes > self.max_buffer:
+            raise OutOfMemory(
+                f"wgpu: a buffer of {nbytes} bytes exceeds the adapter's maximum buffer "
+                f"size of {self.max_buffer} bytes", size=nbytes, device="wgpu")
+        with self.lock:
+            buf = self._create(nbytes)
+            self.bytes_in_use += nbytes
+            return buf
+
     def give(self, buf):
-        self.bytes_in_use -= buf.size
-        self.bytes_pooled += buf.size
-        self.free.setdefault(buf.size, []).append(buf)
+        with self.lock:
+            self.bytes_in_use -= buf.size
+            self.bytes_pooled += buf.size
+            self.free.setdefault(buf.size, []).append(buf)
 
     def trim(self):
         """Destroy every pooled buffer (they are unreferenced by tensors)."""
-        for bucket in self.free.values():
-            for buf in bucket:
-                self.driver.destroy_buffer(buf.handle)
-                self.owned.pop(buf.serial, None)
-        self.free.clear()
-        self.bytes_pooled = 0
+        with self.lock:
+            for bucket in self.free.values():
+                for buf in bucket:
+                    self.driver.destroy_buffer(buf.handle)
+                    self.owned.pop(buf.serial, None)
+            self.free.clear()
+            self.bytes_pooled = 0
 
 
 class Storage:

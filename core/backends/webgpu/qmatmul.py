@@ -22,7 +22,7 @@ from ... import dtype as dt
 from ...errors import ShapeMismatch, UnsupportedOp
 from ...layout import Layout
 from . import loopcap
-from .pool import Buffer, Storage
+from ...intmath import ceil_div
 
 # ggml type number -> (shader name, weights per block, bytes per block, loop iterations
 # per block for a tile of `tm` rows: the block's own loops plus add_rows' row loop)
@@ -80,19 +80,14 @@ def upload(be, raw, ggml_type, shape):
                             f"got {mv.nbytes}", op="qmatmul", shape=(n, k))
     # 4 bytes of padding: the shader reads a whole word past a block's last byte.
     size = (mv.nbytes + 4 + 3) // 4 * 4
-    pool = be.pool
-    if size > pool.max_buffer:
+    rt = be.runtime
+    if size > rt.pool.max_buffer:
         raise UnsupportedOp(f"qmatmul: a weight of {size} bytes exceeds the adapter's maximum "
-                            f"buffer size of {pool.max_buffer} bytes", op="qmatmul")
+                            f"buffer size of {rt.pool.max_buffer} bytes", op="qmatmul")
     # An exactly sized buffer (the pool's size classes would round a weight up to 2x);
     # returned to the pool when the weight dies, it is reused only at that exact size.
-    pool.buffers_created += 1
-    buf = Buffer(be.driver.create_buffer(size), size, pool.buffers_created)
-    pool.owned[buf.serial] = buf
-    pool.bytes_in_use += size
-    storage = Storage(buf, size // 4, pool)
-    storage.dtype_name = "u32"
-    be._write(buf, bytes(mv) + b"\0" * (size - mv.nbytes))
+    storage = rt.exact_storage(size, "u32")
+    rt.write(storage.buf, bytes(mv) + b"\0" * (size - mv.nbytes))
     return QWeight(storage, t, (n, k), row_bytes, mv.nbytes)
 
 
@@ -116,28 +111,28 @@ def qmatmul(be, x, lx, qw, dtype=dt.f32):
         lx = Layout(lx.shape)
     if k == 0:                     # an empty sum
         return be.full(lead + (n,), 0, dt.f32), lead + (n,)
-    out = be._alloc(m * n, dt.f32, "qmatmul")
+    out = be.runtime.alloc(m * n, dt.f32, "qmatmul")
     if m * n == 0:
         return out, lead + (n,)
     name, qk, ts, per_block = _TYPES[qw.ggml_type]
-    if m >= _DEQUANT_ROWS and 4 * k <= be._split_limit():
+    if m >= _DEQUANT_ROWS and 4 * k <= be.runtime.split_limit:
         _dequantized_matmul(be, x, lx, qw, out, m)
         return out, lead + (n,)
     tm = min(_MAX_TM, 1 << (m - 1).bit_length())
     blocks = k // qk
     part = max(1, (loopcap.BUDGET - 4 * tm) // per_block(tm))      # blocks per K part
-    limit = be._split_limit() - 8
+    limit = be.runtime.split_limit - 8
     rows_w = limit // qw.row_bytes                   # weight rows per binding
     rows_x = limit // (4 * max(k, n))               # x / out rows per binding
     if rows_w < 1 or rows_x < 1:
         raise UnsupportedOp(
             f"qmatmul: one row of the weight ({qw.row_bytes} bytes) or of x/out "
             f"({4 * max(k, n)} bytes) exceeds the adapter's maximum storage binding of "
-            f"{be.max_binding} bytes", op="qmatmul")
-    rows_x = min(rows_x, be.max_groups * tm)
-    rows_w = min(rows_w, be.max_groups * _WG)
+            f"{be.runtime.max_binding} bytes", op="qmatmul")
+    rows_x = min(rows_x, be.runtime.max_groups * tm)
+    rows_w = min(rows_w, be.runtime.max_groups * _WG)
     spec = {"MODE": "matmul", "QTYPE": name, "TS": ts, "QK4": qk // 4, "TM": tm, "WG": _WG}
-    pipe = be._pipeline("qmatmul", "f32", spec, "qmatmul", f16=False)
+    pipe = be.runtime.pipeline("qmatmul", "f32", spec, "qmatmul", f16=False)
     wbuf = qw.storage.buf
     for m0 in range(0, m, rows_x):
         m1 = min(m, m0 + rows_x)
@@ -145,19 +140,19 @@ def qmatmul(be, x, lx, qw, dtype=dt.f32):
             b1 = min(blocks, b0 + part)
             kw = (b1 - b0) * qk
             x0 = lx.offset + m0 * k + b0 * qk
-            xr, xrel = be._bind(x, x0, x0 + (m1 - m0 - 1) * k + kw, 4, "qmatmul")
+            xr, xrel = be.runtime.bind(x, x0, x0 + (m1 - m0 - 1) * k + kw, 4, "qmatmul")
             for n0 in range(0, n, rows_w):
                 n1 = min(n, n0 + rows_w)
                 first = n0 * qw.row_bytes + b0 * ts
                 last = (n1 - 1) * qw.row_bytes + b1 * ts        # one past the last byte
-                wr, wrel = be._raw_range(wbuf, first // 4, -(-last // 4) + 1)
+                wr, wrel = be.runtime.bind_words(wbuf, first // 4, ceil_div(last, 4) + 1)
                 o0 = m0 * n + n0
-                orng, orel = be._bind(out, o0, o0 + (m1 - m0 - 1) * n + (n1 - n0), 4,
+                orng, orel = be.runtime.bind(out, o0, o0 + (m1 - m0 - 1) * n + (n1 - n0), 4,
                                       "qmatmul")
                 params = [m1 - m0, n1 - n0, b1 - b0, xrel // 4, k // 4,
                           wrel * 4 + first % 4, qw.row_bytes, orel, n, int(b0 > 0)]
-                groups = (-(-(n1 - n0) // _WG), -(-(m1 - m0) // tm), 1)
-                be._launch(pipe, params, [xr, wr, orng], groups)
+                groups = (ceil_div(n1 - n0, _WG), ceil_div(m1 - m0, tm), 1)
+                be.runtime.launch(pipe, params, [xr, wr, orng], groups)
     return out, lead + (n,)
 
 
@@ -170,21 +165,21 @@ def _dequantized_matmul(be, x, lx, qw, out, m):
     n, k = qw.shape
     name, qk, ts, _ = _TYPES[qw.ggml_type]
     blocks = k // qk
-    chunk = max(1, min(n, _SCRATCH_BYTES // (4 * k), be._split_limit() // (4 * k)))
-    scratch = be._alloc(chunk * k, dt.f32, "qmatmul")
+    chunk = max(1, min(n, _SCRATCH_BYTES // (4 * k), be.runtime.split_limit // (4 * k)))
+    scratch = be.runtime.alloc(chunk * k, dt.f32, "qmatmul")
     spec = {"MODE": "dequant", "QTYPE": name, "TS": ts, "QK4": qk // 4, "TM": 1, "WG": _WG}
-    pipe = be._pipeline("qmatmul", "f32", spec, "qmatmul", f16=False)
-    t = be._type(dt.f32, "qmatmul")
+    pipe = be.runtime.pipeline("qmatmul", "f32", spec, "qmatmul", f16=False)
+    t = be.runtime.type_of(dt.f32, "qmatmul")
     # x is not read by the dequant kernel, but its binding must hold a valid range
-    xr, _ = be._bind(x, lx.offset, lx.offset + k, 4, "qmatmul")
+    xr, _ = be.runtime.bind(x, lx.offset, lx.offset + k, 4, "qmatmul")
     A = _Operand(x, lx.offset, [0], k, 1)
     for n0 in range(0, n, chunk):
         rows = min(n, n0 + chunk) - n0
         first, last = n0 * qw.row_bytes, (n0 + rows) * qw.row_bytes
-        wr, wrel = be._raw_range(qw.storage.buf, first // 4, -(-last // 4) + 1)
-        orng, orel = be._bind(scratch, 0, rows * k, 4, "qmatmul")
+        wr, wrel = be.runtime.bind_words(qw.storage.buf, first // 4, ceil_div(last, 4) + 1)
+        orng, orel = be.runtime.bind(scratch, 0, rows * k, 4, "qmatmul")
         params = [0, rows, blocks, 0, 0, wrel * 4 + first % 4, qw.row_bytes, orel, k, 0]
-        be._launch(pipe, params, [xr, wr, orng], be._grid(rows * blocks, _WG))
+        be.runtime.launch(pipe, params, [xr, wr, orng], be.runtime.grid(rows * blocks, _WG))
         # out[:, n0:n0 + rows] = x @ scratch[:rows].T (scratch read along K: the nt kernels)
         _split_or_launch(be, t, dt.f32, A, _Operand(scratch, 0, [0], 1, k),
                          _Operand(out, n0, [0], n, 1), m, rows, k, [1], False)

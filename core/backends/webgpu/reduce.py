@@ -23,7 +23,9 @@ from collections import namedtuple
 from ... import dtype as dt
 from ...errors import UnsupportedOp
 from ...layout import Layout
+from ...intmath import ceil_div
 from .index import gather
+from . import rows as row_kernels
 from .shapes import collapse, contiguous_strides, span
 
 CHUNK = 1 << 16   # reduced elements per workgroup before a second pass
@@ -52,24 +54,24 @@ def _prod(values):
 def reduce(be, op, storage, layout, dims, dtype):
     if op not in _COMBINE:
         raise UnsupportedOp(f"reduce: unknown op {op!r}", op=op)
-    t = be._type(dtype, op)
+    t = be.runtime.type_of(dtype, op)
     dims = sorted(dims)
     is_arg = op in _EXTREME
     out_dtype = dt.i64 if is_arg else dtype
     n_out = _prod(n for d, n in enumerate(layout.shape) if d not in dims)
     k_total = _prod(layout.shape[d] for d in dims)
-    out = be._alloc(n_out, out_dtype, op)
+    out = be.runtime.alloc(n_out, out_dtype, op)
     if n_out == 0:
         return out
     if is_arg:
         out.known_range = (0, max(k_total - 1, 0))   # no range check needed downstream
-    job = _Job(op, t, t, be._type(out_dtype, op), k_total, True)
+    job = _Job(op, t, t, be.runtime.type_of(out_dtype, op), k_total, True)
     _into(be, job, storage, layout, dims, out, 0, 0)
     return out
 
 
 def _partial_type(be, t):
-    return be.types["f32"] if t.compute == "f32" else t
+    return be.runtime.types["f32"] if t.compute == "f32" else t
 
 
 def _into(be, job, src, layout, dims, dest, dest_off, base):
@@ -80,7 +82,7 @@ def _into(be, job, src, layout, dims, dest, dest_off, base):
     n_out = _prod(shape[d] for d in kept)
     if n_out == 0:
         return
-    limit = be._split_limit()
+    limit = be.runtime.split_limit
     in_fits = span(shape, strides) * job.tin.size <= limit
     if in_fits and n_out * job.tout.size <= limit:
         _fitting(be, job, src, layout, dims, kept, dest, dest_off, base)
@@ -134,7 +136,7 @@ def _split_kept(be, job, src, layout, dims, kept, d, dest, dest_off, base, budge
     n = shape[d]
     ostride = _prod(shape[k] for k in kept if k > d)    # of d in the output
     p = _progress(min(_piece(layout, d, budget),
-                      max(1, be._split_limit() // job.tout.size // ostride)), n)
+                      max(1, be.runtime.split_limit // job.tout.size // ostride)), n)
     # Output ranges are contiguous when no kept dim before d is longer than 1; otherwise
     # (a permuted source) each part is reduced apart and copied to its strided place.
     outer = all(shape[k] == 1 for k in kept if k < d)
@@ -145,7 +147,7 @@ def _split_kept(be, job, src, layout, dims, kept, d, dest, dest_off, base, budge
             _into(be, job, src, sub, dims, dest, at, base)
             continue
         kshape = [sub.shape[k] for k in kept]
-        part = be._alloc(_prod(kshape), job.tout.dtype, job.op)
+        part = be.runtime.alloc(_prod(kshape), job.tout.dtype, job.op)
         _into(be, job, src, sub, dims, part, 0, base)
         view = Layout(kshape, contiguous_strides([shape[k] for k in kept]), at)
         be.copy_into(dest, view, part, Layout(kshape), job.tout.dtype)
@@ -154,27 +156,27 @@ def _split_kept(be, job, src, layout, dims, kept, d, dest, dest_off, base, budge
 def _split_reduced(be, job, src, layout, dims, kept, d, dest, dest_off, base):
     op = job.op
     n = layout.shape[d]
-    p = _progress(_piece(layout, d, be._split_limit() // job.tin.size), n)
-    pieces = -(-n // p)
+    p = _progress(_piece(layout, d, be.runtime.split_limit // job.tin.size), n)
+    pieces = ceil_div(n, p)
     n_out = _prod(layout.shape[k] for k in kept)
     pt = _partial_type(be, job.tcomp)
     parts = [(i, a, layout.narrow(d, a, min(p, n - a))) for i, a in enumerate(range(0, n, p))]
     if op in _EXTREME:
         if d != dims[0]:
             raise UnsupportedOp(f"{op}: over several dims of a tensor larger than the "
-                                f"adapter's maximum storage binding ({be.max_binding} bytes); "
+                                f"adapter's maximum storage binding ({be.runtime.max_binding} bytes); "
                                 f"reshape it to one dim first", op=op)
         inner = _prod(layout.shape[k] for k in dims if k > d)
-        values = be._alloc(n_out * pieces, pt.dtype, op)
-        firsts = be._alloc(n_out * pieces, dt.i64, op)
-        ti = be._type(dt.i64, op)
+        values = be.runtime.alloc(n_out * pieces, pt.dtype, op)
+        firsts = be.runtime.alloc(n_out * pieces, dt.i64, op)
+        ti = be.runtime.type_of(dt.i64, op)
         for i, a, sub in parts:
             _into(be, job._replace(op=_EXTREME[op], tout=pt, round_out=False), src, sub, dims,
                   values, i * n_out, 0)
             _into(be, job._replace(tout=ti), src, sub, dims, firsts, i * n_out, base + a * inner)
         _pick(be, op, values, firsts, Layout((n_out, pieces), (1, n_out)), pt, dest, dest_off)
         return
-    partial = be._alloc(n_out * pieces, pt.dtype, op)
+    partial = be.runtime.alloc(n_out * pieces, pt.dtype, op)
     first = job._replace(op={"mean": "sum"}.get(op, op), tout=pt, round_out=False)
     for i, _, sub in parts:
         _into(be, first, src, sub, dims, partial, i * n_out, 0)
@@ -185,8 +187,8 @@ def _pick(be, op, values, firsts, layout, pt, dest, dest_off):
     """argmax/argmin from parts: per output (dim 0 of `layout`), the index in `firsts` of
     the part (dim 1) whose extreme in `values` wins."""
     n_out, parts = layout.shape
-    ti = be._type(dt.i64, op)
-    best = be._alloc(n_out, dt.i64, op)
+    ti = be.runtime.type_of(dt.i64, op)
+    best = be.runtime.alloc(n_out, dt.i64, op)
     _into(be, _Job(op, pt, pt, ti, parts, True), values, layout, [1], best, 0, 0)
     best.known_range = (0, parts - 1)
     gather(be, firsts, layout, best, Layout((n_out, 1)), 1, dt.i64, dest, dest_off)
@@ -211,21 +213,21 @@ def _fitting(be, job, src, layout, dims, kept, dest, dest_off, base):
     if k_total <= CHUNK:
         _pass(be, job, source, geometry, 1, dest, dest_off, base)
         return
-    chunks = -(-k_total // CHUNK)
+    chunks = ceil_div(k_total, CHUNK)
     pt = _partial_type(be, job.tcomp)
     if is_arg:
         # Per chunk: its extreme value and that value's first index; the first chunk
         # holding the overall extreme then gives the index (ties keep the lowest).
-        values = be._alloc(n_out * chunks, pt.dtype, job.op)
-        firsts = be._alloc(n_out * chunks, dt.i64, job.op)
+        values = be.runtime.alloc(n_out * chunks, pt.dtype, job.op)
+        firsts = be.runtime.alloc(n_out * chunks, dt.i64, job.op)
         _pass(be, job._replace(op=_EXTREME[job.op], tout=pt, round_out=False), source,
               geometry, chunks, values, 0, 0)
-        _pass(be, job._replace(tout=be._type(dt.i64, job.op)), source, geometry, chunks,
+        _pass(be, job._replace(tout=be.runtime.type_of(dt.i64, job.op)), source, geometry, chunks,
               firsts, 0, base)
         _pick(be, job.op, values, firsts, Layout((n_out, chunks)), pt, dest, dest_off)
         return
     # Two passes: chunks of the reduced range into f32/int partials, then those.
-    partial = be._alloc(n_out * chunks, pt.dtype, job.op)
+    partial = be.runtime.alloc(n_out * chunks, pt.dtype, job.op)
     _pass(be, job._replace(op={"mean": "sum"}.get(job.op, job.op), tout=pt, round_out=False),
           source, geometry, chunks, partial, 0, 0)
     _pass(be, job._replace(tin=pt), (partial, 0, n_out * chunks),
@@ -246,17 +248,17 @@ def _pass(be, job, source, geometry, chunks, out, out_off, base):
         result = f"{rnd}(acc_final * T(pf(3u)))"
     else:
         result = f"{rnd}(acc_final)"
-    chunk = -(-k_total // chunks)
-    wg, lanes = be._row_split(n_out * chunks, chunk, 1)
+    chunk = ceil_div(k_total, chunks)
+    wg, lanes = row_kernels.row_split(be.runtime, n_out * chunks, chunk, 1)
     spec = {"S": tin.storage, "SO": tout.storage, "NK": len(kshape), "NR": len(rshape),
             "COMBINE": _COMBINE[op], "INIT": init, "RESULT": result, "WG": wg, "LANES": lanes,
             "ISNAN": "nan_f(f32(v))" if tcomp.compute == "f32" else "false"}
-    pipe = be._kernel("reduce", tcomp, spec, op)
+    pipe = be.runtime.kernel("reduce", tcomp, spec, op)
     st, off, extent = source
-    rng, rel = be._bind(st, off, off + extent, tin.size, op)
-    orng, orel = be._bind(out, out_off, out_off + n_out * chunks, tout.size, op)
+    rng, rel = be.runtime.bind(st, off, off + extent, tin.size, op)
+    orng, orel = be.runtime.bind(out, out_off, out_off + n_out * chunks, tout.size, op)
     count = job.mean_count
     scale = struct.unpack("<I", struct.pack("<f", 1.0 / count if count else float("inf")))[0]
     params = [n_out * chunks, k_total, rel, scale, chunk, chunks, orel, base] + list(kshape) + \
         list(kstr) + list(rshape) + list(rstr)
-    be._launch(pipe, params, [rng, orng], be._grid(n_out * chunks, wg // lanes))
+    be.runtime.launch(pipe, params, [rng, orng], be.runtime.grid(n_out * chunks, wg // lanes))
