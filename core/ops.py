@@ -154,7 +154,10 @@ UNARY = {op.name: op for op in [
     UnaryOp("square", lambda xp, x: x * x, "x * x", "fiu"),
     UnaryOp("reciprocal", lambda xp, x: 1.0 / x, "T(1) / x"),
     UnaryOp("erf", erf_array, "erf_f(x)"),
-    UnaryOp("clamp", lambda xp, x, lo, hi: xp.clip(x, lo, hi), "clamp(x, p0, p1)", "fiu", 2),
+    # NaN in x or a bound comes out as NaN, as numpy's clip gives (WGSL's clamp drops it).
+    UnaryOp("clamp", lambda xp, x, lo, hi: xp.clip(x, lo, hi),
+            "select(clamp(x, p0, p1), x + p0 + p1, nan_t(x) || nan_t(p0) || nan_t(p1))",
+            "fiu", 2),
     UnaryOp("pow_scalar", lambda xp, x, p: xp.power(x, p), "pow_f(x, p0)", "f", 1),
     UnaryOp("affine", lambda xp, x, mul, add: x * mul + add, "x * p0 + p1", "fiu", 2),
 ]}
@@ -170,8 +173,11 @@ BINARY = {op.name: op for op in [
     BinaryOp("mul", lambda xp, a, b: a * b, "a * b"),
     # Integer division floors, like Python's // (ember never promotes ints to floats).
     BinaryOp("div", lambda xp, a, b: a / b, "a / b"),
-    BinaryOp("maximum", lambda xp, a, b: xp.maximum(a, b), "max(a, b)"),
-    BinaryOp("minimum", lambda xp, a, b: xp.minimum(a, b), "min(a, b)"),
+    # NaN propagates as in numpy (WGSL's max/min may return the other operand).
+    BinaryOp("maximum", lambda xp, a, b: xp.maximum(a, b),
+             "select(max(a, b), a + b, nan_t(a) || nan_t(b))"),
+    BinaryOp("minimum", lambda xp, a, b: xp.minimum(a, b),
+             "select(min(a, b), a + b, nan_t(a) || nan_t(b))"),
     BinaryOp("pow", lambda xp, a, b: xp.power(a, b), "pow_f(a, b)", "f"),
 ]}
 INT_DIV = BinaryOp("div", _int_div, "idiv(a, b)")

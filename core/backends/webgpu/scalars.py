@@ -20,8 +20,9 @@ def param_bits(value, t, dtype, op, saturate=False):
         v = max(lo, min(hi, v))
     elif not lo <= v <= hi:
         raise UnsupportedDType(
-            f"{op}: the scalar {v} does not fit the {t.compute} the WebGPU backend holds "
-            f"{dtype.name} in ({lo}..{hi}; WGSL has no 64-bit integers)", op=op, dtype=dtype)
+            f"{op}: the scalar {v} does not fit the 32 bits ({t.compute}, {lo}..{hi}) the "
+            f"WebGPU backend holds {dtype.name} in (WGSL has no 64-bit integers)",
+            op=op, dtype=dtype)
     return v & 0xFFFFFFFF
 
 
