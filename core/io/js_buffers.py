@@ -1,9 +1,9 @@
 """Tensors from JavaScript buffers in a page (Pyodide): a fetched weights file goes from
 its ArrayBuffer into GPU buffers without the bytes passing through Python.
 
-Only importable inside Pyodide (it imports `js`). The WebGPU backend's `from_host` takes
-the Uint8Array views made here and, for dtypes held as they are, has the browser driver
-queue them straight into the GPU buffer.
+Only importable inside Pyodide (it imports `js`). The WebGPU backend's transfer module
+takes the Uint8Array views made here and, for dtypes held as they are, has the browser
+driver queue them straight into the GPU buffer.
 """
 import struct
 
@@ -14,6 +14,7 @@ from .. import dtype as dt
 from ..device import Device
 from ..errors import ShapeMismatch
 from ..layout import Layout
+from ..backends.webgpu.transfer import upload_js_view
 from ..tensor import Tensor
 from .safetensors import _check_supported, parse_header
 
@@ -41,7 +42,7 @@ def tensor_from_js(data, dtype, shape, device=None):
         raise ShapeMismatch(f"tensor_from_js: {nbytes} bytes cannot hold shape {list(shape)} "
                             f"of {dtype.name} ({n * dtype.itemsize} bytes)",
                             op="tensor_from_js", shape=shape, dtype=dtype)
-    storage = device.backend.from_host(view, dtype, shape)
+    storage = upload_js_view(device.backend, view, dtype, shape)
     return Tensor(storage, Layout(shape), dtype, device)
 
 

@@ -71,6 +71,7 @@ class WebGPUBackend(Backend):
         self.types = self.runtime.types
         self.pipelines = self.runtime.pipelines
         self.counters = self.runtime.counters
+        self.labels = self.runtime.labels
 
     # --- bookkeeping --------------------------------------------------------------------------
     def memory_stats(self):

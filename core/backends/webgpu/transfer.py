@@ -19,28 +19,26 @@ def _numel(shape):
     return n
 
 
-def _is_js_view(data):
-    """A JS Uint8Array proxied into Python in a page (it has no Python buffer)."""
-    return (not isinstance(data, (bytes, bytearray, memoryview)) and hasattr(data, "byteLength")
-            and hasattr(data, "to_bytes"))
+def upload_js_view(be, view, dtype, shape):
+    """A storage of `shape` from a page's JS Uint8Array (a slice of a fetched file) of
+    exactly its size: for dtypes held as they are (f32, f16 with shader-f16) the browser
+    driver queues the view straight into the GPU buffer without its bytes entering
+    Python; others are widened or range-checked through `from_host` (one host copy)."""
+    t = be.runtime.type_of(dtype, "tensor_from_js")
+    n = _numel(shape)
+    if t.packed or not dtype.is_float or n == 0 or int(view.byteLength) % 4:
+        return be.from_host(view.to_bytes(), dtype, shape)
+    with be.runtime.lock:
+        out = be.runtime.alloc(n, dtype, "tensor_from_js")
+        be.runtime.write(out.buf, view)
+    return out
 
 
 def from_host(be, data, dtype, shape):
-    """A storage of `shape` from host bytes (any buffer, or a page's JS Uint8Array)."""
     op = "from_host"
     rt = be.runtime
     t = rt.type_of(dtype, op)
     n = _numel(shape)
-    if _is_js_view(data):
-        if t.packed or dtype.is_int or int(data.byteLength) != n * dtype.itemsize:
-            data = data.to_bytes()     # widened or range-checked here: one host copy
-        else:
-            # A page's Uint8Array (a slice of a fetched file): the browser driver queues
-            # it straight into the GPU buffer without the bytes entering Python.
-            out = rt.alloc(n, dtype, op)
-            if n:
-                rt.write(out.buf, data)
-            return out
     mv = memoryview(data)
     if mv.nbytes and not mv.c_contiguous:
         mv = memoryview(mv.tobytes())      # one C-order copy of a strided host view
