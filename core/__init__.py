@@ -10,7 +10,8 @@ from .device import Device
 from .dtype import (DType, bf16, bfloat16, bool_, f16, f32, f64, float16, float32, float64,
                     i32, i64, int32, int64, u8, u32, uint8, uint32)
 from .errors import (DeviceError, DeviceMismatch, DimOutOfRange, DTypeMismatch, EmberError,
-                     FormatError, OutOfMemory, ShapeMismatch, UnsupportedDType, UnsupportedOp)
+                     FormatError, InvalidArgument, OutOfMemory,
+                     ShapeMismatch, UnsupportedDType, UnsupportedOp)
 from .layout import Layout
 from .tensor import (Tensor, arange, cat, default_device, eye, from_numpy, full, full_like,
                      matmul, ones, ones_like, set_default_device, softmax, stack, tensor, where,

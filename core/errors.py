@@ -51,6 +51,11 @@ class OutOfMemory(EmberError, MemoryError):
     """An allocation larger than the device can hold."""
 
 
+class InvalidArgument(EmberError, ValueError):
+    """An argument outside the values an op accepts (a zero stride, a seed that is not a
+    non-negative integer, zero chunks): the message names the op, the argument and value."""
+
+
 def fmt_shape(shape):
     """Shapes print as lists, like candle and PyTorch messages: [2, 3]."""
     return "[" + ", ".join(str(int(d)) for d in shape) + "]"

@@ -5,12 +5,13 @@ Convolutions are im2col + matmul: the windows are a strided *view* of the padded
 group (batched over images), so every backend gets them from copy_strided and matmul.
 """
 import math
+import numbers
 
 from . import dtype as dt
-from .errors import ShapeMismatch, UnsupportedDType, fmt_shape
+from .errors import InvalidArgument, ShapeMismatch, UnsupportedDType, fmt_shape
 from .layout import Layout
 from .shape import normalize_dim
-from .tensor import Tensor, full, tensor
+from .tensor import Tensor, _allocating, full, tensor
 
 
 def _pair(value, op, name):
@@ -20,6 +21,20 @@ def _pair(value, op, name):
     if len(value) != 2:
         raise ValueError(f"{op}: {name} must be an int or a pair, got {value}")
     return value
+
+
+def _int_pair(value, op, name, minimum):
+    """_pair of integers each at least `minimum` (stride=0 once divided by zero)."""
+    pair = (value, value) if isinstance(value, (int, float)) else _pair(value, op, name)
+    return tuple(_at_least(v, op, name, minimum, value) for v in pair)
+
+
+def _at_least(v, op, name, minimum, given=None):
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < minimum:
+        raise InvalidArgument(
+            f"{op}: {name} must be an integer of at least {minimum}, got "
+            f"{v if given is None else given!r}", op=op, name=name, value=v)
+    return int(v)
 
 
 def _check_rank(op, x, rank):
@@ -97,15 +112,18 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     x._check_same(op, weight)
     n, c, _, _ = x.shape
     o, cg, kh, kw = weight.shape
-    if groups < 1 or c != cg * groups or o % groups:
+    stride = _int_pair(stride, op, "stride", 1)
+    dilation = _int_pair(dilation, op, "dilation", 1)
+    ph, pw = _int_pair(padding, op, "padding", 0)
+    groups = _at_least(groups, op, "groups", 1)
+    if c != cg * groups or o % groups:
         raise ShapeMismatch(
             f"{op}: input {fmt_shape(x.shape)} and weight {fmt_shape(weight.shape)} do not agree "
             f"with groups={groups} (need in_channels {c} = {cg} x groups, out_channels {o} "
             f"divisible by groups)", op=op, shapes=(x.shape, weight.shape))
-    ph, pw = _pair(padding, op, "padding")
     if ph or pw:
         x = pad(x, (pw, pw, ph, ph))
-    win = _windows(x, kh, kw, _pair(stride, op, "stride"), _pair(dilation, op, "dilation"), op)
+    win = _windows(x, kh, kw, stride, dilation, op)
     oh, ow = win.shape[2], win.shape[3]
     # cols: (N, G, Cg*KH*KW, OH*OW), so weight @ cols lands directly in NCHW order.
     cols = win.reshape(n, groups, cg, oh, ow, kh, kw).permute(0, 1, 2, 5, 6, 3, 4)
@@ -175,15 +193,16 @@ def conv_transpose1d(x, weight, bias=None, stride=1, padding=0, output_padding=0
 
 def _pool_windows(x, kernel_size, stride, padding, dilation, fill, op):
     _check_rank(op, x, 4)
-    kh, kw = _pair(kernel_size, op, "kernel_size")
-    stride = _pair(stride if stride is not None else (kh, kw), op, "stride")
-    ph, pw = _pair(padding, op, "padding")
+    kh, kw = _int_pair(kernel_size, op, "kernel_size", 1)
+    stride = _int_pair(stride if stride is not None else (kh, kw), op, "stride", 1)
+    ph, pw = _int_pair(padding, op, "padding", 0)
+    dilation = _int_pair(dilation, op, "dilation", 1)
     if ph > kh // 2 or pw > kw // 2:
         raise ShapeMismatch(f"{op}: padding {ph}x{pw} must be at most half the kernel {kh}x{kw}",
                             op=op)
     if ph or pw:
         x = pad(x, (pw, pw, ph, ph), value=fill)
-    return _windows(x, kh, kw, stride, _pair(dilation, op, "dilation"), op)
+    return _windows(x, kh, kw, stride, dilation, op)
 
 
 def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1):
@@ -205,15 +224,33 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, count_include_pad=True):
 
 
 def _out_size(x, size, scale_factor, op):
+    """The output (height, width) and the input/output ratios, checked before any work:
+    sizes of at least 1, positive finite scales, and an output the device can hold."""
     h, w = x.shape[2], x.shape[3]
     if size is not None:
-        oh, ow = _pair(size, op, "size")
-        return (oh, ow), (h / oh, w / ow)
-    if scale_factor is None:
-        raise ValueError(f"{op}: give size or scale_factor")
-    fh, fw = _pair(scale_factor, op, "scale_factor") if not isinstance(scale_factor, float) \
-        else (scale_factor, scale_factor)
-    return (int(math.floor(h * fh)), int(math.floor(w * fw))), (1.0 / fh, 1.0 / fw)
+        (oh, ow), ratios = _int_pair(size, op, "size", 1), None
+    elif scale_factor is None:
+        raise InvalidArgument(f"{op}: give size or scale_factor", op=op)
+    else:
+        fh, fw = _pair(scale_factor, op, "scale_factor") \
+            if not isinstance(scale_factor, numbers.Real) else (scale_factor, scale_factor)
+        for f in (fh, fw):
+            if isinstance(f, bool) or not isinstance(f, numbers.Real) or not (
+                    math.isfinite(f) and f > 0):
+                raise InvalidArgument(
+                    f"{op}: scale_factor must be a positive finite number (or a pair), "
+                    f"got {scale_factor!r}", op=op, value=scale_factor)
+        oh, ow = int(math.floor(h * fh)), int(math.floor(w * fw))
+        if oh < 1 or ow < 1:
+            raise InvalidArgument(
+                f"{op}: scale_factor {scale_factor!r} makes an empty output {oh}x{ow} from "
+                f"input {fmt_shape(x.shape)}", op=op, value=scale_factor)
+        ratios = (1.0 / fh, 1.0 / fw)
+    # Allocate (and drop) the output once before the per-row index lists are built, so a
+    # size the device cannot hold is refused by the device itself, up front (a huge
+    # scale once built host lists and failed inside numpy); a pooled device reuses it.
+    _allocating(op, lambda: x.backend.empty((x.shape[0], x.shape[1], oh, ow), x.dtype))
+    return (oh, ow), ratios or (h / oh, w / ow)
 
 
 def upsample_nearest2d(x, size=None, scale_factor=None):

@@ -1,9 +1,12 @@
 """Seeded random tensors. Numbers are drawn on the host (numpy's PCG64, or Python's
 Mersenne Twister where numpy is absent) and uploaded, so a seed gives the same values
 on every device of one host."""
+import numbers
+import operator
+
 from . import dtype as dt
-from .errors import OutOfMemory, fmt_shape
-from .tensor import _device, _shape_args, tensor
+from .errors import InvalidArgument, OutOfMemory, fmt_shape
+from .tensor import _device, _new_shape, _scalar_value, tensor
 
 
 class Generator:
@@ -14,7 +17,9 @@ class Generator:
         self.manual_seed(seed)
 
     def manual_seed(self, seed):
-        self.seed = seed
+        """Seed with a non-negative integer (None: fresh entropy from the OS). Both
+        engines accept exactly these, so a seed means the same on every host."""
+        self.seed = None if seed is None else _seed(seed)
         self._engine = None
         return self
 
@@ -55,6 +60,21 @@ class Generator:
         return [py_rng.randrange(low, high) for _ in range(n)]
 
 
+def _seed(seed):
+    if isinstance(seed, bool):
+        raise InvalidArgument(f"manual_seed: seed must be an integer, got {seed!r}",
+                              op="manual_seed", value=seed)
+    try:
+        seed = operator.index(seed)
+    except TypeError:
+        raise InvalidArgument(f"manual_seed: seed must be an integer, got {seed!r}",
+                              op="manual_seed", value=seed) from None
+    if seed < 0:
+        raise InvalidArgument(f"manual_seed: seed must be non-negative, got {seed}",
+                              op="manual_seed", value=seed)
+    return seed
+
+
 def _count(shape):
     n = 1
     for d in shape:
@@ -91,24 +111,39 @@ def _make(values, shape, dtype, device):
 
 
 def randn(*shape, generator=None, dtype=dt.f32, device=None):
-    shape = _shape_args(shape)
+    shape = _new_shape("randn", shape)
     g = generator or default_generator
     _check_size("randn", shape)
     return _make(g.normal(shape), shape, dt.as_dtype(dtype), device)
 
 
 def rand(*shape, generator=None, dtype=dt.f32, device=None):
-    shape = _shape_args(shape)
+    shape = _new_shape("rand", shape)
     g = generator or default_generator
     _check_size("rand", shape)
     return _make(g.uniform(shape), shape, dt.as_dtype(dtype), device)
 
 
 def randint(low, high, shape, generator=None, dtype=dt.i64, device=None):
-    shape = tuple(shape)
+    """Integers drawn uniformly from [low, high): a non-empty range whose values all fit
+    `dtype` (randint(5, 2) once failed inside numpy; randint(0, 300, u8) would wrap)."""
+    shape = _new_shape("randint", (shape,))
+    dtype = dt.as_dtype(dtype)
+    for name, value in (("low", low), ("high", high)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise InvalidArgument(f"randint: {name} must be an integer, got {value!r}",
+                                  op="randint", value=value)
+    if low >= high:
+        raise InvalidArgument(f"randint: low {low} must be less than high {high}",
+                              op="randint", low=low, high=high)
+    if not dtype.is_int:
+        raise InvalidArgument(f"randint: dtype must be an integer dtype, got {dtype.name}",
+                              op="randint", dtype=dtype)
+    _scalar_value("randint", low, dtype)
+    _scalar_value("randint", high - 1, dtype)
     g = generator or default_generator
     _check_size("randint", shape)
-    return _make(g.integers(shape, low, high), shape, dt.as_dtype(dtype), device)
+    return _make(g.integers(shape, low, high), shape, dtype, device)
 
 
 def randn_like(t, generator=None):

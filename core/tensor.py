@@ -7,11 +7,12 @@ the backend's primitives, so every device gets them.
 """
 import math
 import numbers
+import operator
 
 from . import dtype as dt
 from .device import Device, as_device
-from .errors import (DeviceMismatch, DimOutOfRange, DTypeMismatch, ShapeMismatch,
-                     UnsupportedDType, fmt_shape)
+from .errors import (DeviceError, DeviceMismatch, DimOutOfRange, DTypeMismatch, InvalidArgument,
+                     OutOfMemory, ShapeMismatch, UnsupportedDType, UnsupportedOp, fmt_shape)
 from .layout import Layout
 from .ops import KIND_NAMES, UNARY
 from .shape import broadcast_shapes, normalize_dim, normalize_dims, numel
@@ -101,25 +102,7 @@ class Tensor:
 
     def _scalar(self, op, value):
         """A Python scalar takes the tensor's dtype; lossy conversions are refused."""
-        if isinstance(value, bool):
-            value = int(value)
-        if not isinstance(value, numbers.Number):
-            raise TypeError(f"{op}: expected a Tensor or a number, got {type(value).__name__}")
-        if self.dtype.is_float:
-            return float(value)
-        if isinstance(value, float) or not isinstance(value, numbers.Integral):
-            if float(value) != int(value):
-                raise DTypeMismatch(
-                    f"{op}: scalar {value!r} is not representable in the tensor's dtype "
-                    f"{self.dtype.name}; convert the tensor with .to(ember.f32)",
-                    op=op, dtypes=(self.dtype,))
-            value = int(value)
-        lo, hi = _INT_RANGE[self.dtype.name]
-        if not lo <= value <= hi:
-            raise DTypeMismatch(
-                f"{op}: scalar {value} out of range for dtype {self.dtype.name} [{lo}, {hi}]",
-                op=op, dtypes=(self.dtype,))
-        return int(value)
+        return _scalar_value(op, value, self.dtype)
 
     def _scalar_tensor(self, op, value):
         return full((), self._scalar(op, value), dtype=self.dtype, device=self.device)
@@ -129,6 +112,8 @@ class Tensor:
         for a in args:
             if isinstance(a, dt.DType) or (isinstance(a, str) and _is_dtype_name(a)):
                 dtype = a
+            elif isinstance(a, str):
+                device = _device_named("to", a)
             else:
                 device = a
         out = self
@@ -273,15 +258,15 @@ class Tensor:
         return self._view(self.layout.squeeze(dim))
 
     def broadcast_to(self, *shape):
-        return self._view(self.layout.broadcast_to(_shape_args(shape)))
+        return self._view(self.layout.broadcast_to(_new_shape("broadcast_to", shape)))
 
     def expand(self, *shape):
         shape = list(_shape_args(shape))
         extra = len(shape) - self.ndim
         for i in range(self.ndim):
-            if shape[extra + i] == -1:
-                shape[extra + i] = self.shape[i]
-        return self._view(self.layout.broadcast_to(shape, op="expand"))
+            if extra + i >= 0 and shape[extra + i] == -1:
+                shape[extra + i] = self.shape[i]  # -1 keeps an existing dim's size
+        return self._view(self.layout.broadcast_to(_new_shape("expand", shape), op="expand"))
 
     def expand_as(self, other):
         return self.expand(*other.shape)
@@ -291,19 +276,21 @@ class Tensor:
 
     def chunk(self, chunks, dim=0):
         dim = normalize_dim(dim, self.ndim, "chunk", self.shape)
-        size = -(-self.shape[dim] // chunks) if chunks > 0 else 0
+        chunks = _count_arg("chunk", "chunks", chunks, minimum=1)
+        size = -(-self.shape[dim] // chunks)
         if size == 0:
-            return [self]
+            return [self]  # an empty dim: one empty chunk, as in PyTorch
         return self.split(size, dim)
 
     def split(self, split_size_or_sections, dim=0):
         dim = normalize_dim(dim, self.ndim, "split", self.shape)
         n = self.shape[dim]
-        if isinstance(split_size_or_sections, int):
-            size = split_size_or_sections
-            sizes = [min(size, n - s) for s in range(0, n, size)] if size > 0 else [n]
+        if isinstance(split_size_or_sections, numbers.Integral):
+            size = _count_arg("split", "split_size", split_size_or_sections, minimum=1)
+            sizes = [min(size, n - s) for s in range(0, n, size)] if n else [0]
         else:
-            sizes = list(split_size_or_sections)
+            sizes = [_count_arg("split", "section", s, minimum=0)
+                     for s in split_size_or_sections]
             if sum(sizes) != n:
                 raise ShapeMismatch(
                     f"split: sections {sizes} sum to {sum(sizes)}, but dim {dim} has size {n} "
@@ -571,6 +558,13 @@ class Tensor:
         if not isinstance(src, Tensor):
             raise TypeError(f"copy_: src must be a Tensor, got {type(src).__name__}")
         self._check_same("copy_", src)
+        if _overlaps(self.layout):
+            raise InvalidArgument(
+                f"copy_: the destination {_describe(self)} (strides "
+                f"{fmt_shape(self.stride())}) reads some memory at several indices (an "
+                f"expanded or overlapping view), so the copy would write one element many "
+                f"times; write into the tensor it was expanded from, or make the destination with .contiguous()",
+                op="copy_", shape=self.shape, strides=self.stride())
         try:
             src_layout = src.layout.broadcast_to(self.shape, "copy_")
         except ShapeMismatch:
@@ -786,6 +780,42 @@ _INT_RANGE = {
 _default_device = [None]
 
 
+def _scalar_value(op, value, dtype):
+    """`value` as a Python number of `dtype`: an integer dtype refuses a fraction, NaN or
+    a value outside its range (2**31 in i32 once wrapped to -2**31) instead of wrapping."""
+    if isinstance(value, bool):
+        value = int(value)
+    if not isinstance(value, numbers.Number):
+        raise TypeError(f"{op}: expected a Tensor or a number, got {type(value).__name__}")
+    if dtype.is_float:
+        return float(value)
+    if not isinstance(value, numbers.Integral):
+        if not math.isfinite(value) or float(value) != int(value):
+            raise DTypeMismatch(
+                f"{op}: scalar {value!r} is not representable in the tensor's dtype "
+                f"{dtype.name}; convert the tensor with .to(ember.f32)",
+                op=op, dtypes=(dtype,))
+        value = int(value)
+    lo, hi = _INT_RANGE[dtype.name]
+    if not lo <= value <= hi:
+        raise DTypeMismatch(
+            f"{op}: scalar {value} out of range for dtype {dtype.name} [{lo}, {hi}]",
+            op=op, dtypes=(dtype,))
+    return int(value)
+
+
+def _device_named(op, name):
+    """The device a string names; a string that is neither a dtype nor a device says both
+    (t.to("float128") once said only "unknown device")."""
+    try:
+        return as_device(name)
+    except DeviceError as exc:
+        raise DeviceError(
+            f"{op}: {name!r} is neither an ember dtype (known: "
+            f"{', '.join(d.name for d in dt.ALL)}) nor a device ({exc})",
+            op=op, value=name) from None
+
+
 def _is_dtype_name(name):
     try:
         dt.as_dtype(name)
@@ -800,8 +830,55 @@ def _shape_args(args):
     return tuple(args)
 
 
+def _count_arg(op, name, value, minimum):
+    """An integer argument of at least `minimum` (chunk(0) once returned the whole tensor)."""
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise InvalidArgument(f"{op}: {name} must be an integer, got {value!r}",
+                              op=op, value=value) from None
+    if value < minimum:
+        raise InvalidArgument(f"{op}: {name} must be at least {minimum}, got {value}",
+                              op=op, value=value)
+    return value
+
+
+def _new_shape(op, args):
+    """The shape `args` name (sizes, or one tuple or list of them) for a new tensor or
+    view: integers, none negative (zeros(-1) once made a tensor with numel() == -1)."""
+    shape = _shape_args(args)
+    try:
+        dims = tuple(operator.index(d) for d in shape)
+    except TypeError:
+        raise ShapeMismatch(f"{op}: sizes must be integers, got {shape!r}",
+                            op=op, shape=shape) from None
+    if any(d < 0 for d in dims):
+        raise ShapeMismatch(f"{op}: negative size in shape {fmt_shape(dims)}",
+                            op=op, shape=dims)
+    return dims
+
+
+def _overlaps(layout):
+    """True unless each index of `layout` surely reaches its own storage element: the
+    dims sorted by stride must each step past all that the smaller ones reach. A stride-0
+    dim of size > 1 (expand) and overlapping unfold windows fail; views made by narrow,
+    slicing, select, transpose and permute always pass."""
+    if layout.numel == 0:
+        return False
+    reach = 0
+    for stride, size in sorted((s, d) for d, s in zip(layout.shape, layout.strides) if d > 1):
+        if stride <= reach:
+            return True
+        reach += stride * (size - 1)
+    return False
+
+
 def _infer_shape(shape, total, old_shape):
-    shape = [int(d) for d in shape]
+    try:
+        shape = [operator.index(d) for d in shape]
+    except TypeError:
+        raise ShapeMismatch(f"reshape: sizes must be integers, got {tuple(shape)!r}",
+                            op="reshape", shape=old_shape) from None
     unknown = [i for i, d in enumerate(shape) if d == -1]
     if len(unknown) > 1:
         raise ShapeMismatch(f"reshape: only one dim can be -1, got {shape}", op="reshape")
@@ -914,12 +991,37 @@ def tensor(data, dtype=None, device=None):
             raise
         if dtype is None:
             dtype = _dtype_of_numpy(arr, data)
+        elif dtype.is_int and arr.size and not _fits(numpy, arr, dtype):
+            _check_values("tensor", arr.min(), arr.max(), dtype)
         return _from_host_array(numpy, arr, dtype, device, copy=True)
     from .hostdata import flatten, infer_dtype, pack
     shape, flat = flatten(data)
     dtype = dtype or infer_dtype(flat)
+    if dtype.is_int and flat:
+        _check_values("tensor", min(flat), max(flat), dtype)
     storage = device.backend.from_host(pack(flat, dtype), dtype, shape)
     return Tensor(storage, Layout(shape), dtype, device)
+
+
+def _fits(numpy, arr, dtype):
+    """Whether every value of arr's dtype is one of `dtype` (then no value needs a look),
+    or arr holds no numbers (strings fail in the conversion itself)."""
+    if arr.dtype.kind not in "iu":
+        return arr.dtype.kind not in "fO"
+    have, want = numpy.iinfo(arr.dtype), _INT_RANGE[dtype.name]
+    return want[0] <= have.min and have.max <= want[1]
+
+
+def _check_values(op, lo, hi, dtype):
+    """Refuse data an integer dtype cannot hold (tensor([2**31], i32) once wrapped to
+    -2**31), naming the first offending value."""
+    for value in (lo, hi):
+        value = value.item() if hasattr(value, "item") else value  # a numpy scalar
+        if not (isinstance(value, numbers.Real) and math.isfinite(value)) or not (
+                _INT_RANGE[dtype.name][0] <= value <= _INT_RANGE[dtype.name][1]):
+            raise DTypeMismatch(
+                f"{op}: value {value!r} out of range for dtype {dtype.name} "
+                f"{list(_INT_RANGE[dtype.name])}", op=op, dtypes=(dtype,), value=value)
 
 
 def _dtype_of_numpy(arr, data):
@@ -952,18 +1054,26 @@ def from_numpy(array, device=None):
 
 
 def full(shape, value, dtype=dt.f32, device=None):
-    shape = _shape_args(shape) if isinstance(shape, (tuple, list)) else (shape,)
-    dtype = dt.as_dtype(dtype)
-    device = _device(device)
-    return Tensor(device.backend.full(shape, value, dtype), Layout(shape), dtype, device)
+    return _filled("full", shape if isinstance(shape, (tuple, list)) else (shape,), value,
+                   dtype, device)
 
 
 def zeros(*shape, dtype=dt.f32, device=None):
-    return full(_shape_args(shape), 0, dtype, device)
+    return _filled("zeros", shape, 0, dtype, device)
 
 
 def ones(*shape, dtype=dt.f32, device=None):
-    return full(_shape_args(shape), 1, dtype, device)
+    return _filled("ones", shape, 1, dtype, device)
+
+
+def _filled(op, shape, value, dtype, device):
+    """A new tensor of `shape` holding `value`: the shape and the value are checked
+    before anything is allocated (the backend then refuses a size it cannot hold)."""
+    shape = _new_shape(op, shape)
+    dtype = dt.as_dtype(dtype)
+    value = _scalar_value(op, value, dtype)
+    device = _device(device)
+    return Tensor(device.backend.full(shape, value, dtype), Layout(shape), dtype, device)
 
 
 def full_like(t, value, dtype=None, device=None):
@@ -979,22 +1089,78 @@ def ones_like(t, dtype=None, device=None):
 
 
 def arange(start, end=None, step=1, dtype=None, device=None):
+    """start, start + step, ... up to (not including) end, built on the device: a running
+    sum of ones gives the indices, one affine pass the values, so no host list of the
+    values is ever made (arange(2**40) once grew a Python list until MemoryError)."""
     if end is None:
         start, end = 0, start
+    for name, v in (("start", start), ("end", end), ("step", step)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+            raise InvalidArgument(f"arange: {name} must be a finite number, got {v!r}",
+                                  op="arange", value=v)
     if step == 0:
-        raise ValueError("arange: step must not be 0")
+        raise InvalidArgument("arange: step must not be 0", op="arange", value=step)
     if dtype is None:
         dtype = dt.f32 if any(isinstance(v, float) for v in (start, end, step)) else dt.i64
     dtype = dt.as_dtype(dtype)
-    count = max(0, math.ceil((end - start) / step))
-    values = [start + i * step for i in range(count)]
-    return tensor(values if values else [], dtype=dtype, device=device).reshape(count)
+    if all(isinstance(v, numbers.Integral) for v in (start, end, step)):
+        count = max(0, -((start - end) // step))  # exact ceil((end - start) / step)
+    else:
+        count = max(0, math.ceil((end - start) / step))
+    if count == 0:
+        return _filled("arange", (0,), 0, dtype, device)
+    if dtype.is_int:
+        # Integral steps only, and every value must fit the dtype: the first and the
+        # last bound them all.
+        _scalar_value("arange", step, dt.i64)
+        _scalar_value("arange", start, dtype)
+        _scalar_value("arange", start + (count - 1) * step, dtype)
+    index_dtype = dtype if dtype in (dt.i32, dt.i64) else dt.i32
+    if count > _INT_RANGE[index_dtype.name][1]:
+        index_dtype = dt.i64
+    index = _allocating("arange", lambda: _filled("arange", (count,), 1, index_dtype, device))
+    try:
+        index = index.cumsum(0)  # 1..count; the ones are freed before the next pass
+    except UnsupportedOp:
+        # A minimal backend without a scan (a pure-Python test device): its size was
+        # accepted above, so the values are listed on the host as before.
+        return tensor([start + i * step for i in range(count)], dtype=dtype, device=device)
+    index = index - 1
+    if dtype.is_float:
+        # f16 and bf16 values are computed in f32 and rounded once, as numpy does.
+        compute = dt.f64 if dtype is dt.f64 else dt.f32
+        return index.to(compute).affine(float(step), float(start)).to(dtype)
+    index = index.to(dtype)
+    if step < 0 and dtype.kind == "u":
+        return start - index * -step  # -step has no unsigned form: count down from start
+    return index if (start, step) == (0, 1) else index.affine(step, start)
 
 
 def eye(n, m=None, dtype=dt.f32, device=None):
+    """An n x m identity, built on the device: zeros, then one strided write of ones down
+    the diagonal (eye(20000) once peaked at 9.3 GB of Python lists for a 1.6 GB result)."""
     m = n if m is None else m
-    rows = [[1 if i == j else 0 for j in range(m)] for i in range(n)]
-    return tensor(rows, dtype=dtype, device=device).reshape(n, m)
+    shape = _new_shape("eye", (n, m))
+    out = _allocating("eye", lambda: _filled("eye", shape, 0, dtype, device))
+    k = min(shape)
+    if k:
+        one = _filled("eye", (), 1, out.dtype, out.device)
+        # The diagonal of a row-major (n, m) tensor: k elements, m + 1 apart.
+        try:
+            out.backend.copy_into(out.storage, Layout((k,), (shape[1] + 1,)), one.storage,
+                                  one.layout.broadcast_to((k,)), out.dtype)
+        except UnsupportedOp:  # a minimal backend without strided writes, as in arange
+            rows = [[int(i == j) for j in range(shape[1])] for i in range(shape[0])]
+            return tensor(rows, dtype=out.dtype, device=out.device)
+    return out
+
+
+def _allocating(op, make):
+    """make(), with an OutOfMemory from its allocation naming `op`, the function called."""
+    try:
+        return make()
+    except OutOfMemory as exc:
+        raise OutOfMemory(f"{op}: {exc}", **{**exc.details, "op": op}) from None
 
 
 def where(cond, a, b):

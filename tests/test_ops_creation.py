@@ -230,3 +230,63 @@ def test_integer_extremes_survive(device, dtype_name):
         i32 = np.iinfo(np.int32)
         x = np.array([i32.min, i32.max, 0], np.int64)
     check(on_device(x, dtype_name, device), x, dtype_name)
+
+
+# --- arange and eye are built on the device, their size checked first (issue 10.6) ---------
+@pytest.mark.parametrize("args,dtype_name", [
+    ((5000,), "i64"), ((-7, 9000, 3), "i32"), ((255, -1, -1), "u8"), ((2 ** 31, 2 ** 31 + 3000), "u32"),
+    ((4000, 0, -2), "u32"), ((-2.5, 300.0, 0.125), "f32"), ((0, 1500), "f16"), ((1, -2, -0.001), "f32"),
+    ((2 ** 31 - 3000, 2 ** 31 - 1), "i32"),
+], ids=str)
+def test_arange_matches_numpy_past_one_scan_chunk(device, args, dtype_name):
+    """Sizes of thousands (several scan chunks on WebGPU), signed and unsigned, counting up
+    and down, up to the edge of the dtype's range."""
+    out = ember.arange(*args, dtype=_dtype(dtype_name), device=device)
+    compute = np.float64 if dtype_name in FLOATS else np.int64
+    check(out, np.arange(*args, dtype=compute).astype(RESULT[dtype_name]), dtype_name)
+
+
+@pytest.mark.parametrize("dtype_name", ["f32", "i32", "u8"])
+def test_eye_matches_numpy_at_a_larger_size(device, dtype_name):
+    for n, m in ((37, 50), (300, 7)):
+        check(ember.eye(n, m, dtype=_dtype(dtype_name), device=device),
+              np.eye(n, m, dtype=RESULT[dtype_name]), dtype_name)
+
+
+@pytest.mark.parametrize("call", [
+    lambda d: ember.arange(2 ** 40, device=d),
+    lambda d: ember.arange(0.0, 2.0 ** 41, 1.0, device=d),
+    lambda d: ember.eye(2 ** 21, device=d),
+], ids=["arange-int", "arange-float", "eye"])
+def test_arange_and_eye_refuse_a_size_no_device_holds_before_building(device, call):
+    """The size is refused up front, by the device's allocation check: before this, arange
+    grew a Python list of 2**40 values until MemoryError (here it would never finish)."""
+    with pytest.raises(ember.OutOfMemory) as info:
+        call(device)
+    msg = str(info.value)
+    assert msg.startswith(("arange: ", "eye: ")) and info.value.op in ("arange", "eye")
+    assert device.kind in msg and " bytes" in msg  # the device says how much it refused
+
+
+@pytest.mark.parametrize("args,kw,error,pattern", [
+    ((0, 5, 0), {}, ember.InvalidArgument, r"arange: step must not be 0"),
+    ((float("nan"),), {}, ember.InvalidArgument, r"arange: end must be a finite number, got nan"),
+    ((0, float("inf")), {}, ember.InvalidArgument, r"arange: end must be a finite number"),
+    ((0, 300), {"dtype": "u8"}, ember.DTypeMismatch, r"arange: scalar 299 out of range for dtype u8"),
+    ((-1, 3), {"dtype": "u32"}, ember.DTypeMismatch, r"arange: scalar -1 out of range for dtype u32"),
+    ((0, 3, 0.5), {"dtype": "i32"}, ember.DTypeMismatch, r"arange: scalar 0.5 is not representable"),
+], ids=str)
+def test_arange_refuses_bad_arguments(device, args, kw, error, pattern):
+    kw = {k: _dtype(v) for k, v in kw.items()}
+    with pytest.raises(error, match=pattern):
+        ember.arange(*args, device=device, **kw)
+
+
+@pytest.mark.parametrize("call,pattern", [
+    (lambda d: ember.eye(-2, device=d), r"eye: negative size in shape \[-2, -2\]"),
+    (lambda d: ember.eye(3, -1, device=d), r"eye: negative size in shape \[3, -1\]"),
+    (lambda d: ember.eye(2.5, device=d), r"eye: sizes must be integers"),
+], ids=["n", "m", "float"])
+def test_eye_refuses_bad_sizes(device, call, pattern):
+    with pytest.raises(ember.ShapeMismatch, match=pattern):
+        call(device)
