@@ -10,13 +10,16 @@ only into an absent or empty directory or a bundle it built, and refuses anythin
 import sys
 from pathlib import Path
 
+from . import args as argtypes
+
 
 def add_parser(subparsers):
     p = subparsers.add_parser("serve", help="serve the browser playground on localhost",
                               description=__doc__.split("\n\n")[0])
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks one)")
+    p.add_argument("--port", type=argtypes.port, default=8000,
+                   help="port 0..65535 (default 8000; 0 picks one)")
     p.add_argument("--bundle", default=None,
                    help="bundle directory (default: web/bundle, built if missing)")
     p.add_argument("--rebuild", action="store_true", help="rebuild the bundle before serving")
