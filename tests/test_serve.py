@@ -31,6 +31,11 @@ def site(tmp_path_factory):
     os.symlink(base / "secret.txt", root / "link-out.txt")
     os.symlink(base, root / "dir-out")
     os.symlink(root / "worker.js", root / "link-in.js")
+    (root / ".ember-bundle").write_text("ember bundle marker")
+    (root / ".git").mkdir()
+    (root / ".git" / "config").write_text(SECRET)
+    (root / "sub" / ".env").write_text(SECRET)
+    os.symlink(root / ".git" / "config", root / "link-to-dotfile.txt")
     server, url = serve_in_thread(root)
     host, port = server.server_address[:2]
     yield {"root": root, "host": host, "port": port}
@@ -212,3 +217,32 @@ def test_unchanged_files_revalidate_with_304(site):
     resp = conn.getresponse()
     assert resp.status == 200 and resp.read() == body
     conn.close()
+
+
+@pytest.mark.parametrize("path", [
+    "/.ember-bundle", "/.git/config", "/.git/", "/%2egit/config", "/%2Eember-bundle",
+    "/sub/.env", "/sub/%2eenv", "/./.git/config", "/link-to-dotfile.txt",
+])
+def test_dotfiles_are_not_served(site, path):
+    """Hidden files (the bundle marker, a .git directory, a .env) are 404, however the
+    path is spelled, and so is a visible symlink pointing at one."""
+    status, _, body = get(site, path)
+    assert status == 404
+    assert SECRET.encode() not in body and b"marker" not in body
+
+
+def test_server_header_names_no_python_version(site):
+    for path in ("/index.html", "/no-such-file"):
+        _, headers, _ = get(site, path)
+        assert headers["server"] == "ember-serve"
+        assert "python" not in headers["server"].lower()
+
+
+@pytest.mark.parametrize("port", ["70000", "-1", "eighty"])
+def test_cli_refuses_a_port_out_of_range_without_a_traceback(site, port):
+    proc = subprocess.run([sys.executable, "-m", "ember.cli", "serve", "--port", port,
+                           "--bundle", str(site["root"])], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2
+    assert "argument --port: must be a port number 0..65535" in proc.stderr
+    assert "Traceback" not in proc.stderr
