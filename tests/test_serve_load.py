@@ -56,7 +56,7 @@ def _closed_by_server(sock, limit=GENEROUS):
                 return True
         except (ConnectionResetError, BrokenPipeError):
             return True
-        except socket.timeout:
+        except TimeoutError:
             return False
     return False
 

@@ -6,6 +6,8 @@ The bundle is built first (`make web` does the same) when it is missing, or when
 --rebuild is given; building needs a source checkout, npm and the `build` package. A
 directory given with --bundle that has an index.html is served as it is; ember builds
 only into an absent or empty directory or a bundle it built, and refuses anything else.
+Hidden files are never served, and slow or idle clients are closed after a timeout (see
+ember.web.server for the limits).
 """
 import sys
 from pathlib import Path
