@@ -8,7 +8,8 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("embed", "info", "demo", "generate", "chat", "serve", "bench")
+COMMANDS = ("embed", "info", "demo", "generate", "chat", "serve", "bench", "inspect", "convert",
+            "quantize")
 
 
 def build_parser():

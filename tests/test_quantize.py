@@ -1,0 +1,110 @@
+"""ember's ggml quantizers: bit-exact with the `gguf` package's for every type it offers,
+K-quants checked by decoding (ember's and gguf's dequantizers agree on ember's blocks),
+and `ember quantize`'s llama.cpp mixes and fallbacks."""
+import numpy as np
+import pytest
+
+from ember.cli import main
+from ember.errors import ShapeMismatch
+from ember.io.gguf import GGUFFile
+from ember.io.quant import dequantize
+from ember.io.quantize import quantize
+
+gguf = pytest.importorskip("gguf", reason="the gguf package is the reference quantizer")
+from gguf.quants import dequantize as gguf_dequantize  # noqa: E402
+from gguf.quants import quantize as gguf_quantize  # noqa: E402
+
+
+def _weights(rows=24, cols=512, seed=0):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((rows, cols)) * rng.uniform(0.001, 4, (rows, 1))).astype(np.float32)
+    x[0, :32] = 0                  # an all-zero block
+    x[1, :32] = 1.5                # a constant block
+    x[2, 7] = 300.0                # an outlier
+    x[3, :32] = np.linspace(-1, 1, 32)   # evenly spaced: ties for the rounding rules
+    return x
+
+
+@pytest.mark.parametrize("name", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "F16", "BF16"])
+def test_blocks_are_bit_exact_with_the_gguf_quantizer(name):
+    x = _weights()
+    ours = quantize(x, name)
+    ref = np.asarray(gguf_quantize(x, gguf.GGMLQuantizationType[name]))
+    assert ours.dtype == np.uint8
+    assert ours.tobytes() == ref.tobytes()
+
+
+# decoded error relative to the weights' RMS: each K-quant below a loose bound, and
+# more bits strictly better
+_BOUNDS = {"Q2_K": 0.40, "Q3_K": 0.20, "Q4_K": 0.10, "Q5_K": 0.05, "Q6_K": 0.025}
+
+
+def test_k_quants_decode_close_and_improve_with_bits():
+    x = _weights(rows=16, cols=768, seed=1)
+    errors = []
+    for name, bound in _BOUNDS.items():
+        raw = quantize(x, name)
+        ours = dequantize(raw, name, x.shape)
+        ref = gguf_dequantize(raw, gguf.GGMLQuantizationType[name]).reshape(x.shape)
+        assert np.array_equal(ours, ref), name      # the layout is the one ggml reads
+        rel = np.sqrt(((ours - x) ** 2).mean() / (x ** 2).mean())
+        assert rel < bound, (name, rel)
+        assert np.abs(ours[0, :32]).max() == 0, name   # zeros stay zeros
+        errors.append(rel)
+    assert errors == sorted(errors, reverse=True)
+
+
+def test_a_k_quant_searches_better_than_plain_min_max():
+    # Q4_K by the scale search must beat the one-shot min/max encoder in tests/ggml_encode
+    from ggml_encode import quantize_q4_k
+    x = _weights(rows=8, cols=512, seed=2)
+    searched = dequantize(quantize(x, "Q4_K"), "Q4_K", x.shape)
+    simple = dequantize(quantize_q4_k(x), "Q4_K", x.shape)
+    assert ((searched - x) ** 2).sum() < ((simple - x) ** 2).sum()
+
+
+def test_rows_that_are_not_whole_blocks_are_refused():
+    with pytest.raises(ShapeMismatch, match="not a multiple of the block size 256"):
+        quantize(np.zeros((2, 64), np.float32), "Q4_K")
+
+
+def test_quantize_cli_mix_and_fallbacks(tmp_path, capsys):
+    from ember.cli.quantize import planner
+    from ember.io.weights import Entry
+    names = [f"blk.{i}.{t}.weight" for i in range(8) for t in ("attn_v", "ffn_down", "attn_q")]
+    names += ["token_embd.weight", "output.weight", "output_norm.weight"]
+    plan = planner("Q4_K_M", names)
+
+    def entry(shape):
+        return Entry("x", shape, "F32", 0, None)
+
+    assert plan("output.weight", entry((32, 256))) == ("Q6_K", "Q6_K")
+    assert plan("blk.0.attn_v.weight", entry((32, 256)))[0] == "Q6_K"    # first eighth
+    assert plan("blk.3.ffn_down.weight", entry((32, 256)))[0] == "Q6_K"  # every third
+    assert plan("blk.2.attn_v.weight", entry((32, 256)))[0] == "Q4_K"
+    assert plan("blk.2.attn_q.weight", entry((32, 256)))[0] == "Q4_K"
+    assert plan("blk.7.attn_v.weight", entry((32, 256)))[0] == "Q6_K"    # last eighth
+    assert plan("output_norm.weight", entry((256,)))[0] == "F32"
+    assert plan("blk.2.attn_q.weight", entry((32, 64))) == ("Q5_0", "Q4_K")   # fallback
+    assert plan("blk.2.attn_q.weight", entry((32, 48))) == ("F16", "Q4_K")
+
+    # end to end: an f32 GGUF quantized to Q8_0; values are what gguf's quantizer gives
+    from ember.io.gguf_writer import PlannedTensor, write_gguf
+    from ember.io.quant import GGMLType
+    w = _weights(rows=8, cols=256)
+    odd = _weights(rows=4, cols=48, seed=3)
+    src = tmp_path / "in.gguf"
+    with open(src, "wb") as fh:
+        write_gguf(fh, {"general.architecture": "test"},
+                   [PlannedTensor("blk.0.w.weight", w.shape, GGMLType.F32, lambda: w),
+                    PlannedTensor("blk.0.odd.weight", odd.shape, GGMLType.F32, lambda: odd)])
+    out = tmp_path / "out.gguf"
+    assert main(["quantize", str(src), str(out), "--type", "q8_0"]) == 0
+    summary = capsys.readouterr().out
+    assert "blk.0.odd.weight [4, 48]: rows of 48 are not whole Q8_0 blocks; stored as F16" in summary
+    with GGUFFile(out) as f:
+        assert f.tensors["blk.0.w.weight"].ggml_type == GGMLType.Q8_0
+        assert f.raw("blk.0.w.weight").tobytes() == \
+            np.asarray(gguf_quantize(w, gguf.GGMLQuantizationType.Q8_0)).tobytes()
+        assert np.array_equal(f.dequantize("blk.0.odd.weight"), odd.astype(np.float16).astype(np.float32))
+        assert f.metadata["general.architecture"] == "test"
