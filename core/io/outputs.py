@@ -46,8 +46,13 @@ class StagedOutputs:
         check_target(path, self.force)
         if any(target == path for _, target, _ in self._staged):
             raise OutputError(f"{path}: written twice by one command", path=path)
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".partial",
-                                   dir=os.path.dirname(os.path.abspath(path)))
+        directory = os.path.dirname(os.path.abspath(path))
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".partial",
+                                       dir=directory)
+        except OSError as exc:   # access() passed (root, say) but the file system refuses
+            raise OutputError(f"{path}: the directory {directory} cannot be written "
+                              f"({exc.strerror or exc})", path=path) from None
         mask = os.umask(0o022)
         os.umask(mask)
         os.chmod(tmp, 0o666 & ~mask)
