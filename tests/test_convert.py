@@ -6,12 +6,12 @@ import os
 
 import numpy as np
 import pytest
-
 from ember.cli import main
 from ember.io.safetensors import SafetensorsFile
+from helpers import require
 
-torch = pytest.importorskip("torch", reason="checkpoints are made with torch.save")
-gguf = pytest.importorskip("gguf", reason="the gguf package reads ember's GGUF back")
+torch = require("torch")      # checkpoints are made with torch.save
+gguf = require("gguf")        # its reader reads ember's GGUF back
 
 
 def _bits(t):
@@ -20,7 +20,7 @@ def _bits(t):
 
 
 def _llama_dir(tmp_path):
-    transformers = pytest.importorskip("transformers")
+    transformers = require("transformers")
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=96,
                                    num_hidden_layers=2, num_attention_heads=4,
@@ -36,7 +36,7 @@ def _llama_dir(tmp_path):
 def _safetensors_bits(path):
     with SafetensorsFile(path) as f:
         return {k: np.asarray(f.get(k, device="cpu").numpy()) if f.info(k).file_dtype != "BF16"
-                else _raw(f, k) for k in f.keys()}
+                else _raw(f, k) for k in f}
 
 
 def _raw(f, k):

@@ -4,7 +4,6 @@ import struct
 
 import numpy as np
 import pytest
-
 from ember.cli import main
 
 
@@ -107,7 +106,8 @@ def test_unknown_and_empty_files_are_named(tmp_path, capsys):
 
 
 def test_pytorch_checkpoint_lists_strided_and_bf16_tensors(tmp_path, capsys):
-    torch = pytest.importorskip("torch", reason="checkpoints are made with torch.save")
+    from helpers import require
+    torch = require("torch")      # checkpoints are made with torch.save
     torch.manual_seed(0)
     t = torch.randn(4, 6)
     torch.save({"model": {"w": t.t(), "h": t.to(torch.bfloat16)}, "epoch": 3}, tmp_path / "c.pt")

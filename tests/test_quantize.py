@@ -3,16 +3,15 @@ K-quants checked by decoding (ember's and gguf's dequantizers agree on ember's b
 and `ember quantize`'s llama.cpp mixes and fallbacks."""
 import numpy as np
 import pytest
-
 from ember.cli import main
 from ember.errors import ShapeMismatch
 from ember.io.gguf import GGUFFile
 from ember.io.quant import dequantize
 from ember.io.quantize import quantize
+from helpers import require
 
-gguf = pytest.importorskip("gguf", reason="the gguf package is the reference quantizer")
-from gguf.quants import dequantize as gguf_dequantize  # noqa: E402
-from gguf.quants import quantize as gguf_quantize  # noqa: E402
+gguf = require("gguf")        # the reference quantizer
+gguf_quantize, gguf_dequantize = gguf.quants.quantize, gguf.quants.dequantize
 
 
 def _weights(rows=24, cols=512, seed=0):

@@ -123,8 +123,8 @@ def llama_metadata(cfg, name):
     hd = cfg.get("head_dim") or hidden // heads
     arch = cfg["model_type"]
     theta = cfg.get("rope_theta") or (cfg.get("rope_parameters") or {}).get("rope_theta", 10000.0)
-    from ..io.gguf_writer import Typed
     from ..io.gguf import GGUFValueType as V
+    from ..io.gguf_writer import Typed
     md = {
         "general.architecture": arch, "general.name": name,
         f"{arch}.context_length": int(cfg.get("max_position_embeddings", 2048)),

@@ -129,7 +129,7 @@ class CTranslate2File:
     def array(self, name):
         """Variable `name` (or an alias of one) as a read-only numpy view of the file."""
         v = self.variables[self.aliases.get(name, name)]
-        np_dtype = DTYPES[[k for k, d in DTYPES.items() if d[0] == v.dtype][0]][1]
+        np_dtype = next(d[1] for d in DTYPES.values() if d[0] == v.dtype)
         return np.frombuffer(self._mm, dtype=np_dtype, count=v.nbytes // np.dtype(np_dtype).itemsize,
                              offset=v.offset).reshape(v.shape)
 

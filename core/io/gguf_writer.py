@@ -137,4 +137,4 @@ def write_gguf(fh, metadata, tensors, alignment=DEFAULT_ALIGNMENT, progress=None
         fh.write(b"\0" * (_align(t.nbytes, alignment) - t.nbytes))
 
 
-__all__ = ["PlannedTensor", "Typed", "VERSION", "infer", "write_gguf"]
+__all__ = ["VERSION", "PlannedTensor", "Typed", "infer", "write_gguf"]

@@ -47,7 +47,7 @@ def shard_paths(path, tensors, max_bytes):
     if len(groups) == 1:
         return [(os.fspath(path), groups[0])], None
     stem = os.fspath(path)
-    stem = stem[:-len(".safetensors")] if stem.endswith(".safetensors") else stem
+    stem = stem.removesuffix(".safetensors")
     n = len(groups)
     return [(f"{stem}-{i + 1:05d}-of-{n:05d}.safetensors", g) for i, g in enumerate(groups)], \
         os.fspath(path) + ".index.json"

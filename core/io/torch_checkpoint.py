@@ -144,13 +144,17 @@ class _RestrictedUnpickler(pickle.Unpickler):
         return storage
 
 
+# what a malformed pickle makes the unpickler raise
+_PICKLE_ERRORS = (pickle.UnpicklingError, EOFError, TypeError, ValueError, AttributeError,
+                  IndexError, KeyError, struct.error, RecursionError, MemoryError)
+
+
 def _unpickle(fh, path, storages):
     try:
         return _RestrictedUnpickler(fh, path, storages).load()
     except FormatError:
         raise
-    except (pickle.UnpicklingError, EOFError, TypeError, ValueError, AttributeError,
-            IndexError, KeyError, struct.error, RecursionError, MemoryError) as exc:
+    except _PICKLE_ERRORS as exc:
         raise FormatError(f"{path}: the checkpoint's pickle is malformed or truncated "
                           f"({type(exc).__name__}: {exc})", path=path, field="pickle") from None
 
@@ -183,10 +187,10 @@ class TorchCheckpoint:
             self._zip_members = {}
             if zipfile.is_zipfile(self.path):
                 self.format = "zip"
-                obj, storages = self._open_zip()
+                obj = self._open_zip()
             else:
                 self.format = "legacy"
-                obj, storages = self._open_legacy()
+                obj = self._open_legacy()
             refs = {}
             _flatten(obj, "", refs, self.path)
             self.tensors = {name: self._info(name, ref) for name, ref in refs.items()}
@@ -232,7 +236,7 @@ class TorchCheckpoint:
                     self._starts[key] = self._stored_offset(zi, member, need)
                 else:
                     self._zip_members[key] = member
-        return obj, storages
+        return obj
 
     def _stored_offset(self, zi, member, need):
         head = zi.header_offset
@@ -257,7 +261,7 @@ class TorchCheckpoint:
                 head.append(_RestrictedUnpickler(fh, self.path, {}).load())
             except FormatError:
                 raise
-            except Exception:
+            except _PICKLE_ERRORS:
                 raise FormatError(f"{self.path}: not a PyTorch checkpoint (no {what} pickle: "
                                   "neither a zip archive nor the legacy format)",
                                   path=self.path, field=what) from None
@@ -296,7 +300,7 @@ class TorchCheckpoint:
         if missing:
             raise FormatError(f"{self.path}: storages {sorted(missing)[:4]} have no data",
                               path=self.path, field="storage keys")
-        return obj, storages
+        return obj
 
     def _info(self, name, ref):
         st = ref.storage

@@ -128,7 +128,7 @@ def _safetensors_entries(path):
     from .safetensors import SafetensorsFile
     with SafetensorsFile(path) as f:
         meta = f.metadata or {}
-        infos = [f.info(name) for name in f.keys()]
+        infos = [f.info(name) for name in f]
     mm = _mapped(path)
 
     def reader(info):
@@ -200,7 +200,7 @@ def _gguf(path):
 def _npy_header(fh):
     """(shape, dtype) from an .npy stream's header, without reading its data."""
     version = np.lib.format.read_magic(fh)
-    shape, fortran, dtype = (np.lib.format.read_array_header_1_0(fh) if version == (1, 0)
+    shape, _fortran, dtype = (np.lib.format.read_array_header_1_0(fh) if version == (1, 0)
                              else np.lib.format.read_array_header_2_0(fh))
     return tuple(shape), dtype
 
@@ -263,4 +263,4 @@ def _torch(path):
     return Weights(path, f"pytorch ({c.format})", entries, {}, [c.close])
 
 
-__all__ = ["Entry", "FLOAT_DTYPES", "Weights", "detect", "open_weights", "to_f32"]
+__all__ = ["FLOAT_DTYPES", "Entry", "Weights", "detect", "open_weights", "to_f32"]
