@@ -2,6 +2,7 @@
 values (bf16 bit-exact), llama.cpp names that the `gguf` package reads back, a crafted
 pickle refused before it runs anything, and bad outputs refused with nothing left behind."""
 import collections
+import json
 import os
 
 import numpy as np
@@ -164,3 +165,37 @@ def test_bad_outputs_and_inputs_leave_nothing_behind(tmp_path, capsys):
     leftovers = [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial")]
     assert leftovers == []
     assert not (tmp_path / "t.safetensors").exists() and not (tmp_path / "j.gguf").exists()
+
+
+def test_a_hugging_face_llama_converted_to_gguf_runs_in_ember_like_transformers(tmp_path):
+    transformers = require("transformers")
+    from ember.models.gguf_llama import load_gguf_model
+    torch.manual_seed(1)
+    cfg = transformers.LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=96,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, max_position_embeddings=32,
+                                   tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    d = tmp_path / "hf"
+    model.save_pretrained(d)
+    vocab = {f"t{i}": i for i in range(90)}
+    (d / "tokenizer.json").write_text(json.dumps({
+        "model": {"type": "BPE", "vocab": vocab, "merges": ["t 1", ["t", "2"]]},
+        "added_tokens": [{"id": 1, "content": "<s>", "special": True}]}))
+    out = tmp_path / "m.gguf"
+    assert main(["convert", str(d), str(out), "--quiet"]) == 0
+    ids = [1, 5, 9, 3, 7]
+    with torch.no_grad():
+        ref = model(torch.tensor([ids])).logits.numpy()
+    got = load_gguf_model(out)([ids]).numpy()
+    assert np.abs(got - ref).max() <= 1e-4
+
+    fields = gguf.GGUFReader(str(out)).fields
+    assert fields["tokenizer.ggml.model"].contents() == "gpt2"
+    tokens = fields["tokenizer.ggml.tokens"].contents()
+    assert tokens[1] == "<s>" and tokens[5] == "t5" and tokens[95] == "[PAD95]"
+    types = fields["tokenizer.ggml.token_type"].contents()
+    assert (types[1], types[5], types[95]) == (3, 1, 5)
+    assert fields["tokenizer.ggml.token_type"].types[-1] == gguf.GGUFValueType.INT32
+    assert fields["tokenizer.ggml.merges"].contents() == ["t 1", "t 2"]
+    assert fields["tokenizer.ggml.bos_token_id"].contents() == 1
