@@ -199,3 +199,30 @@ def test_a_hugging_face_llama_converted_to_gguf_runs_in_ember_like_transformers(
     assert fields["tokenizer.ggml.token_type"].types[-1] == gguf.GGUFValueType.INT32
     assert fields["tokenizer.ggml.merges"].contents() == ["t 1", "t 2"]
     assert fields["tokenizer.ggml.bos_token_id"].contents() == 1
+
+
+def test_peak_memory_grows_with_one_tensor_not_with_the_model(tmp_path):
+    """Converting 40 tensors costs about the peak memory of converting 8 of the same size:
+    inputs are mapped and their pages dropped, outputs streamed (a whole-model conversion
+    would need 64 MiB more)."""
+    import subprocess
+    import sys
+    rng = np.random.default_rng(0)
+    peaks = []
+    for n in (8, 40):
+        src = tmp_path / f"w{n}.safetensors"
+        from ember.io.outputs import StagedOutputs
+        from ember.io.safetensors_writer import PlannedTensor, write_safetensors
+        with StagedOutputs() as out:
+            write_safetensors(out, src, [PlannedTensor(
+                f"t{i}", "F32", (512, 1024),
+                lambda: rng.standard_normal((512, 1024), dtype=np.float32)) for i in range(n)])
+        # VmHWM: this process's own peak (ru_maxrss would include the forking parent's)
+        code = ("from ember.cli import main; "
+                f"assert main(['convert', {str(src)!r}, {str(tmp_path / f'o{n}.gguf')!r}, "
+                "'--dtype', 'bf16', '--quiet']) == 0; "
+                "print([l for l in open('/proc/self/status') if l.startswith('VmHWM')][0])")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              check=True)
+        peaks.append(int(done.stdout.split()[-2]))   # KiB
+    assert peaks[1] - peaks[0] < 16 * 1024, peaks     # 2 MiB per input tensor; 64 MiB more input

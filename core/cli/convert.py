@@ -315,7 +315,7 @@ def write_gguf_from(source, out_path, outputs, type_for, progress_enabled=None):
             from ..io.weights import to_f32
             return quantize(to_f32(entry, array).reshape(entry.shape), t)
 
-        planned.append(PlannedTensor(name, tuple(entry.shape), t, produce))
+        planned.append(PlannedTensor(name, tuple(entry.shape), t, produce, entry.release))
     fh = outputs.open(out_path)
     bar = Progress(len(planned), progress_enabled)
     write_gguf(fh, source.metadata, planned, progress=bar)
@@ -352,7 +352,8 @@ def run(args):
                     return cast(entry, array, target) if entry.is_float else \
                         np.ascontiguousarray(array)
 
-                planned.append(PlannedTensor(name, target, tuple(entry.shape), produce))
+                planned.append(PlannedTensor(name, target, tuple(entry.shape), produce,
+                                             entry.release))
             bar = Progress(len(planned), None if not args.quiet else False)
             written = write_safetensors(outputs, out, planned,
                                         metadata={"format": "pt"},

@@ -44,6 +44,7 @@ class PlannedTensor:
     shape: tuple          # numpy order; ggml's ne is this reversed
     ggml_type: object
     produce: object
+    written: object = None   # called once the bytes are in the file (to drop input pages)
 
     @property
     def nbytes(self):
@@ -134,6 +135,9 @@ def write_gguf(fh, metadata, tensors, alignment=DEFAULT_ALIGNMENT, progress=None
             raise FormatError(f"GGUF output: tensor {t.name!r} ({fmt_shape(t.shape)}) produced "
                               f"{data.nbytes} bytes, expected {t.nbytes}", tensor=t.name)
         fh.write(data)
+        del data
+        if t.written is not None:
+            t.written()
         fh.write(b"\0" * (_align(t.nbytes, alignment) - t.nbytes))
 
 

@@ -21,6 +21,7 @@ class PlannedTensor:
     dtype: str          # safetensors dtype name
     shape: tuple
     produce: object     # () -> bytes-like of exactly nbytes
+    written: object = None   # called once the bytes are in the file (to drop input pages)
 
     @property
     def nbytes(self):
@@ -74,6 +75,9 @@ def _write_one(fh, tensors, metadata, progress, done):
             raise FormatError(f"safetensors output: tensor {t.name!r} produced {data.nbytes} "
                               f"bytes, expected {t.nbytes}", tensor=t.name)
         fh.write(data)
+        del data
+        if t.written is not None:
+            t.written()
     return done
 
 

@@ -31,6 +31,9 @@ class Entry:
     dtype: str
     nbytes: int
     read: object = field(repr=False)   # () -> numpy array (BF16 as uint16, ggml blocks as uint8)
+    # () -> None: hand the read pages back to the OS (a memory-mapped input's RSS would
+    # otherwise grow to the whole model as a conversion walks it)
+    release: object = field(default=lambda: None, repr=False)
 
     @property
     def numel(self):
@@ -124,6 +127,16 @@ def _mapped(path):
         return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
 
 
+def _dropper(mm, begin, end):
+    def release():
+        if not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED") or mm.closed:
+            return
+        start = begin - begin % mmap.PAGESIZE
+        if end > start:
+            mm.madvise(mmap.MADV_DONTNEED, start, end - start)
+    return release
+
+
 def _safetensors_entries(path):
     from .safetensors import SafetensorsFile
     with SafetensorsFile(path) as f:
@@ -140,7 +153,8 @@ def _safetensors_entries(path):
         if info.file_dtype not in _NUMPY:
             raise FormatError(f"{path}: tensor {info.name!r} has dtype {info.file_dtype}, "
                               "which ember cannot convert", path=path, tensor=info.name)
-    entries = [Entry(i.name, tuple(i.shape), i.file_dtype, i.nbytes, reader(i)) for i in infos]
+    entries = [Entry(i.name, tuple(i.shape), i.file_dtype, i.nbytes, reader(i),
+                     _dropper(mm, *i.file_offsets)) for i in infos]
     return entries, meta, mm
 
 
@@ -184,15 +198,20 @@ def _gguf(path):
     plain = {GGMLType.F32: "<f4", GGMLType.F16: "<f2", GGMLType.BF16: "<u2", GGMLType.I8: "i1",
              GGMLType.I16: "<i2", GGMLType.I32: "<i4", GGMLType.I64: "<i8", GGMLType.F64: "<f8"}
 
-    def reader(info):
-        if info.ggml_type in plain:
-            return lambda: f.raw(info.name).view(plain[info.ggml_type]).reshape(info.shape)
-        return lambda: f.raw(info.name)
+    mm = _mapped(path)   # our own map of the tensor data, whose pages we may drop
 
-    entries = [Entry(i.name, tuple(i.shape), i.ggml_type.name, i.nbytes, reader(i))
-               for i in f.tensors.values()]
+    def reader(info):
+        def raw():
+            return np.frombuffer(mm, np.uint8, count=info.nbytes, offset=info.offset)
+        if info.ggml_type in plain:
+            return lambda: raw().view(plain[info.ggml_type]).reshape(info.shape)
+        return raw
+
+    entries = [Entry(i.name, tuple(i.shape), i.ggml_type.name, i.nbytes, reader(i),
+                     _dropper(mm, i.offset, i.offset + i.nbytes)) for i in f.tensors.values()]
     meta = dict(f.metadata)
-    w = Weights(path, "gguf", entries, meta, [f.close])
+    f.close()
+    w = Weights(path, "gguf", entries, meta, [lambda: _close(mm)])
     w.gguf_types = dict(f.metadata_types)
     return w
 
