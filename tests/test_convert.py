@@ -161,10 +161,14 @@ def test_bad_outputs_and_inputs_leave_nothing_behind(tmp_path, capsys):
     (tmp_path / "junk.bin").write_bytes(b"\x01\x02\x03 not weights")
     assert main(["convert", str(tmp_path / "junk.bin"), str(tmp_path / "j.gguf")]) == 1
     assert "unknown weights format" in capsys.readouterr().err
+    np.savez(tmp_path / "mask.npz", m=np.ones((4,), np.bool_))
+    assert main(["convert", str(tmp_path / "mask.npz"), str(tmp_path / "mask.gguf")]) == 1
+    assert "'m': GGUF has no BOOL type" in capsys.readouterr().err
     assert main(["quantize", src, str(tmp_path / "q.gguf"), "--type", "Q4_K"]) == 0
     leftovers = [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial")]
     assert leftovers == []
-    assert not (tmp_path / "t.safetensors").exists() and not (tmp_path / "j.gguf").exists()
+    for name in ("t.safetensors", "j.gguf", "mask.gguf"):
+        assert not (tmp_path / name).exists()
 
 
 def test_a_hugging_face_llama_converted_to_gguf_runs_in_ember_like_transformers(tmp_path):

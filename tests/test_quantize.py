@@ -107,3 +107,50 @@ def test_quantize_cli_mix_and_fallbacks(tmp_path, capsys):
             np.asarray(gguf_quantize(w, gguf.GGMLQuantizationType.Q8_0)).tobytes()
         assert np.array_equal(f.dequantize("blk.0.odd.weight"), odd.astype(np.float16).astype(np.float32))
         assert f.metadata["general.architecture"] == "test"
+
+
+def test_q4_k_m_of_a_hugging_face_llama_runs_in_ember_close_to_transformers(tmp_path, capsys):
+    torch = require("torch")
+    transformers = require("transformers")
+    from ember.io.quant import GGMLType
+    from ember.models.gguf_llama import load_gguf_model
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=256, intermediate_size=512,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, max_position_embeddings=32,
+                                   tie_word_embeddings=False)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    model.save_pretrained(tmp_path / "hf")
+    out = tmp_path / "q.gguf"
+    assert main(["quantize", str(tmp_path / "hf"), str(out), "--type", "Q4_K_M"]) == 0
+    assert "not whole" not in capsys.readouterr().out      # every row fits a 256 block
+    with GGUFFile(out) as f:
+        types = {name: info.ggml_type for name, info in f.tensors.items()}
+    assert types["output.weight"] == GGMLType.Q6_K
+    assert types["token_embd.weight"] == GGMLType.Q4_K
+    # two layers: llama.cpp's "more bits" layers are those at or past 7/8 of the way: blk.1
+    assert types["blk.1.attn_v.weight"] == types["blk.1.ffn_down.weight"] == GGMLType.Q6_K
+    assert types["blk.0.attn_v.weight"] == types["blk.0.ffn_down.weight"] == GGMLType.Q4_K
+    assert types["blk.0.attn_q.weight"] == GGMLType.Q4_K
+    assert types["blk.0.attn_norm.weight"] == GGMLType.F32
+    theirs = {t.name: (int(t.tensor_type), t.data.tobytes()) for t in gguf.GGUFReader(str(out)).tensors}
+    with GGUFFile(out) as f:
+        assert theirs == {n: (int(i.ggml_type), f.raw(n).tobytes()) for n, i in f.tensors.items()}
+    ids = [3, 17, 42, 8, 1]
+    # the reference: transformers running the very weights the file decodes to
+    from ember.cli.convert import for_safetensors, permute_rows
+    from ember.io.weights import open_weights
+    with open_weights(out) as w:
+        source = for_safetensors(w)
+        state = {}
+        for name, entry, heads in source.items:
+            values = dequantize(entry.read(), entry.dtype, entry.shape) \
+                if entry.dtype not in ("F32",) else np.array(entry.read())
+            if heads is not None:
+                values = permute_rows(values, heads, inverse=True)
+            state[name] = torch.from_numpy(np.ascontiguousarray(values))
+    model.load_state_dict(state, strict=True)
+    with torch.no_grad():
+        ref = model(torch.tensor([ids])).logits[0].numpy()
+    got = load_gguf_model(out)([ids]).numpy()[0]
+    assert np.abs(got - ref).max() <= 1e-4

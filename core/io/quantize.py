@@ -140,15 +140,17 @@ def _scale_and_min(x, w, nmax, rmin, rdelta, nstep, use_mad):
         diff = scale * lv + offset - x
         return (w * (np.abs(diff) if use_mad else diff * diff)).sum(axis=-1, keepdims=True)
 
+    shifted = x - lo
     iscale = _F32(nmax) / span
     best_scale, best_min = _F32(1) / iscale, lo
-    best_err = error(best_scale, best_min, np.clip(np.rint(iscale * (x - lo)), 0, nmax))
+    best_err = error(best_scale, best_min, np.clip(np.rint(iscale * shifted), 0, nmax))
     for step in range(nstep + 1):
         iscale = (_F32(rmin) + _F32(rdelta) * _F32(step) + _F32(nmax)) / span
-        lv = np.clip(np.rint(iscale * (x - lo)), 0, nmax)
-        sum_l = (w * lv).sum(axis=-1, keepdims=True)
-        sum_l2 = (w * lv * lv).sum(axis=-1, keepdims=True)
-        sum_xl = (w * lv * x).sum(axis=-1, keepdims=True)
+        lv = np.clip(np.rint(iscale * shifted), 0, nmax)
+        wl = w * lv
+        sum_l = wl.sum(axis=-1, keepdims=True)
+        sum_l2 = (wl * lv).sum(axis=-1, keepdims=True)
+        sum_xl = (wl * x).sum(axis=-1, keepdims=True)
         det = sum_w * sum_l2 - sum_l * sum_l
         ok = det > 0
         det = np.where(ok, det, _F32(1))
