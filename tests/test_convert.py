@@ -230,3 +230,24 @@ def test_peak_memory_grows_with_one_tensor_not_with_the_model(tmp_path):
                               check=True)
         peaks.append(int(done.stdout.split()[-2]))   # KiB
     assert peaks[1] - peaks[0] < 16 * 1024, peaks     # 2 MiB per input tensor; 64 MiB more input
+
+
+def test_a_self_containing_pickle_and_the_progress_bar(tmp_path, capsys):
+    import pickle
+    loop = []
+    loop.append(loop)
+    path = tmp_path / "loop.pth"
+    with open(path, "wb") as fh:     # the legacy layout around a list holding itself
+        for obj in (0x1950A86A20F9469CFC6C, 1001, {"little_endian": True}, loop, []):
+            pickle.dump(obj, fh, protocol=2)
+    assert main(["inspect", str(path)]) == 1
+    assert "nest too deeply" in capsys.readouterr().err
+
+    from ember.cli.convert import Progress
+    from ember.io.gguf_writer import PlannedTensor
+    bar = Progress(2, enabled=True)
+    bar(0, PlannedTensor("first", (1,), 0, None))
+    bar(1, PlannedTensor("second", (1,), 0, None))
+    bar.done()
+    err = capsys.readouterr().err
+    assert "] 1/2 first" in err and "] 2/2 second" in err and err.endswith("] 2/2" + " " * 41 + "\n")

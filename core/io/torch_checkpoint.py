@@ -192,7 +192,11 @@ class TorchCheckpoint:
                 self.format = "legacy"
                 obj = self._open_legacy()
             refs = {}
-            _flatten(obj, "", refs, self.path)
+            try:
+                _flatten(obj, "", refs, self.path)
+            except RecursionError:   # a container nested without end, or holding itself
+                raise FormatError(f"{self.path}: the checkpoint's containers nest too deeply "
+                                  "(or contain themselves)", path=self.path) from None
             self.tensors = {name: self._info(name, ref) for name, ref in refs.items()}
         except BaseException:
             self._mm.close()
