@@ -34,6 +34,14 @@ class CT2Variable:
     nbytes: int
 
 
+def _drop_pages(mm, begin, end):
+    if mm.closed or not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    start = begin - begin % mmap.PAGESIZE
+    if end > start:
+        mm.madvise(mmap.MADV_DONTNEED, start, end - start)
+
+
 class CTranslate2File:
     """`version`, `spec`, `revision`, `variables` (name -> CT2Variable, file order),
     `aliases` (alias -> variable name), `array(name)`."""
@@ -132,6 +140,11 @@ class CTranslate2File:
         np_dtype = next(d[1] for d in DTYPES.values() if d[0] == v.dtype)
         return np.frombuffer(self._mm, dtype=np_dtype, count=v.nbytes // np.dtype(np_dtype).itemsize,
                              offset=v.offset).reshape(v.shape)
+
+    def release(self, name):
+        """Hand the pages of variable `name` back to the OS (after it was converted)."""
+        v = self.variables[self.aliases.get(name, name)]
+        _drop_pages(self._mm, v.offset, v.offset + v.nbytes)
 
     def close(self):
         try:

@@ -340,6 +340,14 @@ class TorchCheckpoint:
             strides=tuple(s * item for s in info.stride), writeable=False)
         return np.ascontiguousarray(view)
 
+    def release(self, name):
+        """Hand the mapped pages of tensor `name`'s storage back to the OS."""
+        from .ctranslate2 import _drop_pages
+        st = self.tensors[name].storage
+        if st.key in self._starts:
+            begin = self._starts[st.key]
+            _drop_pages(self._mm, begin, begin + st.numel * np.dtype(st.numpy_dtype).itemsize)
+
     def close(self):
         try:
             self._mm.close()

@@ -128,13 +128,8 @@ def _mapped(path):
 
 
 def _dropper(mm, begin, end):
-    def release():
-        if not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED") or mm.closed:
-            return
-        start = begin - begin % mmap.PAGESIZE
-        if end > start:
-            mm.madvise(mmap.MADV_DONTNEED, start, end - start)
-    return release
+    from .ctranslate2 import _drop_pages
+    return lambda: _drop_pages(mm, begin, end)
 
 
 def _safetensors_entries(path):
@@ -266,8 +261,8 @@ def _npz(path):
 def _ct2(path):
     from .ctranslate2 import CTranslate2File
     f = CTranslate2File(path)
-    entries = [Entry(v.name, v.shape, v.dtype, v.nbytes, lambda n=v.name: f.array(n))
-               for v in f.variables.values()]
+    entries = [Entry(v.name, v.shape, v.dtype, v.nbytes, lambda n=v.name: f.array(n),
+                     lambda n=v.name: f.release(n)) for v in f.variables.values()]
     meta = {"ctranslate2.version": f.version, "ctranslate2.spec": f.spec,
             "ctranslate2.revision": f.revision}
     meta.update({f"ctranslate2.alias.{a}": t for a, t in f.aliases.items()})
@@ -277,8 +272,8 @@ def _ct2(path):
 def _torch(path):
     from .torch_checkpoint import TorchCheckpoint
     c = TorchCheckpoint(path)
-    entries = [Entry(i.name, i.shape, i.dtype, i.nbytes, lambda n=i.name: c.array(n))
-               for i in c.tensors.values()]
+    entries = [Entry(i.name, i.shape, i.dtype, i.nbytes, lambda n=i.name: c.array(n),
+                     lambda n=i.name: c.release(n)) for i in c.tensors.values()]
     return Weights(path, f"pytorch ({c.format})", entries, {}, [c.close])
 
 
