@@ -119,3 +119,14 @@ def test_pytorch_checkpoint_lists_strided_and_bf16_tensors(tmp_path, capsys):
     assert rows["model.h"]["dtype"] == "BF16"
     assert rows["model.w"]["stats"]["max"] == float(t.max())
     assert rows["model.h"]["stats"]["max"] == float(t.to(torch.bfloat16).float().max())
+
+
+def test_safetensors_with_metadata(tmp_path, capsys):
+    import ember
+    from ember.io import save_safetensors
+    save_safetensors({"w": ember.from_numpy(np.arange(6, dtype=np.float32).reshape(2, 3))},
+                     tmp_path / "m.safetensors", metadata={"format": "pt", "note": "hi"})
+    text = _inspect(capsys, tmp_path / "m.safetensors", "--stats")
+    assert "safetensors, 1 tensor, 24 B" in text and "note = hi" in text
+    row = next(line for line in text.splitlines() if line.startswith("  w "))
+    assert row.split()[:4] == ["w", "F32", "[2,", "3]"] and "min 0 max 5 mean 2.5" in row

@@ -107,6 +107,7 @@ def test_quantize_cli_mix_and_fallbacks(tmp_path, capsys):
             np.asarray(gguf_quantize(w, gguf.GGMLQuantizationType.Q8_0)).tobytes()
         assert np.array_equal(f.dequantize("blk.0.odd.weight"), odd.astype(np.float16).astype(np.float32))
         assert f.metadata["general.architecture"] == "test"
+        assert f.metadata["general.quantization_version"] == 2
 
 
 def test_q4_k_m_of_a_hugging_face_llama_runs_in_ember_close_to_transformers(tmp_path, capsys):

@@ -103,7 +103,8 @@ def run(args, out=None):
         json.dump(info, out, indent=2, allow_nan=False, default=str)
         out.write("\n")
         return 0
-    out.write(f"{info['file']}: {info['format']}, {info['tensor_count']} tensors, "
+    n = info["tensor_count"]
+    out.write(f"{info['file']}: {info['format']}, {n} tensor{'' if n == 1 else 's'}, "
               f"{_size(info['total_bytes'])}\n")
     if info["metadata"]:
         out.write("metadata:\n")

@@ -98,6 +98,8 @@ def run(args):
 
         if "general.file_type" in source.metadata:
             del source.metadata["general.file_type"]   # it would describe the input
+        # the ggml block-format revision, which llama.cpp's quantizer records
+        source.metadata["general.quantization_version"] = 2
         planned = write_gguf_from(source, args.output, outputs, type_for,
                                   None if not args.quiet else False)
     if not args.quiet:
