@@ -253,8 +253,13 @@ def check_gguf_metadata(md, arch, path):
                           "list of counts", kv)
         for i, v in enumerate(kv):
             cf.positive_int(path, f"{arch}.attention.head_count_kv[{i}]", v)
+        kv = kv[0]        # config_from_gguf uses the first: llama-family layers share one
     else:
-        count("attention.head_count_kv")
+        kv = count("attention.head_count_kv")
+    if kv is not None and heads is not None and heads % kv:
+        raise FormatError(f"{path}: {arch}.attention.head_count {heads} is not a multiple of "
+                          f"{arch}.attention.head_count_kv {kv}", path=path,
+                          field=f"{arch}.attention.head_count_kv")
     for name in ("attention.layer_norm_rms_epsilon", "rope.freq_base"):
         cf.optional(cf.positive_number, path, f"{arch}.{name}", get(name))
     cf.optional(cf.string, path, f"{arch}.rope.scaling.type", get("rope.scaling.type"))
@@ -265,11 +270,20 @@ def check_gguf_metadata(md, arch, path):
     _check_array(md, "tokenizer.ggml.merges", (str,), "strings", path)
     _check_array(md, "tokenizer.ggml.token_type", (int,), "integers", path)
     _check_array(md, "tokenizer.ggml.scores", (int, float), "numbers", path)
+    tokens = md.get("tokenizer.ggml.tokens")
+    if tokens is not None:
+        for key in ("tokenizer.ggml.scores", "tokenizer.ggml.token_type"):
+            if md.get(key) is not None and len(md[key]) != len(tokens):
+                raise cf.fail(path, key, f"an array of {len(tokens)} entries (one per token)",
+                              f"{len(md[key])} entries")
+    top = None if not tokens else len(tokens) - 1
+    for key in ("tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+                "tokenizer.ggml.padding_token_id", "tokenizer.ggml.unknown_token_id"):
+        cf.optional(cf.integer, path, key, md.get(key), low=0, high=top)
+    cf.optional(cf.boolean, path, "tokenizer.ggml.add_bos_token",
+                md.get("tokenizer.ggml.add_bos_token"))
     cf.optional(cf.string, path, "tokenizer.ggml.model", md.get("tokenizer.ggml.model"))
     cf.optional(cf.string, path, "tokenizer.ggml.pre", md.get("tokenizer.ggml.pre"))
-    for key in ("tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
-                "tokenizer.ggml.padding_token_id"):
-        cf.optional(cf.integer, path, key, md.get(key), low=0)
 
 
 def _check_array(md, key, types, what, path):
