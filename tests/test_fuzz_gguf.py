@@ -101,6 +101,16 @@ def test_hidden_size_must_divide_by_heads_when_no_key_length_is_given(tmp_path):
         load_and_run(path)
 
 
+def test_tensor_name_with_one_dot_after_blk_is_a_format_error(tmp_path):
+    """Found by the fuzzer: 'blk.0' (no third part) made GGUFSource fail to unpack."""
+    kvs, tensors = VALID
+    tensors = [("blk.0" if n == "blk.0.attn_k.weight" else n, ne, t, d) for n, ne, t, d in tensors]
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(gguf_bytes(kvs, tensors))
+    with pytest.raises(FormatError, match="'model.layers.0.self_attn.k_proj.weight' not found"):
+        load_and_run(path)
+
+
 # --- the file itself (issue 10.13) --------------------------------------------------------------
 def test_missing_directory_and_fifo_paths_are_clean_errors(tmp_path):
     import os

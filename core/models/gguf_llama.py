@@ -90,8 +90,9 @@ class GGUFSource:
             if _GLOBAL_NAMES[name] in gguf_file.tensors:
                 self._names[name] = _GLOBAL_NAMES[name]
         for gname in gguf_file.tensors:
-            if gname.startswith("blk."):
-                _, layer, tail = gname.split(".", 2)
+            parts = gname.split(".", 2)
+            if parts[0] == "blk" and len(parts) == 3:   # other names are not layer weights
+                _, layer, tail = parts
                 for hf_tail, g_tail in _LAYER_NAMES.items():
                     if g_tail == tail:
                         self._names[f"model.layers.{layer}.{hf_tail}"] = gname
