@@ -7,7 +7,8 @@ KiB (deep nesting is text, 20,000 brackets), so no case can ask a correct reader
 much memory or time; a reader that loops or allocates without bound is the bug the
 suite is looking for.
 
-EMBER_FUZZ_CASES=N runs N cases per format instead of the default few hundred.
+EMBER_FUZZ_CASES=N runs N cases per format instead of the default few hundred;
+EMBER_FUZZ_SEED=S draws another series of cases.
 """
 import copy
 import json
@@ -23,6 +24,10 @@ DEEP_LEVELS = 20000
 
 def case_count(default):
     return int(os.environ.get("EMBER_FUZZ_CASES") or default)
+
+
+def case_seed(default):
+    return int(os.environ.get("EMBER_FUZZ_SEED") or default)
 
 
 INTERESTING_INTS = [0, 1, -1, 2, 3, 7, 8, 255, 256, 65535, 2**31 - 1, 2**31, 2**32 - 1, 2**32,
@@ -320,5 +325,5 @@ def mutate_gguf_fields(kvs, tensors, rng):
     return kvs, tensors, "; ".join(done)
 
 
-__all__ = ["case_count", "gguf_bytes", "mutate_bytes", "mutate_gguf_fields", "mutate_json",
+__all__ = ["case_count", "case_seed", "gguf_bytes", "mutate_bytes", "mutate_gguf_fields", "mutate_json",
            "safetensors_bytes", "split_safetensors", "tiny_llama_gguf"]

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from fuzz_inputs import case_count, mutate_json
+from fuzz_inputs import case_count, case_seed, mutate_json
 from fuzz_models import BERT_CONFIG, LLAMA_CONFIG, write_bert_dir, write_llama_dir
 from fuzz_run import run_cases
 
@@ -55,7 +55,8 @@ def test_mutated_config_gives_only_ember_errors(dirs, which):
         run(path)
 
     try:
-        tally = run_cases(lambda rng: mutate_json(config, rng), check, case_count(250), seed=5)
+        tally = run_cases(lambda rng: mutate_json(config, rng), check, case_count(250),
+                          seed=case_seed(5))
     finally:
         with open(f"{path}/config.json", "w") as f:
             json.dump(config, f)

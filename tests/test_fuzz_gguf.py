@@ -8,7 +8,8 @@ EMBER_FUZZ_CASES=5000 runs 5000 cases per test instead of the default."""
 import numpy as np
 import pytest
 
-from fuzz_inputs import case_count, gguf_bytes, mutate_bytes, mutate_gguf_fields, tiny_llama_gguf
+from fuzz_inputs import (case_count, case_seed, gguf_bytes, mutate_bytes, mutate_gguf_fields,
+                         tiny_llama_gguf)
 from fuzz_run import run_cases
 
 from ember.errors import EmberError, FormatError
@@ -53,7 +54,7 @@ def test_mutated_gguf_gives_only_ember_errors(tmp_path, make, default):
         path.write_bytes(blob)
         load_and_run(path)
 
-    tally = run_cases(make, check, case_count(default), seed=7)
+    tally = run_cases(make, check, case_count(default), seed=case_seed(7))
     print(f"GGUF {make.__name__}: {tally.summary()}")
     tally.assert_clean("GGUF")
     assert tally.counts["ok"] > 0 and sum(tally.counts.values()) > tally.counts["ok"]
