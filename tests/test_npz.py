@@ -51,3 +51,15 @@ def test_pickled_arrays_are_refused(tmp_path):
 def test_save_refuses_bf16(tmp_path):
     with pytest.raises(ember.UnsupportedDType, match="'w'.*bf16"):
         ember.io.save_npz({"w": ember.zeros(2, dtype=ember.bf16)}, tmp_path / "x.npz")
+
+
+def test_missing_directory_and_fifo_are_format_errors(tmp_path):
+    import os
+    with pytest.raises(ember.FormatError, match="does not exist"):
+        ember.io.load_npz(tmp_path / "absent.npz")
+    with pytest.raises(ember.FormatError, match="is a directory"):
+        ember.io.load_npz(tmp_path)
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(tmp_path / "pipe.npz")     # numpy's own open would block here forever
+        with pytest.raises(ember.FormatError, match="FIFO"):
+            ember.io.load_npz(tmp_path / "pipe.npz")

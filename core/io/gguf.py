@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import FormatError
+from .files import open_regular
 from .quant import BLOCK_SIZES, GGMLType, QTensor, dequantize as _dequantize
 
 GGUF_MAGIC = b"GGUF"
@@ -252,7 +253,9 @@ class GGUFFile:
     def __init__(self, path):
         self.path = os.fspath(path)
         self._mm = None
-        with open(self.path, "rb") as f:
+        # A missing file raises MissingFile (a FileNotFoundError); a directory or FIFO
+        # FormatError, without blocking on the FIFO.
+        with open_regular(self.path, "GGUF file") as f:
             size = os.fstat(f.fileno()).st_size
             if size == 0:
                 raise FormatError(f"{self.path}: GGUF header.magic: file truncated: the file is empty",

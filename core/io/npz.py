@@ -9,6 +9,7 @@ import zipfile
 
 from .. import dtype as dt
 from ..errors import FormatError, UnsupportedDType
+from .files import open_regular
 
 
 def _fail(path, what, name=None, cls=FormatError):
@@ -40,15 +41,17 @@ def load_npz(path, device=None, dtype=None):
     import numpy
 
     path = os.fspath(path)
-    try:
-        data = numpy.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        raise _fail(path, f"cannot read it ({type(exc).__name__}: {exc})") from None
-    if isinstance(data, numpy.ndarray):  # an .npy holds one array
-        return {"arr_0": _to_tensor(path, "arr_0", data, device, dtype)}
-    with data:
-        return {name: _to_tensor(path, name, _read(path, data, name), device, dtype)
-                for name in data.files}
+    # Opened by ember, not numpy: a FIFO would block numpy's open forever.
+    with open_regular(path, "npz file") as fh:
+        try:
+            data = numpy.load(fh, allow_pickle=False)
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise _fail(path, f"cannot read it ({type(exc).__name__}: {exc})") from None
+        if isinstance(data, numpy.ndarray):  # an .npy holds one array
+            return {"arr_0": _to_tensor(path, "arr_0", data, device, dtype)}
+        with data:
+            return {name: _to_tensor(path, name, _read(path, data, name), device, dtype)
+                    for name in data.files}
 
 
 def _read(path, data, name):

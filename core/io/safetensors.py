@@ -27,11 +27,16 @@ import sys
 
 from .. import dtype as dt
 from ..errors import FormatError, UnsupportedDType, fmt_shape
+from .files import open_regular
 
 # The reference library refuses headers above 100 MB; a header length beyond the file
 # is refused before anything is read, so a corrupt length never allocates.
 MAX_HEADER_BYTES = 100_000_000
 ALIGNMENT = 8  # the header is padded so the data section starts 8-byte aligned
+# numpy's limits, which every CPU tensor meets: at most 64 dimensions, and a size in bytes
+# (counting a zero dimension as one, as numpy does) below 2^63.
+MAX_DIMS = 64
+MAX_ARRAY_BYTES = (1 << 63) - 1
 
 # Every safetensors dtype, with its size in bits (sub-byte float formats exist).
 FILE_DTYPE_BITS = {
@@ -166,6 +171,9 @@ def _parse_entry(source, name, entry, data_start):
     shape = entry["shape"]
     if not isinstance(shape, list) or not all(_is_int(d) for d in shape):
         raise _fail(source, f"must be a list of integers, got {shape!r}", name, "shape")
+    if len(shape) > MAX_DIMS:
+        raise _fail(source, f"{len(shape)} dimensions, more than the {MAX_DIMS} a tensor may "
+                            "have", name, "shape")
     if any(d < 0 for d in shape):
         raise _fail(source, f"negative dimension in {shape}", name, "shape")
     offsets = entry["data_offsets"]
@@ -180,6 +188,13 @@ def _parse_entry(source, name, entry, data_start):
     for d in shape:
         numel *= d
     bits = FILE_DTYPE_BITS[file_dtype]
+    extent = 1
+    for d in shape:
+        extent *= max(d, 1)
+    if extent * bits > MAX_ARRAY_BYTES * 8:
+        raise _fail(source, f"shape {fmt_shape(shape)} of {file_dtype} is too large to address "
+                            "(its dimensions, a zero counted as one, exceed 2^63 bytes)",
+                    name, "shape")
     if numel * bits != (end - begin) * 8:
         raise _fail(source, f"shape {fmt_shape(shape)} of {file_dtype} needs "
                             f"{numel * bits / 8:g} bytes but data_offsets [{begin}, {end}] "
@@ -276,7 +291,9 @@ class SafetensorsFile:
     def __init__(self, path):
         self.path = os.fspath(path)
         source = self.path
-        with open(self.path, "rb") as fh:  # a missing file raises FileNotFoundError
+        # A missing file raises MissingFile (a FileNotFoundError); a directory or FIFO
+        # FormatError, without blocking on the FIFO.
+        with open_regular(self.path, "safetensors file") as fh:
             size = os.fstat(fh.fileno()).st_size
             if size < 8:
                 raise _fail(source, f"file is {size} bytes, shorter than the 8-byte header "

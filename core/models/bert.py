@@ -7,10 +7,11 @@ Linear is one GEMM; Q, K and V are one fused GEMM whose weight is built once aft
 (batch, heads, tokens, head_dim) views of that GEMM's output, without copies.
 """
 import dataclasses
-import json
 import math
 
 from ..errors import FormatError, ShapeMismatch, fmt_shape
+from ..io.files import read_json
+from . import config_fields as cf
 from .. import functional as F
 from ..nn import (Dropout, Embedding, LayerNorm, Linear, Module, ModuleList, activation_op,
                   get_activation)
@@ -43,22 +44,23 @@ class BertConfig:
 
     @classmethod
     def from_json(cls, path):
-        try:
-            with open(path, encoding="utf-8") as f:
-                d = json.load(f)
-        except (OSError, ValueError) as exc:
-            raise FormatError(f"BertConfig: cannot read {path} ({exc})", path=path) from None
+        d = read_json(path, "BertConfig: model config")
         if not isinstance(d, dict):
             raise FormatError(f"BertConfig: {path} is not a JSON object", path=path)
         return cls.from_dict(d, source=path)
 
     def validate(self, source="config"):
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "max_position_embeddings"):
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
+            if not cf.is_int(value) or value <= 0 or value > cf.MAX_COUNT:
                 raise FormatError(f"BertConfig: field '{name}' in {source} must be a positive "
                                   f"integer, got {value!r}", path=source, field=name)
+        self.layer_norm_eps = cf.positive_number(source, "layer_norm_eps", self.layer_norm_eps)
+        cf.optional(cf.integer, source, "pad_token_id", self.pad_token_id, low=None)
+        cf.string(source, "hidden_act", self.hidden_act)
+        cf.string(source, "position_embedding_type", self.position_embedding_type)
+        cf.optional(cf.string, source, "model_type", self.model_type)
         if self.hidden_size % self.num_attention_heads:
             raise FormatError(
                 f"BertConfig: hidden_size {self.hidden_size} in {source} is not divisible by "

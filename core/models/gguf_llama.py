@@ -29,7 +29,7 @@ from ..io.quant import GGMLType
 from ..nn import VarBuilder
 from ..tensor import from_numpy
 from .llama import LlamaForCausalLM
-from .llama_config import LlamaConfig
+from .llama_config import LlamaConfig, check_gguf_metadata
 from .quant_layers import QuantEmbedding, QuantLinear
 
 # GGUF architectures this loader knows, and the LlamaConfig model_type each becomes.
@@ -90,8 +90,9 @@ class GGUFSource:
             if _GLOBAL_NAMES[name] in gguf_file.tensors:
                 self._names[name] = _GLOBAL_NAMES[name]
         for gname in gguf_file.tensors:
-            if gname.startswith("blk."):
-                _, layer, tail = gname.split(".", 2)
+            parts = gname.split(".", 2)
+            if parts[0] == "blk" and len(parts) == 3:   # other names are not layer weights
+                _, layer, tail = parts
                 for hf_tail, g_tail in _LAYER_NAMES.items():
                     if g_tail == tail:
                         self._names[f"model.layers.{layer}.{hf_tail}"] = gname
@@ -125,11 +126,12 @@ def config_from_gguf(gguf_file):
     """A LlamaConfig from a GGUF file's metadata (llama.cpp's key names)."""
     md = gguf_file.metadata
     arch = md.get("general.architecture")
-    if arch not in ARCHITECTURES:
+    if not isinstance(arch, str) or arch not in ARCHITECTURES:
         raise FormatError(
             f"{gguf_file.path}: general.architecture {arch!r} is not a Llama-family model "
             f"(supported: {', '.join(ARCHITECTURES)})", path=gguf_file.path,
             field="general.architecture")
+    check_gguf_metadata(md, arch, gguf_file.path)   # types and ranges, before int() and //
 
     def key(name, default=None, required=False):
         full = f"{arch}.{name}"

@@ -5,10 +5,10 @@ module's config.json (usually 1_Pooling/config.json) picks the mode: mean over t
 tokens, the CLS token, the max over real tokens, or the mean times sqrt(length).
 """
 import dataclasses
-import json
 import os
 
 from ..errors import EmberError, FormatError
+from ..io.files import path_inside, read_json
 
 MODES = ("mean", "cls", "max", "mean_sqrt_len")
 _MODE_FIELDS = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls",
@@ -22,12 +22,11 @@ class PoolingConfig:
     max_seq_length: int = None
 
 
-def _read_json(path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError) as exc:
-        raise FormatError(f"pooling: cannot read {path} ({exc})", path=path) from None
+def _read_json(path, want=dict):
+    d = read_json(path, "pooling: config")
+    if not isinstance(d, want):
+        raise FormatError(f"pooling: {path} must be a JSON {want.__name__}", path=path)
+    return d
 
 
 def read_pooling_config(model_dir):
@@ -43,14 +42,13 @@ def read_pooling_config(model_dir):
     modules_path = os.path.join(model_dir, "modules.json")
     if not os.path.isfile(modules_path):
         return cfg
-    modules = _read_json(modules_path)
-    if not isinstance(modules, list):
-        raise FormatError(f"pooling: {modules_path} must be a JSON list of modules",
-                          path=modules_path)
+    modules = _read_json(modules_path, list)
     for i, module in enumerate(modules):
         kind = str(module.get("type", "")) if isinstance(module, dict) else ""
         if kind.endswith(".Pooling"):
-            pool_path = os.path.join(model_dir, module.get("path", ""), "config.json")
+            folder = module.get("path") or "."
+            pool_dir = path_inside(model_dir, folder, modules_path, f"[{i}].path")
+            pool_path = os.path.join(pool_dir, "config.json")
             cfg.mode = _mode_from(_read_json(pool_path), pool_path)
         elif kind.endswith(".Normalize"):
             cfg.normalize = True

@@ -4,11 +4,11 @@ A source answers four questions by full tensor name: is it there, what shape, wh
 and which file holds it (for error messages); `load` returns the tensor on a device in a
 dtype. Shapes are checked from the header before anything is read.
 """
-import json
 import os
 
 from .. import dtype as dt
 from ..errors import FormatError
+from ..io.files import path_inside, read_json
 
 
 class DictSource:
@@ -51,7 +51,8 @@ class SafetensorsSource:
         if weight_map is not None:
             base = os.path.dirname(index_path) if index_path else ""
             for name, fname in weight_map.items():
-                self._owner[name] = os.path.join(base, fname)
+                self._owner[name] = path_inside(base or ".", fname, index_path or "weight_map",
+                                                f"weight_map[{name!r}]")
         else:
             for path in self.paths:
                 for name in self._open(path).keys():
@@ -83,7 +84,15 @@ class SafetensorsSource:
         return ", ".join(self.paths)
 
     def load(self, name, device=None, dtype=None):
-        return _place(self._open(self._owner[name]).load(name, device, dtype), device, dtype)
+        t = self._open(self._owner[name]).load(name, device, dtype)
+        if dtype is not None and dt.as_dtype(dtype).is_float and not t.dtype.is_float:
+            # A model asking for a float weight never takes an integer tensor cast to
+            # float: the file is not the checkpoint the config describes.
+            raise FormatError(f"safetensors file {self._owner[name]}: tensor {name!r} is "
+                              f"{t.dtype.name}, but the model reads it as a "
+                              f"{dt.as_dtype(dtype).name} weight", path=self._owner[name],
+                              tensor=name, field="dtype")
+        return _place(t, device, dtype)
 
 
 def source_for_dir(path):
@@ -104,19 +113,15 @@ def source_for_dir(path):
 
 
 def sharded_source(index_path):
-    try:
-        with open(index_path, encoding="utf-8") as f:
-            index = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise FormatError(f"safetensors index {index_path}: cannot read it ({exc})",
-                          path=index_path) from None
+    index = read_json(index_path, "safetensors index")
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(
             isinstance(v, str) for v in weight_map.values()):
         raise FormatError(f"safetensors index {index_path}: field 'weight_map' must map tensor "
                           "names to file names", path=index_path, field="weight_map")
-    base = os.path.dirname(index_path)
-    paths = sorted({os.path.join(base, v) for v in weight_map.values()})
+    base = os.path.dirname(index_path) or "."
+    paths = sorted({path_inside(base, v, index_path, f"weight_map[{k!r}]")
+                    for k, v in weight_map.items()})
     return SafetensorsSource(paths, weight_map=weight_map, index_path=index_path)
 
 
