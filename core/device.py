@@ -33,8 +33,7 @@ class Device:
     def memory_stats(self):
         """Device memory bookkeeping where the backend keeps it (WebGPU: bytes_in_use,
         bytes_pooled, buffers_created); an empty dict elsewhere."""
-        stats = getattr(self.backend, "memory_stats", None)
-        return stats() if stats else {}
+        return self.backend.memory_stats()
 
     def synchronize(self):
         """Wait until queued work has finished (a no-op on synchronous backends)."""
@@ -144,8 +143,7 @@ class Device:
 
     def is_software(self):
         """True for a WebGPU device on a CPU adapter (lavapipe, SwiftShader)."""
-        driver = getattr(self.backend, "driver", None)
-        return getattr(driver, "info", {}).get("adapter_type") == "CPU"
+        return self.backend.is_software_adapter
 
     @classmethod
     def parse(cls, spec):

@@ -16,7 +16,15 @@ class EmberError(Exception):
 
 
 class ShapeMismatch(EmberError, ValueError):
-    """Operand shapes that an op cannot combine."""
+    """Operand shapes that an op cannot combine: `shapes` is a tuple of the shapes
+    concerned (one or more). A single `shape=` is accepted and kept as `shapes`, so the
+    field is one name whichever form a raise site uses."""
+
+    def __init__(self, message, **details):
+        if "shape" in details:
+            shape = details.pop("shape")
+            details.setdefault("shapes", (tuple(shape),) if shape is not None else ())
+        super().__init__(message, **details)
 
 
 class DTypeMismatch(EmberError, TypeError):

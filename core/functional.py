@@ -10,7 +10,8 @@ import numbers
 from . import dtype as dt
 from .errors import InvalidArgument, ShapeMismatch, UnsupportedDType, fmt_shape
 from .layout import Layout
-from .shape import normalize_dim
+from .ops import UNARY
+from .shape import broadcast_shapes, normalize_dim
 from .tensor import Tensor, _allocating, full, tensor
 
 
@@ -40,7 +41,7 @@ def _at_least(v, op, name, minimum, given=None):
 def _check_rank(op, x, rank):
     if x.ndim != rank:
         raise ShapeMismatch(f"{op}: expects a {rank}-d input, got {fmt_shape(x.shape)}",
-                            op=op, shape=x.shape)
+                            op=op, shapes=(x.shape,))
 
 
 def pad(x, pad, mode="constant", value=0.0):
@@ -50,7 +51,7 @@ def pad(x, pad, mode="constant", value=0.0):
     if len(pad) % 2 or len(pad) // 2 > x.ndim:
         raise ShapeMismatch(
             f"pad: {len(pad)} padding values do not fit a tensor of shape {fmt_shape(x.shape)}",
-            op="pad", shape=x.shape)
+            op="pad", shapes=(x.shape,))
     amounts = {}
     for i in range(len(pad) // 2):
         amounts[x.ndim - 1 - i] = (int(pad[2 * i]), int(pad[2 * i + 1]))
@@ -61,7 +62,7 @@ def pad(x, pad, mode="constant", value=0.0):
             length = x.shape[d] - start - max(0, -after)
             if length < 0:
                 raise ShapeMismatch(f"pad: cropping more than dim {d} of {fmt_shape(x.shape)}",
-                                    op="pad", shape=x.shape)
+                                    op="pad", shapes=(x.shape,))
             x = x.narrow(d, start, length)
             amounts[d] = (max(0, before), max(0, after))
     if all(b == 0 and a == 0 for b, a in amounts.values()):
@@ -98,7 +99,7 @@ def _windows(x, kh, kw, stride, dilation, op):
     if oh <= 0 or ow <= 0:
         raise ShapeMismatch(
             f"{op}: kernel {kh}x{kw} (dilation {dh}x{dw}) larger than the padded input "
-            f"{fmt_shape(x.shape)}", op=op, shape=x.shape)
+            f"{fmt_shape(x.shape)}", op=op, shapes=(x.shape,))
     s = x.layout.strides
     layout = Layout((n, c, oh, ow, kh, kw),
                     (s[0], s[1], s[2] * sh, s[3] * sw, s[2] * dh, s[3] * dw), x.layout.offset)
@@ -299,7 +300,7 @@ def embedding(ids, weight):
     """Rows of `weight` for each id: the shape of ids plus the embedding dim."""
     if weight.ndim != 2:
         raise ShapeMismatch(f"embedding: weight must be 2-d, got {fmt_shape(weight.shape)}",
-                            op="embedding", shape=weight.shape)
+                            op="embedding", shapes=(weight.shape,))
     return weight.index_select(0, ids)
 
 
@@ -313,9 +314,10 @@ def linear(x, weight, bias=None, activation=None, residual=None):
     """activation(x @ weight.T + bias) + residual, weight (out, in) as in PyTorch.
 
     x is (..., in) and runs as one 2-D GEMM; residual, when given, has the output's shape.
-    A backend with a fused `linear` applies bias, activation and residual while the GEMM's
-    output is still in cache, in place (the numpy backend also splits that work over the
-    cores, see backends/row_parallel.py); the others compose the same steps."""
+    Backend.linear takes it whole: the numpy backend applies bias, activation and residual
+    while the GEMM's output is still in cache, in place (and splits that work over the
+    cores, see backends/row_parallel.py), WebGPU as its matmul kernel stores, and the
+    contract's default composes the same steps."""
     op = "linear"
     x._check_same(op, weight, *(t for t in (bias, residual) if t is not None))
     if weight.ndim != 2 or x.ndim < 1 or x.shape[-1] != weight.shape[1]:
@@ -335,52 +337,76 @@ def linear(x, weight, bias=None, activation=None, residual=None):
     if activation is not None and activation not in LINEAR_ACTIVATIONS:
         raise ValueError(f"linear: unknown activation {activation!r}; known: "
                          f"{', '.join(sorted(LINEAR_ACTIVATIONS))}")
-    x2 = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
-    if x.backend.has_fused(op) and x.dtype.kind == "f":
-        w_t = weight.t()
-        r = residual.reshape(-1, out_shape[-1]) if residual is not None else None
-        storage = x.backend.linear(
-            x2.storage, x2.layout, w_t.storage, w_t.layout,
-            bias.storage if bias is not None else None, bias.layout if bias is not None else None,
-            x.dtype, activation, r.storage if r is not None else None,
-            r.layout if r is not None else None)
-        return x._new(storage, out_shape)
-    out = x2.matmul(weight.t())
-    if bias is not None:
-        out = out + bias
     if activation is not None:
-        out = out._unary(activation)
-    out = out.reshape(out_shape)
-    return out + residual if residual is not None else out
+        x._require_kind(activation, UNARY[activation].kinds)
+    x2 = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
+    w_t = weight.t()
+    r = residual.reshape(-1, out_shape[-1]) if residual is not None else None
+    storage = x.backend.linear(
+        x2.storage, x2.layout, w_t.storage, w_t.layout,
+        bias.storage if bias is not None else None, bias.layout if bias is not None else None,
+        x.dtype, activation, r.storage if r is not None else None,
+        r.layout if r is not None else None)
+    return x._new(storage, out_shape)
 
 
 def rope(x, cos, sin, interleaved=False):
-    """Rotary position embedding of x [..., T, D] with cos/sin tables [T, D/2].
+    """Rotary position embedding of x [..., T, D] with cos/sin tables [T, D/2], or
+    [B, T, D/2] for an x [B, ..., T, D] whose batch rows have positions of their own (a
+    left-padded batch: the tables gathered per row).
 
     Pairs are (2i, 2i+1) when `interleaved`, else (i, i + D/2) (half-split, as in Hugging
-    Face Llama). Uses the backend's fused kernel when it has one (Backend.rope)."""
-    from .tensor import cat, stack
+    Face Llama). See Backend.rope."""
     x._require_kind("rope", "f")
     x._check_same("rope", cos)
     x._check_same("rope", sin)
     if x.ndim < 2 or x.shape[-1] % 2:
         raise ShapeMismatch(f"rope: x must be [..., T, D] with an even D, got "
-                            f"{fmt_shape(x.shape)}", op="rope", shape=x.shape)
+                            f"{fmt_shape(x.shape)}", op="rope", shapes=(x.shape,))
     t, half = x.shape[-2], x.shape[-1] // 2
+    allowed = [(t, half)] + ([(x.shape[0], t, half)] if x.ndim >= 3 else [])
     for table in (cos, sin):
-        if table.shape != (t, half):
-            raise ShapeMismatch(f"rope: cos/sin must be [{t}, {half}] for x {fmt_shape(x.shape)}, "
+        if table.shape not in allowed or table.shape != cos.shape:
+            want = " or ".join(fmt_shape(s) for s in allowed)
+            raise ShapeMismatch(f"rope: cos/sin must be {want} for x {fmt_shape(x.shape)}, "
                                 f"got {fmt_shape(table.shape)}", op="rope",
                                 shapes=(x.shape, table.shape))
-    if x.backend.has_fused("rope"):
-        return x._new(x.backend.rope(x.storage, x.layout, cos.storage, cos.layout, sin.storage,
-                                     sin.layout, x.dtype, interleaved), x.shape)
-    if interleaved:
-        pairs = x.reshape(x.shape[:-1] + (half, 2))
-        a, b = pairs.select(-1, 0), pairs.select(-1, 1)
-        return stack([a * cos - b * sin, b * cos + a * sin], -1).reshape(x.shape)
-    a, b = x.narrow(-1, 0, half), x.narrow(-1, half, half)
-    return cat([a * cos - b * sin, b * cos + a * sin], -1)
+    return x._new(x.backend.rope(x.storage, x.layout, cos.storage, cos.layout, sin.storage,
+                                 sin.layout, x.dtype, interleaved), x.shape)
+
+
+def scaled_dot_product_attention(q, k, v, mask=None, scale=None, is_causal=False):
+    """softmax(q @ k^T * scale + mask) @ v, as torch's F.scaled_dot_product_attention.
+
+    q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv] (batch dims broadcast); `mask` is
+    added to the scores (a float tensor broadcastable to [..., Tq, Tk], -inf to hide a
+    key); `is_causal` hides each query's later keys (queries are the last Tq of the Tk
+    positions, as when a cache holds the earlier ones); scale defaults to 1/sqrt(D).
+    Backend.scaled_dot_product_attention computes it in tiles of queries, so a long
+    sequence's whole score matrix never exists at once."""
+    op = "scaled_dot_product_attention"
+    q._require_kind(op, "f")
+    q._check_same(op, k, v, *([mask] if mask is not None else []))
+    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2 or q.shape[-1] != k.shape[-1] \
+            or k.shape[-2] != v.shape[-2]:
+        raise ShapeMismatch(
+            f"{op}: q {fmt_shape(q.shape)}, k {fmt_shape(k.shape)} and v {fmt_shape(v.shape)} "
+            f"must be [..., Tq, D], [..., Tk, D] and [..., Tk, Dv]", op=op,
+            shapes=(q.shape, k.shape, v.shape))
+    tq, tk = q.shape[-2], k.shape[-2]
+    if is_causal and tq > tk:
+        raise ShapeMismatch(f"{op}: is_causal needs at least as many keys ({tk}) as queries "
+                            f"({tq})", op=op, shapes=(q.shape, k.shape))
+    batch = broadcast_shapes(op, q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    lq = q.layout.broadcast_to(batch + q.shape[-2:], op)
+    lk = k.layout.broadcast_to(batch + k.shape[-2:], op)
+    lv = v.layout.broadcast_to(batch + v.shape[-2:], op)
+    lmask = mask.layout.broadcast_to(batch + (tq, tk), op) if mask is not None else None
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    out = q.backend.scaled_dot_product_attention(
+        q.storage, lq, k.storage, lk, v.storage, lv, mask.storage if mask is not None else None,
+        lmask, scale, q.dtype, causal=bool(is_causal))
+    return q._new(out, batch + (tq, v.shape[-1]))
 
 
 def _min_int(dtype):
@@ -389,4 +415,5 @@ def _min_int(dtype):
 
 __all__ = ["pad", "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "max_pool2d",
            "avg_pool2d", "upsample_nearest2d", "interpolate", "embedding", "linear", "rope",
+           "scaled_dot_product_attention",
            "normalize_dim", "Tensor"]

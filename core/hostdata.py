@@ -1,7 +1,8 @@
 """Host data without numpy: nested Python lists <-> packed little-endian bytes.
 
 The browser has no numpy, so `ember.tensor([[1, 2], [3, 4]])` and `.tolist()` go
-through here there. With numpy present the tensor module uses numpy instead.
+through here there. With numpy present the tensor module uses numpy instead, and the
+bf16 bit helpers below take that array module as `xp` (this module imports none).
 """
 import struct
 import sys
@@ -88,3 +89,19 @@ def _round_bf16(bits):
     if (bits & 0x7FFFFFFF) > 0x7F800000:
         return (bits >> 16) | 0x40
     return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def bf16_to_f32(xp, bits):
+    """Widen raw bf16 bits (a uint16 array of module xp) to f32 exactly."""
+    return (bits.astype(xp.uint32) << 16).view(xp.float32)
+
+
+def f32_to_bf16(xp, x):
+    """Round f32 to bf16 bits (uint16), to nearest even, keeping NaN a NaN."""
+    x = xp.asarray(x, dtype=xp.float32)
+    # ascontiguousarray turns 0-d into 1-d; keep the shape.
+    u = xp.ascontiguousarray(x).view(xp.uint32).reshape(x.shape)
+    rounded = (u + (0x7FFF + ((u >> 16) & 1))) >> 16
+    nan = (u & 0x7FFFFFFF) > 0x7F800000
+    out = xp.where(nan, (u >> 16) | 0x40, rounded)
+    return out.astype(xp.uint16)

@@ -14,10 +14,6 @@ class Layout:
         self.strides = contiguous_strides(self.shape) if strides is None else tuple(int(s) for s in strides)
         self.offset = int(offset)
 
-    @classmethod
-    def contiguous(cls, shape):
-        return cls(shape)
-
     def __repr__(self):
         return f"Layout(shape={self.shape}, strides={self.strides}, offset={self.offset})"
 
@@ -41,12 +37,6 @@ class Layout:
                 return False
             expected *= d
         return True
-
-    def span(self):
-        """Number of storage elements from offset to the last element reached, plus one."""
-        if self.numel == 0:
-            return 0
-        return 1 + sum((d - 1) * s for d, s in zip(self.shape, self.strides))
 
     # --- views -----------------------------------------------------------------
     def narrow(self, dim, start, length, op="narrow"):

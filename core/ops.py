@@ -4,6 +4,11 @@ A new elementwise op is one row here; the CPU backend evaluates `array` with the
 module `xp` (numpy or cupy), and the WebGPU backend pastes `wgsl` into a kernel template.
 Array forms keep f32 as f32: they use Python floats (which never promote) and `x*x*x`
 rather than `x**3` (whose denormal path is slow in numpy).
+
+One algorithm per op: a row's in-place forms (`fresh`, `overwrite`, used by the array
+backend on large tensors and in a linear layer's epilogue) do the same operations in the
+same order as its `array` form, so an op gives the same bits at every size and on every
+path (tests/test_one_algorithm.py), and its `wgsl` form is the same formula.
 WGSL forms use `x` (and `p0`, `p1` for scalar parameters) or `a`, `b`; helper functions
 such as `erf_f`, `tanh_f` (clamped: some drivers return NaN for large |x|), `pow_f`
 (numpy's meaning for negative bases), `idiv` (flooring) and `nan_t` (a NaN test on
@@ -17,14 +22,21 @@ TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
 class UnaryOp:
-    __slots__ = ("name", "array", "wgsl", "kinds", "nparams")
+    __slots__ = ("name", "array", "wgsl", "kinds", "nparams", "fresh", "overwrite")
 
-    def __init__(self, name, array, wgsl, kinds="f", nparams=0):
+    def __init__(self, name, array, wgsl, kinds="f", nparams=0, fresh=None, overwrite=None):
         self.name = name
         self.array = array      # array(xp, x, *params) -> same dtype as x
         self.wgsl = wgsl        # expression in x, p0, p1
         self.kinds = kinds      # dtype kinds accepted: "f", "fi" (signed), "fiu" (any)
         self.nparams = nparams
+        # fresh(xp, x) -> a new array, every step after the first in place (on large
+        # tensors each fresh array is fresh pages, whose faults cost more than the
+        # arithmetic); x is never written (it may be a read-only mmap).
+        self.fresh = fresh
+        # overwrite(xp, y, scratch): the contiguous 1-D block y (the caller's own) becomes
+        # op(y) in place; scratch is two arrays of y's size and dtype.
+        self.overwrite = overwrite
 
 
 class BinaryOp:
@@ -87,32 +99,35 @@ def gelu_erf_block(xp, x, out, t, p):
     out *= 0.5
 
 
+def _gelu_erf_wgsl():
+    """gelu_erf_block's formula as one WGSL expression (tanh_f saturates like tanh)."""
+    t = "(x * x)"
+    p = f"{t} * {_GELU_G[6]!r}"
+    for c in _GELU_G[5:0:-1]:
+        p = f"({p} + {c!r}) * {t}"
+    return f"x * (1.0 + tanh_f(({p} + {_GELU_G[0]!r}) * x)) * 0.5"
+
+
 GELU_BLOCK = 65536  # elements per block: the block and its scratch stay in L2
 
 
-def _gelu_erf_numpy_blocks(xp, x, block=GELU_BLOCK):
-    """Exact GELU for large arrays, evaluated on cache-sized blocks: a BERT activation
-    (batch*tokens x 1536) otherwise streams ~25 temporaries through memory, which made
-    GELU cost more than the GEMM before it."""
+def gelu_erf_array(xp, x):
+    """Exact GELU of any array, evaluated on cache-sized blocks of a contiguous copy: a
+    BERT activation (batch*tokens x 1536) otherwise streams ~25 temporaries through
+    memory, which made GELU cost more than the GEMM before it. Every size takes this
+    path (a block boundary changes no element's arithmetic)."""
     flat = xp.ascontiguousarray(x).reshape(-1)
     out = xp.empty_like(flat)
     n = flat.size
-    scratch = [xp.empty(min(block, n), flat.dtype) for _ in range(2)]
-    for s in range(0, n, block):
-        e = min(s + block, n)
+    scratch = [xp.empty(min(GELU_BLOCK, n), flat.dtype) for _ in range(2)]
+    for s in range(0, n, GELU_BLOCK):
+        e = min(s + GELU_BLOCK, n)
         gelu_erf_block(xp, flat[s:e], out[s:e], *(b[:e - s] for b in scratch))
     return out.reshape(x.shape)
 
 
-def gelu_erf_array(xp, x):
-    # Inside GELU only the absolute error of erf matters, so the one-branch erfc form
-    # is enough and halves the work.
-    if getattr(xp, "__name__", "") == "numpy" and x.size >= 65536 and x.dtype == xp.float32:
-        return _gelu_erf_numpy_blocks(xp, x)
-    z = x * INV_SQRT_2
-    az = xp.minimum(xp.abs(z), 10.0)
-    e = xp.sign(z) * (1.0 - _erfc_tail(xp, az))
-    return (0.5 * x) * (1.0 + e)
+def _gelu_erf_over(xp, y, scratch):
+    gelu_erf_block(xp, y, y, scratch[0], scratch[1])
 
 
 def gelu_tanh_array(xp, x):
@@ -120,9 +135,64 @@ def gelu_tanh_array(xp, x):
     return (0.5 * x) * (1.0 + xp.tanh(inner))
 
 
+def _gelu_tanh_factor(xp, x, t):
+    """t = 1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)), t a buffer of x's shape: the steps
+    of gelu_tanh_array in its order (scaling by 0.5 is exact, so it may move)."""
+    xp.multiply(x, x, out=t)
+    t *= x
+    t *= 0.044715
+    t += x
+    t *= SQRT_2_OVER_PI
+    xp.tanh(t, out=t)
+    t += 1.0
+    return t
+
+
+def _gelu_tanh_fresh(xp, x):
+    t = _gelu_tanh_factor(xp, x, xp.empty_like(x))
+    t *= x
+    t *= 0.5
+    return t
+
+
+def _gelu_tanh_over(xp, y, scratch):
+    y *= _gelu_tanh_factor(xp, y, scratch[0])
+    y *= 0.5
+
+
 def _sigmoid(xp, x):
     # tanh form: no overflow warning for large |x|, one transcendental.
     return 0.5 * xp.tanh(0.5 * x) + 0.5
+
+
+def _sigmoid_into(xp, x, t):
+    xp.multiply(x, 0.5, out=t)
+    xp.tanh(t, out=t)
+    t *= 0.5
+    t += 0.5
+    return t
+
+
+def _sigmoid_fresh(xp, x):
+    return _sigmoid_into(xp, x, xp.empty_like(x))
+
+
+def _sigmoid_over(xp, y, scratch):
+    xp.copyto(y, _sigmoid_into(xp, y, scratch[0]))
+
+
+def _silu_fresh(xp, x):
+    t = _sigmoid_fresh(xp, x)
+    t *= x
+    return t
+
+
+def _silu_over(xp, y, scratch):
+    y *= _sigmoid_into(xp, y, scratch[0])
+
+
+def _relu_over(xp, y, scratch):
+    xp.maximum(y, 0, out=y)
 
 
 def _round_half_even(xp, x):
@@ -139,14 +209,18 @@ UNARY = {op.name: op for op in [
     UnaryOp("sin", lambda xp, x: xp.sin(x), "sin(x)"),
     UnaryOp("cos", lambda xp, x: xp.cos(x), "cos(x)"),
     UnaryOp("tanh", lambda xp, x: xp.tanh(x), "tanh_f(x)"),
-    UnaryOp("sigmoid", _sigmoid, "0.5 * tanh_f(0.5 * x) + 0.5"),
+    UnaryOp("sigmoid", _sigmoid, "0.5 * tanh_f(0.5 * x) + 0.5", fresh=_sigmoid_fresh,
+            overwrite=_sigmoid_over),
     UnaryOp("relu", lambda xp, x: xp.maximum(x, 0), "select(x, T(0), x < T(0) && !nan_t(x))",
-            "fiu"),
-    UnaryOp("gelu", gelu_erf_array, "gelu_erf(x)"),
-    UnaryOp("gelu_tanh", gelu_tanh_array, "gelu_tanh(x)"),
+            "fiu", overwrite=_relu_over),
+    UnaryOp("gelu", gelu_erf_array, _gelu_erf_wgsl(), fresh=gelu_erf_array,
+            overwrite=_gelu_erf_over),
+    UnaryOp("gelu_tanh", gelu_tanh_array, "gelu_tanh(x)", fresh=_gelu_tanh_fresh,
+            overwrite=_gelu_tanh_over),
     UnaryOp("quick_gelu", lambda xp, x: x * _sigmoid(xp, 1.702 * x),
             "x * (0.5 * tanh_f(0.851 * x) + 0.5)"),
-    UnaryOp("silu", lambda xp, x: x * _sigmoid(xp, x), "x * (0.5 * tanh_f(0.5 * x) + 0.5)"),
+    UnaryOp("silu", lambda xp, x: x * _sigmoid(xp, x), "x * (0.5 * tanh_f(0.5 * x) + 0.5)",
+            fresh=_silu_fresh, overwrite=_silu_over),
     UnaryOp("sign", lambda xp, x: xp.sign(x), "sign(x)", "fi"),
     UnaryOp("floor", lambda xp, x: xp.floor(x), "floor(x)"),
     UnaryOp("ceil", lambda xp, x: xp.ceil(x), "ceil(x)"),
@@ -191,6 +265,4 @@ COMPARE = {op.name: op for op in [
     BinaryOp("ge", lambda xp, a, b: a >= b, "a >= b"),
 ]}
 
-# Reductions over a set of dims; argmax/argmin take one dim and return i64.
-REDUCE = ("sum", "mean", "max", "min", "prod", "argmax", "argmin")
 KIND_NAMES = {"f": "float", "fi": "float or signed int", "fiu": "any"}

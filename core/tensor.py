@@ -2,8 +2,8 @@
 
 Views (narrow, transpose, permute, broadcast, reshape of a contiguous layout, indexing
 with ints and slices) build a new Layout over the same storage and copy nothing.
-Composite ops (var, softmax without a fused path, pad, conv...) are written once from
-the backend's primitives, so every device gets them.
+Every backend call goes through the contract declared in backends/base.py; the fused
+ops' composite forms live there (backends/composites.py), not here.
 """
 import math
 import numbers
@@ -13,6 +13,7 @@ from . import dtype as dt
 from .device import Device, as_device
 from .errors import (DeviceError, DeviceMismatch, DimOutOfRange, DTypeMismatch, InvalidArgument,
                      OutOfMemory, ShapeMismatch, UnsupportedDType, UnsupportedOp, fmt_shape)
+from .hostdata import bf16_to_f32, f32_to_bf16
 from .layout import Layout
 from .ops import KIND_NAMES, UNARY
 from .shape import broadcast_shapes, normalize_dim, normalize_dims, numel
@@ -158,7 +159,7 @@ class Tensor:
         if self.numel() != 1:
             raise ShapeMismatch(
                 f"item: needs a tensor with one element, got shape {fmt_shape(self.shape)}",
-                op="item", shape=self.shape)
+                op="item", shapes=(self.shape,))
         value = self.reshape(()).tolist()
         return value
 
@@ -168,7 +169,7 @@ class Tensor:
         storage_type = numpy.uint16 if self.dtype is dt.bf16 else self.dtype.numpy_name
         arr = numpy.frombuffer(data, dtype=storage_type).reshape(self.shape)
         if self.dtype is dt.bf16:
-            arr = (arr.astype(numpy.uint32) << 16).view(numpy.float32)
+            arr = bf16_to_f32(numpy, arr)
         return arr
 
     async def tolist_async(self):
@@ -179,10 +180,7 @@ class Tensor:
         return (await self.reshape(()).tolist_async())
 
     async def _bytes_async(self):
-        reader = getattr(self.backend, "to_bytes_async", None)
-        if reader is None:
-            return self.backend.to_bytes(self.storage, self.layout, self.dtype)
-        return await reader(self.storage, self.layout, self.dtype)
+        return await self.backend.to_bytes_async(self.storage, self.layout, self.dtype)
 
     def __float__(self):
         return float(self.item())
@@ -240,7 +238,7 @@ class Tensor:
     def t(self):
         if self.ndim > 2:
             raise ShapeMismatch(f"t: expects at most 2 dims, got shape {fmt_shape(self.shape)}",
-                                op="t", shape=self.shape)
+                                op="t", shapes=(self.shape,))
         return self if self.ndim < 2 else self.transpose(0, 1)
 
     @property
@@ -587,7 +585,7 @@ class Tensor:
                 if self.shape[d] == 0:
                     raise ShapeMismatch(
                         f"{op}: cannot reduce over empty dim {d} of shape {fmt_shape(self.shape)}",
-                        op=op, shape=self.shape)
+                        op=op, shapes=(self.shape,))
         if op == "mean":
             self._require_kind(op, "f")
         if not dims:
@@ -662,16 +660,8 @@ class Tensor:
         dim = normalize_dim(dim, self.ndim, op, self.shape)
         if self.numel() == 0:
             return self.contiguous()  # nothing to normalize (a max over it would fail)
-        if self.backend.has_fused("softmax"):
-            return self._new(self.backend.softmax(self.storage, self.layout, dim, self.dtype, log=log),
-                             self.shape)
-        return self._softmax_composite(dim, log)
-
-    def _softmax_composite(self, dim, log):
-        shifted = self - self.max(dim, keepdim=True)
-        e = shifted.exp()
-        s = e.sum(dim, keepdim=True)
-        return shifted - s.log() if log else e / s
+        run = self.backend.log_softmax if log else self.backend.softmax
+        return self._new(run(self.storage, self.layout, dim, self.dtype), self.shape)
 
     # --- linear algebra ---------------------------------------------------------------------------
     def matmul(self, other):
@@ -765,7 +755,8 @@ class Tensor:
         return _pad(self, pad, mode, value)
 
     def rope(self, cos, sin, interleaved=False):
-        """Rotary embedding of [..., T, D] with cos/sin [T, D/2] (see functional.rope)."""
+        """Rotary embedding of [..., T, D] with cos/sin [T, D/2] or [B, T, D/2] (see
+        functional.rope)."""
         from .functional import rope as _rope
         return _rope(self, cos, sin, interleaved)
 
@@ -887,12 +878,12 @@ def _infer_shape(shape, total, old_shape):
         if known == 0 or total % known:
             raise ShapeMismatch(
                 f"reshape: cannot reshape {fmt_shape(old_shape)} ({total} elements) into {shape}",
-                op="reshape", shape=old_shape)
+                op="reshape", shapes=(old_shape,))
         shape[unknown[0]] = total // known
     if numel(shape) != total or any(d < 0 for d in shape):
         raise ShapeMismatch(
             f"reshape: cannot reshape {fmt_shape(old_shape)} ({total} elements) into "
-            f"{fmt_shape(shape)} ({numel(shape)} elements)", op="reshape", shape=old_shape)
+            f"{fmt_shape(shape)} ({numel(shape)} elements)", op="reshape", shapes=(old_shape,))
     return tuple(shape)
 
 
@@ -903,7 +894,6 @@ def _transfer(t, device):
         import numpy  # noqa: F401
         host = src.to_numpy(t.storage, t.layout, t.dtype)
         if t.dtype is dt.bf16:
-            from .backends.array import f32_to_bf16
             host = f32_to_bf16(numpy, host)
         # A strided view (transposed, sliced, broadcast) is packed once here: uploads
         # take contiguous host memory. (require keeps 0-d arrays 0-d.)
@@ -922,8 +912,6 @@ def _norm(x, weight, bias, eps, rms, residual=None):
             raise ShapeMismatch(
                 f"{op}: residual shape {fmt_shape(residual.shape)} must equal the input's "
                 f"{fmt_shape(x.shape)}", op=op, shapes=(x.shape, residual.shape))
-        if not x.backend.has_fused(op + "_residual"):
-            x, residual = x + residual, None
     for p in (weight, bias):
         if p is not None:
             x._check_same(op, p)
@@ -931,24 +919,16 @@ def _norm(x, weight, bias, eps, rms, residual=None):
                 raise ShapeMismatch(
                     f"{op}: weight/bias shape {fmt_shape(p.shape)} must be [{x.shape[-1]}] "
                     f"for input {fmt_shape(x.shape)}", op=op, shapes=(x.shape, p.shape))
-    if x.backend.has_fused(op):
-        return x._new(x.backend.layer_norm(
-            x.storage, x.layout,
-            weight.storage if weight is not None else None, weight.layout if weight is not None else None,
-            bias.storage if bias is not None else None, bias.layout if bias is not None else None,
-            float(eps), x.dtype, rms=rms,
-            **({} if residual is None else {"residual": residual.storage,
-                                            "lres": residual.layout})), x.shape)
+    parts = [(t.storage, t.layout) if t is not None else (None, None)
+             for t in (weight, bias, residual)]
+    (w, lw), (b, lb), (r, lr) = parts
     if rms:
-        y = x * (x.square().mean(-1, keepdim=True) + eps).rsqrt()
+        out = x.backend.rms_norm(x.storage, x.layout, w, lw, float(eps), x.dtype,
+                                 residual=r, lres=lr)
     else:
-        xc = x - x.mean(-1, keepdim=True)
-        y = xc * (xc.square().mean(-1, keepdim=True) + eps).rsqrt()
-    if weight is not None:
-        y = y * weight
-    if bias is not None:
-        y = y + bias
-    return y
+        out = x.backend.layer_norm(x.storage, x.layout, w, lw, b, lb, float(eps), x.dtype,
+                                   residual=r, lres=lr)
+    return x._new(out, x.shape)
 
 
 def set_default_device(device):
@@ -1037,7 +1017,6 @@ def _dtype_of_numpy(arr, data):
 
 def _from_host_array(numpy, arr, dtype, device, copy):
     if dtype is dt.bf16:
-        from .backends.array import f32_to_bf16
         arr = f32_to_bf16(numpy, numpy.asarray(arr, dtype=numpy.float32))
     else:
         arr = numpy.asarray(arr, dtype=dtype.numpy_name)

@@ -212,10 +212,10 @@ def test_q4_k_weights_take_under_0_3_of_f32(tmp_path_factory, hf_llama, hf_token
 
 def test_gguf_on_each_device_matches_cpu(quant_file, hf_llama, device, monkeypatch):
     """Off the CPU, quantized weights run on the device's quantized kernel (WebGPU) or are
-    dequantized in row chunks while uploading (chunks made small here so every weight
-    takes several)."""
-    import ember.models.quant_layers as ql
-    monkeypatch.setattr(ql, "_UPLOAD_CHUNK_BYTES", 64 * 1024)
+    dequantized in row chunks by the contract's default qmatmul (chunks made small here
+    so every weight takes several)."""
+    import ember.backends.composites as composites
+    monkeypatch.setattr(composites, "QMATMUL_CHUNK_BYTES", 64 * 1024)
     qname, path, _ = quant_file
     ids = _prompt(hf_llama.config.vocab_size, seed=2)
     cpu = load_gguf_model(path)([ids], last_only=True).numpy()[0, -1]

@@ -6,7 +6,8 @@ views directly. f16 and bf16 compute in f32 and round back, because numpy's f16 
 are slow and bf16 does not exist there.
 """
 from .. import dtype as dt
-from ..errors import DimOutOfRange, OutOfMemory, UnsupportedDType, fmt_shape
+from ..errors import DimOutOfRange, OutOfMemory, ShapeMismatch, fmt_shape
+from ..hostdata import bf16_to_f32, f32_to_bf16
 from ..ops import BINARY, COMPARE, INT_DIV, UNARY
 from .array_fast import UNARY_INPLACE
 from .array_rows import linear_epilogue, norm_last_dim, softmax_last_dim
@@ -14,14 +15,19 @@ from .base import Backend
 
 
 class ArrayBackend(Backend):
-    fused = frozenset({"softmax", "log_softmax", "layer_norm", "rms_norm", "linear",
-                       "layer_norm_residual", "rms_norm_residual"})
-
     def __init__(self, xp, name):
         self.xp = xp
         self.name = name
         self._is_numpy = xp.__name__ == "numpy"
         self._errstate = getattr(xp, "errstate", None)
+
+    @property
+    def info(self):
+        return {"name": self.xp.__name__, "device": self.name}
+
+    @property
+    def kernel_set(self):
+        return self.xp.__name__
 
     # --- views and conversions ----------------------------------------------------------
     def view(self, storage, layout):
@@ -85,6 +91,12 @@ class ArrayBackend(Backend):
         import numpy
         return numpy.ascontiguousarray(x).tobytes()
 
+    def host_bytes(self, storage, layout, dtype):
+        if not self._is_numpy:
+            return self.to_bytes(storage, layout, dtype)
+        raw = self.xp.ascontiguousarray(self.view(storage, layout))  # bf16 stays raw bits
+        return memoryview(raw).cast("B") if raw.size else b""
+
     def full(self, shape, value, dtype):
         xp = self.xp
         n = 1
@@ -147,11 +159,15 @@ class ArrayBackend(Backend):
 
     def unary(self, op, storage, layout, dtype, params=()):
         x = self.load(storage, layout, dtype)
-        # In-place forms skip the page faults of one fresh array per step (0-d arrays
-        # compute as numpy scalars, which have no `out=`).
-        fast = UNARY_INPLACE.get(op) if x.ndim else None
+        # In-place forms skip the page faults of one fresh array per step. A 0-d array
+        # runs as one element (numpy scalars have no `out=`, and their loops may round
+        # differently from the array loops every other size takes).
+        fast = UNARY_INPLACE.get(op)
         with self._quiet():
-            y = fast(self.xp, x) if fast is not None else UNARY[op].array(self.xp, x, *params)
+            if fast is not None:
+                y = fast(self.xp, x.reshape(-1) if x.ndim == 0 else x).reshape(x.shape)
+            else:
+                y = UNARY[op].array(self.xp, x, *params)
         return self.store(y, dtype)
 
     def binary(self, op, a, la, b, lb, dtype):
@@ -272,21 +288,15 @@ class ArrayBackend(Backend):
         add_at(out, tuple(coords), values)
         return self.store(out, dtype)
 
-    # --- fused fast paths ----------------------------------------------------------------
+    # --- fused ops (Backend's declarations) ---------------------------------------------
     def softmax(self, storage, layout, dim, dtype, log=False):
         xp = self.xp
         x = self.load(storage, layout, dtype)
-        if dim == x.ndim - 1 and x.size:
-            return self.store(softmax_last_dim(xp, x, log), dtype)
-        with self._quiet():
-            # One fresh array, updated in place: fresh arrays cost page faults.
-            y = x - xp.max(x, axis=dim, keepdims=True)
-            if log:
-                y -= xp.log(xp.sum(xp.exp(y), axis=dim, keepdims=True))
-            else:
-                xp.exp(y, out=y)
-                y /= xp.sum(y, axis=dim, keepdims=True)
-        return self.store(y, dtype)
+        if x.size == 0:
+            return self.store(x.copy(), dtype)
+        # Any dim runs as the last one (a moved view), so every path has one algorithm.
+        y = softmax_last_dim(xp, xp.moveaxis(x, dim, -1) if x.ndim else x.reshape(1), log)
+        return self.store(xp.moveaxis(y, -1, dim) if x.ndim else y.reshape(()), dtype)
 
     def layer_norm(self, storage, layout, w, lw, b, lb, eps, dtype, rms=False, residual=None,
                    lres=None):
@@ -318,6 +328,37 @@ class ArrayBackend(Backend):
                         activation,
                         self.load(residual, lres, dtype) if residual is not None else None)
         return self.store(y, dtype)
+
+    # --- quantized weights --------------------------------------------------------------------
+    def qmatmul(self, x, lx, qweight, dtype):
+        """x @ dequantize(qweight).T for a host weight (Backend.qmatmul), numpy only: rows of
+        the weight are dequantized a chunk at a time into one reused f32 buffer, each chunk
+        one GEMM into its columns of the output. The default chunk, about 1 MiB, measured
+        best for decode on 2 cores (bigger chunks let the BLAS threads contend with the
+        dequantization) and within noise of bigger ones for a 128-row prompt."""
+        if not self._is_numpy:
+            return super().qmatmul(x, lx, qweight, dtype)
+        xp = self.xp
+        n_out, n_in = qweight.shape
+        if lx.shape[-1] != n_in:
+            raise ShapeMismatch(
+                f"qmatmul: x of shape {fmt_shape(lx.shape)} does not match weight "
+                f"{fmt_shape(qweight.shape)} (needs last dim {n_in})", op="qmatmul",
+                shapes=(lx.shape, tuple(qweight.shape)))
+        lead = lx.shape[:-1]
+        x2 = xp.ascontiguousarray(self.load(x, lx, dtype), dtype=xp.float32).reshape(-1, n_in)
+        out = xp.empty((x2.shape[0], n_out), xp.float32)
+        step = max(16, _QMATMUL_CHUNK_BYTES // max(1, 4 * n_in))
+        step = max(1, min(step, n_out))
+        buf = xp.empty((step, n_in), xp.float32)
+        for r0 in range(0, n_out, step):
+            r1 = min(n_out, r0 + step)
+            chunk = qweight.dequantize_rows(r0, r1, out=buf[:r1 - r0])
+            xp.matmul(x2, chunk.T, out=out[:, r0:r1])
+        return self.store(out, dtype), lead + (n_out,)
+
+
+_QMATMUL_CHUNK_BYTES = 1 << 20
 
 
 def _host_memory_bytes():
@@ -359,25 +400,4 @@ def _blasable(xp, x):
     return xp.ascontiguousarray(x)
 
 
-def bf16_to_f32(xp, bits):
-    """Widen raw bf16 bits (uint16) to f32 exactly."""
-    return (bits.astype(xp.uint32) << 16).view(xp.float32)
-
-
-def f32_to_bf16(xp, x):
-    """Round f32 to bf16 bits, to nearest even, keeping NaN a NaN."""
-    x = xp.asarray(x, dtype=xp.float32)
-    # ascontiguousarray turns 0-d into 1-d; keep the shape.
-    u = xp.ascontiguousarray(x).view(xp.uint32).reshape(x.shape)
-    rounded = (u + (0x7FFF + ((u >> 16) & 1))) >> 16
-    nan = (u & 0x7FFFFFFF) > 0x7F800000
-    out = xp.where(nan, (u >> 16) | 0x40, rounded)
-    return out.astype(xp.uint16)
-
-
-def check_numeric_kind(op, dtype, kinds):
-    if dtype.kind not in kinds:
-        raise UnsupportedDType(f"{op}: not defined for dtype {dtype.name}", op=op, dtype=dtype)
-
-
-__all__ = ["ArrayBackend", "bf16_to_f32", "f32_to_bf16", "fmt_shape"]
+__all__ = ["ArrayBackend"]

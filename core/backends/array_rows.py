@@ -6,8 +6,8 @@ core's cache when the next step reads it, and no step allocates a full-size temp
 (fresh pages cost page faults). On numpy the blocks are spread over the cores by
 row_parallel.run_rows. Rows are independent: the epilogue and the norms do the same
 arithmetic as whole-array forms, step for step, so their results do not depend on the
-block size or the number of threads. Softmax shifts each block by the block's maximum,
-so its last bit can (deterministically for a given thread count).
+block size or the number of threads; softmax shifts a row by 0 or by its own maximum,
+decided by that row alone (softmax_last_dim), so it does not either.
 """
 from .array_fast import apply_over
 from .row_parallel import run_rows
@@ -86,8 +86,8 @@ def norm_last_dim(xp, x, weight, bias, eps, rms, residual=None):
     return out.reshape(x.shape)
 
 
-# Rows whose exponentials sum below this after the block-wide shift are redone with their
-# own maximum (e^-60: each row keeps ~26 orders of magnitude above f32's denormals).
+# Rows whose exponentials, unshifted, sum below this (e^-60: each row keeps ~26 orders of
+# magnitude above f32's denormals) or overflow are redone shifted by their own maximum.
 _SHIFT_FLOOR = 8.7e-27
 
 
@@ -96,31 +96,39 @@ def softmax_last_dim(xp, x, log):
 
     Softmax is the same for any shift of a row; the usual shift is the row's maximum, but
     a maximum over short rows (attention scores: a few dozen columns) is numpy's slowest
-    reduction (~2 ns/element, 5x a full-block max). So each block is shifted by its own
-    maximum, and only when that leaves a row's sum under _SHIFT_FLOOR (a row far below
-    the block's maximum), or the maximum is not finite, is the block redone row by row.
-    Log-softmax keeps the row maximum: x - shift - log(sum) would cancel digits for a
-    row far below the block's maximum, and log-probabilities are read to the last one."""
+    reduction (~2 ns/element, 5x a full-block max). So rows are not shifted where their
+    exponentials stay in range (attention scores and logits nearly always do): only rows
+    whose sum overflows, is not finite or falls under _SHIFT_FLOOR are redone shifted by
+    their own maximum. Either way a row's result depends on that row alone, so the same
+    values give the same bits in any tensor, block or thread split. Log-softmax keeps
+    the row maximum: x - log(sum) would cancel digits for a row far from 0, and
+    log-probabilities are read to the last one."""
     cols = x.shape[-1]
     x2 = x.reshape(-1, cols)
     out = xp.empty(x2.shape, x.dtype)
 
-    def body(r0, r1, scratch):
-        xb, y = x2[r0:r1], out[r0:r1]
-        top = None if log else xb.max()
-        if top is not None and xp.isfinite(top):
-            xp.subtract(xb, top, out=y)
-            xp.exp(y, out=y)
-            total = xp.sum(y, axis=-1, keepdims=True)
-            if total.min() >= _SHIFT_FLOOR:
-                y /= total
-                return
+    def shifted(xb, y):
         xp.subtract(xb, xp.max(xb, axis=-1, keepdims=True), out=y)
         if log:
             y -= xp.log(xp.sum(xp.exp(y), axis=-1, keepdims=True))
         else:
             xp.exp(y, out=y)
             y /= xp.sum(y, axis=-1, keepdims=True)
+
+    def body(r0, r1, scratch):
+        xb, y = x2[r0:r1], out[r0:r1]
+        if log:
+            shifted(xb, y)
+            return
+        xp.exp(xb, out=y)
+        total = xp.sum(y, axis=-1, keepdims=True)
+        y /= total
+        redo = ~(total[:, 0] >= _SHIFT_FLOOR) | ~xp.isfinite(total[:, 0])
+        if redo.any():
+            rows = xp.nonzero(redo)[0]
+            part = xp.empty((rows.size, cols), x.dtype)
+            shifted(xb[rows], part)
+            y[rows] = part
 
     _for_blocks(xp, x2.shape[0], cols, body)
     return out.reshape(x.shape)

@@ -6,10 +6,16 @@ need no prior copy, and returns a new contiguous storage unless it says otherwis
 Binary, compare and where receive layouts already broadcast to the output shape
 (stride 0 on broadcast dims); matmul receives batch dims already broadcast.
 
-Fused fast paths (softmax, log_softmax, layer_norm, rms_norm, rope, attention) are
-optional: `Tensor` asks `has_fused(name)` and otherwise composes primitives.
+Every method a caller (Tensor, functional, nn, models) may call is declared here, and
+`Tensor` always calls it: the fused ops (softmax, log_softmax, layer/RMS norm with a
+residual, linear with bias/activation/residual, rope, scaled-dot-product attention,
+quantized matmul, async readback) have default bodies that compose the primitives
+(composites.py), so a backend overrides one only where it has something faster, and a
+misspelled override is a method no one calls rather than a silent slow path. Device
+facts (`info`, `is_software_adapter`, `kernel_set`) are declared properties too.
 """
 from ..errors import UnsupportedOp
+from . import composites
 
 
 class Backend:
@@ -36,6 +42,17 @@ class Backend:
     def to_bytes(self, storage, layout, dtype):
         """The tensor's elements, contiguous, as little-endian bytes."""
         raise self.lacks("to_bytes")
+
+    async def to_bytes_async(self, storage, layout, dtype):
+        """to_bytes without blocking the event loop (a browser page may not block); the
+        default reads synchronously."""
+        return self.to_bytes(storage, layout, dtype)
+
+    def host_bytes(self, storage, layout, dtype):
+        """The tensor's elements, contiguous and little-endian, as a bytes-like object:
+        a view of the storage without a copy where it already is host memory in that
+        form (the numpy backend), else to_bytes."""
+        return self.to_bytes(storage, layout, dtype)
 
     def full(self, shape, value, dtype):
         raise self.lacks("full")
@@ -94,19 +111,96 @@ class Backend:
         """A new tensor: dst with src added at ids along dim."""
         raise self.lacks("scatter_add")
 
-    # --- fused fast paths ---------------------------------------------------------------
-    fused = frozenset()
+    # --- fused ops: defaults composed from the primitives (composites.py) -----------------
+    def softmax(self, storage, layout, dim, dtype, log=False):
+        """Softmax along `dim` (log-softmax with `log`), for a non-empty float tensor."""
+        return composites.softmax(self, storage, layout, dim, dtype, log)
 
-    # Optional: rope(storage, layout, cos, lcos, sin, lsin, dtype, interleaved) -> storage.
-    # Rotary embedding of x [..., T, D] (read through `layout`) with cos and sin tables
-    # [T, D/2] (their layouts may be strided or broadcast). Pairs are (2i, 2i+1) when
-    # `interleaved` (GPT-J, GGUF llama) and (i, i + D/2) otherwise (half-split, HF Llama):
-    #     out[first] = x[first] * cos[t, i] - x[second] * sin[t, i]
-    #     out[second] = x[second] * cos[t, i] + x[first] * sin[t, i]
-    # Computed in f32, stored in dtype; the result is contiguous. Offered as "rope".
+    def log_softmax(self, storage, layout, dim, dtype):
+        return self.softmax(storage, layout, dim, dtype, log=True)
 
-    def has_fused(self, name):
-        return name in self.fused
+    def layer_norm(self, storage, layout, w, lw, b, lb, eps, dtype, rms=False, residual=None,
+                   lres=None):
+        """Layer norm over the last dim of x (+ residual, same shape, when given); w and b
+        are 1-D or None. With `rms`, RMS norm (b unused)."""
+        return composites.layer_norm(self, storage, layout, w, lw, b, lb, eps, dtype, rms,
+                                     residual, lres)
+
+    def rms_norm(self, storage, layout, w, lw, eps, dtype, residual=None, lres=None):
+        return self.layer_norm(storage, layout, w, lw, None, None, eps, dtype, rms=True,
+                               residual=residual, lres=lres)
+
+    def linear(self, a, la, b, lb, bias, lbias, dtype, activation=None, residual=None,
+               lres=None):
+        """activation(a @ b + bias) + residual for a 2-D `a` (rows, in) and `b` (in, out);
+        bias (out,) and residual (rows, out) may be None; activation is a parameterless
+        unary op name (functional.LINEAR_ACTIVATIONS) or None."""
+        return composites.linear(self, a, la, b, lb, bias, lbias, dtype, activation, residual,
+                                 lres)
+
+    def rope(self, storage, layout, cos, lcos, sin, lsin, dtype, interleaved=False):
+        """Rotary embedding of x [..., T, D] (read through `layout`) with cos and sin tables
+        [T, D/2], or [B, T, D/2] for an x [B, ..., T, D] whose rows have positions of their
+        own (a left-padded batch); table layouts may be strided or broadcast. Pairs are
+        (2i, 2i+1) when `interleaved` (GPT-J, GGUF llama) and (i, i + D/2) otherwise
+        (half-split, HF Llama):
+            out[first] = x[first] * cos[t, i] - x[second] * sin[t, i]
+            out[second] = x[second] * cos[t, i] + x[first] * sin[t, i]
+        The result is contiguous."""
+        return composites.rope(self, storage, layout, cos, lcos, sin, lsin, dtype, interleaved)
+
+    def scaled_dot_product_attention(self, q, lq, k, lk, v, lv, mask, lmask, scale, dtype,
+                                     causal=False):
+        """softmax(q @ k^T * scale + mask) @ v: q [..., Tq, D], k [..., Tk, D], v [..., Tk,
+        Dv] with equal batch dims (broadcast strides), mask (or None) laid out as [...,
+        Tq, Tk] and added to the scores; `causal` hides the keys after each query's
+        position. The default computes the scores in tiles of queries."""
+        return composites.scaled_dot_product_attention(self, q, lq, k, lk, v, lv, mask, lmask,
+                                                       scale, dtype, causal)
+
+    # --- quantized weights ------------------------------------------------------------------
+    def keeps_quantized(self, ggml_type):
+        """Whether upload_quantized keeps weights of this ggml type quantized here (a kernel
+        decodes its blocks inside the matmul)."""
+        return False
+
+    def upload_quantized(self, raw, ggml_type, shape):
+        """The raw ggml blocks of a 2-D weight (out, in) as this backend's quantized weight,
+        for qmatmul; only for types `keeps_quantized` accepts."""
+        raise self.lacks("upload_quantized")
+
+    def qmatmul(self, x, lx, qweight, dtype):
+        """x [..., K] @ dequantize(qweight).T -> (storage, shape [..., N]). `qweight` is
+        what upload_quantized returned, or a host weight: an object with `shape` (N, K)
+        and `dequantize_rows(start, stop)` (ember.io.quant.QTensor), which the default
+        dequantizes a chunk of rows at a time and multiplies (composites.py)."""
+        return composites.qmatmul_host_weight(self, x, lx, qweight, dtype)
+
+    # --- device facts -----------------------------------------------------------------------
+    @property
+    def info(self):
+        """What the device is, for people and for choosing kernels: a dict with at least
+        "name"; WebGPU adds the adapter's (device, description, backend_type,
+        adapter_type, vendor)."""
+        return {"name": self.name}
+
+    @property
+    def is_software_adapter(self):
+        """True for a GPU API running on the CPU (lavapipe, SwiftShader): the same kernels
+        run far slower there than the numpy backend."""
+        return self.info.get("adapter_type") == "CPU"
+
+    @property
+    def kernel_set(self):
+        """The kernel family this backend runs for the device: "cpu-adapter" (one
+        invocation per short row, no shared-memory tiles) on a software adapter, "gpu"
+        otherwise; array backends name their array module."""
+        return "cpu-adapter" if self.is_software_adapter else "gpu"
+
+    def memory_stats(self):
+        """Device memory bookkeeping where the backend keeps it (WebGPU: bytes_in_use,
+        bytes_pooled, buffers_created); empty elsewhere."""
+        return {}
 
     def synchronize(self):
         """Wait for queued work (a no-op on synchronous backends)."""

@@ -48,11 +48,7 @@ def semantic_search(query=QUERY, sentences=SENTENCES, device="best", model=None)
 
 def describe(dev):
     """' (adapter name)' for a GPU device, ' (numpy)' for the CPU."""
-    driver = getattr(dev.backend, "driver", None)
-    name = getattr(driver, "name", None) if driver is not None else None
-    if name is None and dev.kind == "cpu":
-        name = "numpy"
-    return f" ({name})" if name else ""
+    return f" ({dev.backend.info['name']})"
 
 
 def run(args, out=None):

@@ -464,12 +464,7 @@ def _plan(tensors, metadata):
 
 def _tensor_bytes(t):
     """The tensor's raw little-endian elements, contiguous, from any device."""
-    backend = t.backend
-    if t.device.kind == "cpu":
-        import numpy
-        raw = numpy.ascontiguousarray(backend.view(t.storage, t.layout))  # bf16 stays raw
-        return memoryview(raw).cast("B") if raw.size else b""
-    return backend.to_bytes(t.storage, t.layout, t.dtype)
+    return t.backend.host_bytes(t.storage, t.layout, t.dtype)
 
 
 def save_safetensors(tensors, path, metadata=None):

@@ -1,13 +1,12 @@
 """Layers over ggml-quantized weights (QTensor), for models loaded from GGUF.
 
-On the CPU a QuantLinear runs `ember.io.quant.qmatmul`: the weight is dequantized a
-chunk of rows at a time into one reused buffer, never whole. On a device whose backend
-has `upload_quantized`/`qmatmul` (WebGPU, for the ggml types its kernel decodes: Q8_0,
-Q4_0, Q4_K, Q6_K) the weight's raw blocks go to the device as they are and are
-dequantized inside the matmul, so device memory is the file's tensor bytes. Other types,
-and other devices, get the weight dequantized to a dense tensor once, at placement
-(`QuantLinear.place`; load_gguf_model places every layer, a forward on a new device
-places lazily).
+A QuantLinear runs the backend contract's quantized matmul (Backend.qmatmul) and decides
+nothing about devices: where the backend keeps the weight's type quantized
+(`keeps_quantized`: WebGPU, for the types its kernel decodes: Q8_0, Q4_0, Q4_K, Q6_K) the
+raw blocks go to the device as they are and are dequantized inside the matmul, so device
+memory is the file's tensor bytes; elsewhere the host weight itself is what qmatmul
+gets, and it dequantizes a chunk of rows at a time, never the whole weight (the numpy
+backend into one reused buffer).
 
 QuantEmbedding dequantizes only the looked-up rows, on the host, and uploads them.
 """
@@ -15,37 +14,9 @@ import numpy as np
 
 from .. import dtype as dt
 from ..errors import DeviceError, ShapeMismatch, fmt_shape
-from ..io.quant import qmatmul
 from ..layout import Layout
 from ..nn import Module
-from ..tensor import Tensor, from_numpy, zeros
-
-
-def _device_kernel(device, ggml_type):
-    """Whether `device`'s backend keeps weights of this ggml type quantized."""
-    backend = device.backend
-    if not hasattr(backend, "upload_quantized"):
-        return False
-    from ..backends.webgpu import qmatmul as wq
-    return wq.supports(ggml_type)
-
-
-# host memory a dequantized chunk may take while uploading to a device
-_UPLOAD_CHUNK_BYTES = 8 << 20
-
-
-def upload_dequantized(q, device, dtype=dt.f32):
-    """A quantized weight as a dense tensor on `device`, dequantized a few rows at a time
-    into its slice of one preallocated device tensor (the host never holds it whole)."""
-    rows, cols = q.shape
-    out = zeros(rows, cols, dtype=dtype, device=device)
-    step = max(1, _UPLOAD_CHUNK_BYTES // (4 * cols))
-    buf = np.empty((min(step, rows), cols), np.float32)
-    for r0 in range(0, rows, step):
-        r1 = min(rows, r0 + step)
-        chunk = from_numpy(q.dequantize_rows(r0, r1, out=buf[:r1 - r0])).to(device)
-        out.narrow(0, r0, r1 - r0).copy_(chunk if chunk.dtype is dtype else chunk.to(dtype))
-    return out
+from ..tensor import Tensor, from_numpy
 
 
 def _owns_its_memory(array):
@@ -86,27 +57,26 @@ class QuantLinear(Module):
         self.qweight = weight
         self.out_features, self.in_features = weight.shape
         self.bias = bias
-        self._placed = None      # (device, device QWeight or None, dense tensor or None)
+        self._placed = None      # (device, what that device's qmatmul takes)
 
     @property
     def weight(self):
         return self.qweight
 
     def place(self, device, dtype=dt.f32):
-        """Put the weight on a non-CPU `device`: its raw blocks where the backend has a
-        kernel for the type, else dequantized to a dense `dtype` tensor."""
-        if device.kind == "cpu":
-            self._placed = None
-            return self
+        """Put the weight where `device` computes with it: its raw blocks on the device
+        where the backend keeps the type quantized, else the host weight (qmatmul
+        dequantizes it in chunks). Quantized weights decode to f32 whatever `dtype` the
+        model's activations have (forward converts)."""
         if self._placed is not None and self._placed[0] == device:
             return self
+        backend = device.backend
+        w = self._host_weight()  # raises, changing nothing, where the weight is elsewhere
+        if not backend.keeps_quantized(w.ggml_type):
+            self._placed = (device, w)
+            return self
         self._placed = None      # free the old copy before uploading the new one
-        w = self.qweight
-        if _device_kernel(device, w.ggml_type):
-            self._placed = (device, device.backend.upload_quantized(w.raw, w.ggml_type, w.shape),
-                            None)
-        else:
-            self._placed = (device, None, upload_dequantized(w, device, dtype))
+        self._placed = (device, backend.upload_quantized(w.raw, w.ggml_type, w.shape))
         if _owns_its_memory(w.raw):
             # An array of its own (fused_linear's stack of q/k/v or gate/up), not a view of
             # the file's memory map: kept, it would hold the model's size in host memory
@@ -120,11 +90,11 @@ class QuantLinear(Module):
         return self.qweight
 
     def device_bytes(self):
-        """Bytes the placed weight takes on its device (0 when not placed)."""
-        if self._placed is None:
+        """Bytes the placed weight takes on its device (0 when not placed, or when the
+        device reads the host weight)."""
+        if self._placed is None or self._placed[1] is self.qweight:
             return 0
-        _, qw, dense = self._placed
-        return qw.storage.buf.size if qw is not None else dense.numel() * dense.dtype.itemsize
+        return self._placed[1].nbytes
 
     def forward(self, x):
         if x.shape[-1] != self.in_features:
@@ -132,22 +102,12 @@ class QuantLinear(Module):
                 f"QuantLinear: input {fmt_shape(x.shape)} has last dim {x.shape[-1]}, expected "
                 f"{self.in_features} (weight {self.qweight!r})", op="qmatmul",
                 shapes=(x.shape, self.qweight.shape))
-        if x.device.kind == "cpu":
-            y = from_numpy(qmatmul(np.ascontiguousarray(x.numpy(), dtype=np.float32),
-                                   self._host_weight()))
-            if x.dtype is not dt.f32:
-                y = y.to(x.dtype)
-            return y + self.bias if self.bias is not None else y
         self.place(x.device, x.dtype)
-        _, qw, dense = self._placed
-        if dense is not None:
-            y = x @ (dense if dense.dtype is x.dtype else dense.to(x.dtype)).t()
-        else:
-            xf = x if x.dtype is dt.f32 else x.to(dt.f32)
-            st, shape = x.backend.qmatmul(xf.storage, xf.layout, qw, dt.f32)
-            y = Tensor(st, Layout(shape), dt.f32, x.device)
-            if x.dtype is not dt.f32:
-                y = y.to(x.dtype)
+        xf = x if x.dtype is dt.f32 else x.to(dt.f32)
+        st, shape = x.backend.qmatmul(xf.storage, xf.layout, self._placed[1], dt.f32)
+        y = Tensor(st, Layout(shape), dt.f32, x.device)
+        if x.dtype is not dt.f32:
+            y = y.to(x.dtype)
         return y + self.bias if self.bias is not None else y
 
     def extra_repr(self):

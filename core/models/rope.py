@@ -103,21 +103,27 @@ class RotaryEmbedding:
         if dtype is not dt.f32:
             self.cos, self.sin = self.cos.to(dtype), self.sin.to(dtype)
         self._swap = tensor([1, 0], dtype=dt.i64, device=device)
-        # A backend with a fused rope kernel takes plain [T, rot/2] tables (ember.functional.rope).
-        self.fused = self.cos.backend.has_fused("rope") and self.rot_dim == head_dim
+        # ember.functional.rope (Backend.rope) takes plain [T, rot/2] or [B, T, rot/2]
+        # tables and rotates whole heads.
+        self.fused = self.rot_dim == head_dim
         if self.fused:
             self.cos_half = as_tensor(cos).to(dtype)
             self.sin_half = as_tensor(sin).to(dtype)
 
     def fused_tables(self, positions, seq_len):
-        """([T, rot/2] cos, sin) for the backend's fused kernel, or None when it cannot be
-        used (no kernel, partial rotation, or per-row positions of a left-padded batch)."""
-        if not self.fused or not isinstance(positions, int):
+        """(cos, sin) for ember.functional.rope: [T, rot/2] for a first position (int), or
+        [batch, T, rot/2] for per-row positions (a [batch, seq] tensor, a left-padded
+        batch); None for a partial rotation, which `rotate` does."""
+        if not self.fused:
             return None
-        return self.cos_half.narrow(0, positions, seq_len), self.sin_half.narrow(0, positions, seq_len)
+        if isinstance(positions, int):
+            return (self.cos_half.narrow(0, positions, seq_len),
+                    self.sin_half.narrow(0, positions, seq_len))
+        return self.cos_half.index_select(0, positions), self.sin_half.index_select(0, positions)
 
     def rotate_fused(self, x, tables):
-        """x [..., T, head_dim] rotated by the backend's fused kernel (a new tensor)."""
+        """x [..., T, head_dim] (or [B, ..., T, head_dim] with per-row tables) rotated by
+        ember.functional.rope (a new tensor)."""
         from ..functional import rope
         return rope(x, tables[0], tables[1], interleaved=self.interleaved)
 

@@ -2,7 +2,7 @@
 without one it holds shape-only placeholders until `module.load(vb)`."""
 from .. import functional as F
 from ..errors import ShapeMismatch, fmt_shape
-from ..tensor import zeros
+from ..tensor import Tensor, zeros
 from .module import Module
 
 
@@ -32,6 +32,27 @@ class Linear(Module):
         self.out_features = out_features
         self.weight = param(vb, (out_features, in_features), "weight")
         self.bias = param(vb, (out_features,), "bias") if bias else None
+
+    @classmethod
+    def from_tensors(cls, weight, bias=None):
+        """A Linear over tensors already loaded: weight (out, in), bias (out,) or None, on
+        one device and of one dtype (a stacked q/k/v weight, a tied embedding)."""
+        if not isinstance(weight, Tensor) or weight.ndim != 2:
+            raise ShapeMismatch(
+                f"Linear.from_tensors: weight must be a 2-D tensor (out, in), got "
+                f"{fmt_shape(weight.shape) if isinstance(weight, Tensor) else type(weight).__name__}",
+                op="linear", shapes=(getattr(weight, "shape", ()),))
+        out_features, in_features = weight.shape
+        if bias is not None:
+            weight._check_same("Linear.from_tensors", bias)
+            if bias.shape != (out_features,):
+                raise ShapeMismatch(
+                    f"Linear.from_tensors: bias {fmt_shape(bias.shape)} must be "
+                    f"[{out_features}] for weight {fmt_shape(weight.shape)}",
+                    op="linear", shapes=(weight.shape, bias.shape))
+        layer = cls(in_features, out_features, bias=False)
+        layer.weight, layer.bias = weight, bias
+        return layer
 
     def forward(self, x, activation=None, residual=None):
         """activation(x @ weight.T + bias) + residual; `activation` is a unary op name

@@ -58,9 +58,6 @@ def _locked(method):
 
 
 class WebGPUBackend(Backend):
-    fused = frozenset({"softmax", "log_softmax", "layer_norm", "rms_norm", "rope", "linear",
-                       "layer_norm_residual", "rms_norm_residual"})
-
     def __init__(self, driver, name):
         self.driver = driver
         self.name = name
@@ -86,6 +83,10 @@ class WebGPUBackend(Backend):
     @property
     def adapter_info(self):
         return dict(self.driver.info)
+
+    @property
+    def info(self):
+        return dict(self.driver.info, name=self.driver.name)
 
     def flush(self):
         self.runtime.flush()
@@ -166,7 +167,10 @@ class WebGPUBackend(Backend):
 
     @_locked
     def rope(self, storage, layout, cos, lcos, sin, lsin, dtype, interleaved=False):
-        """See Backend.rope: x [..., T, D], cos/sin [T, D/2]."""
+        """See Backend.rope: x [..., T, D], cos/sin [T, D/2] in the kernel; per-row
+        [B, T, D/2] tables take the contract's composite."""
+        if len(lcos.shape) != 2:
+            return super().rope(storage, layout, cos, lcos, sin, lsin, dtype, interleaved)
         return rotary.rope(self, storage, layout, cos, lcos, sin, lsin, dtype, interleaved)
 
     # --- matmul ---------------------------------------------------------------------------------
@@ -177,17 +181,25 @@ class WebGPUBackend(Backend):
     @_locked
     def linear(self, a, la, b, lb, bias, lbias, dtype, activation=None, residual=None,
                lres=None):
-        """activation(a @ b + bias) + residual, applied as the matmul kernel stores."""
+        """activation(a @ b + bias) + residual, applied as the matmul kernel stores (floats;
+        integers take the contract's composite)."""
+        if not dtype.is_float:
+            return super().linear(a, la, b, lb, bias, lbias, dtype, activation, residual, lres)
         return matmul.linear(self, a, la, b, lb, bias, lbias, dtype, activation, residual,
                              lres)
 
     # --- quantized weights (qmatmul.py) ----------------------------------------------------------
+    def keeps_quantized(self, ggml_type):
+        return quantized.supports(ggml_type)
+
     @_locked
     def upload_quantized(self, raw, ggml_type, shape):
         return quantized.upload(self, raw, ggml_type, shape)
 
     @_locked
     def qmatmul(self, x, lx, qweight, dtype):
+        if not isinstance(qweight, quantized.QWeight):   # a host weight: the composite
+            return super().qmatmul(x, lx, qweight, dtype)
         return quantized.qmatmul(self, x, lx, qweight, dtype)
 
     # --- indexing ------------------------------------------------------------------------------

@@ -1,0 +1,186 @@
+"""The default bodies of the backend contract's fused ops, composed from its primitives.
+
+`Backend` (base.py) calls these when a backend does not implement an op itself, so every
+backend has every op: a new backend writes the primitives and overrides a fused op only
+where it has something faster. Operands are (storage, layout) pairs of one dtype; every
+function returns a new contiguous storage.
+"""
+from .. import dtype as dt
+from ..hostdata import pack
+from ..layout import Layout
+from ..shape import broadcast_shapes, numel
+
+# Elements of one tile of attention scores: a long sequence's (Tq, Tk) score matrix is
+# computed this many at a time (whole rows of queries), never all at once.
+ATTENTION_TILE_ELEMENTS = 1 << 20
+
+
+def _binary(be, op, x, y, dtype):
+    """x op y for (storage, layout) operands broadcast against each other; y may be a
+    Python scalar."""
+    if not isinstance(y, tuple):
+        return be.binary(op, x[0], x[1], y, None, dtype), Layout(x[1].shape)
+    shape = broadcast_shapes(op, x[1].shape, y[1].shape)
+    return (be.binary(op, x[0], x[1].broadcast_to(shape), y[0], y[1].broadcast_to(shape), dtype),
+            Layout(shape))
+
+
+def _reduce(be, op, x, dim, dtype):
+    kept = tuple(1 if d == dim else n for d, n in enumerate(x[1].shape))
+    return be.reduce(op, x[0], x[1], [dim], dtype), Layout(kept)
+
+
+def _unary(be, op, x, dtype):
+    return be.unary(op, x[0], x[1], dtype), Layout(x[1].shape)
+
+
+def softmax(be, storage, layout, dim, dtype, log=False):
+    """exp(x - max) / sum, or (x - max) - log(sum), along dim."""
+    x = (storage, layout)
+    shifted = _binary(be, "sub", x, _reduce(be, "max", x, dim, dtype), dtype)
+    e = _unary(be, "exp", shifted, dtype)
+    total = _reduce(be, "sum", e, dim, dtype)
+    if log:
+        return _binary(be, "sub", shifted, _unary(be, "log", total, dtype), dtype)[0]
+    return _binary(be, "div", e, total, dtype)[0]
+
+
+def layer_norm(be, storage, layout, w, lw, b, lb, eps, dtype, rms=False, residual=None,
+               lres=None):
+    """(x - mean) / sqrt(var + eps) * w + b over the last dim (RMS: x / sqrt(mean(x^2) +
+    eps) * w), of x + residual when given."""
+    x = (storage, layout)
+    if residual is not None:
+        x = _binary(be, "add", x, (residual, lres), dtype)
+    last = len(layout.shape) - 1
+    if not rms:
+        x = _binary(be, "sub", x, _reduce(be, "mean", x, last, dtype), dtype)
+    mean_square = _reduce(be, "mean", _unary(be, "square", x, dtype), last, dtype)
+    inv = _unary(be, "rsqrt", _binary(be, "add", mean_square, float(eps), dtype), dtype)
+    y = _binary(be, "mul", x, inv, dtype)
+    if w is not None:
+        y = _binary(be, "mul", y, (w, lw), dtype)
+    if b is not None:
+        y = _binary(be, "add", y, (b, lb), dtype)
+    return y[0]
+
+
+def linear(be, a, la, b, lb, bias, lbias, dtype, activation=None, residual=None, lres=None):
+    """activation(a @ b + bias) + residual, for a (rows, in) and b (in, out)."""
+    y = (be.matmul(a, la, b, lb, dtype), Layout((la.shape[0], lb.shape[1])))
+    if bias is not None:
+        y = _binary(be, "add", y, (bias, lbias), dtype)
+    if activation is not None:
+        y = _unary(be, activation, y, dtype)
+    if residual is not None:
+        y = _binary(be, "add", y, (residual, lres), dtype)
+    return y[0]
+
+
+def rope(be, storage, layout, cos, lcos, sin, lsin, dtype, interleaved=False):
+    """Rotary embedding (see Backend.rope): the pair halves a and b of every D become
+    a*cos - b*sin and b*cos + a*sin, written into their places in a new storage."""
+    shape = layout.shape
+    half = shape[-1] // 2
+    lc, ls = _table_layout(lcos, shape), _table_layout(lsin, shape)
+    if interleaved:
+        pairs = Layout(shape[:-1] + (half, 2))
+        x = layout.reshape(shape[:-1] + (half, 2))
+        if x is None:   # a view that cannot be split into pairs: copy it first
+            storage, x = be.copy_strided(storage, layout, dtype), pairs
+        a, b = x.select(-1, 0), x.select(-1, 1)
+        first, second = pairs.select(-1, 0), pairs.select(-1, 1)
+    else:
+        a, b = layout.narrow(-1, 0, half), layout.narrow(-1, half, half)
+        whole = Layout(shape)
+        first, second = whole.narrow(-1, 0, half), whole.narrow(-1, half, half)
+    a, b, c, s = (storage, a), (storage, b), (cos, lc), (sin, ls)
+
+    def mul(p, q):
+        return _binary(be, "mul", p, q, dtype)
+
+    out = be.empty(shape, dtype)
+    for place, (p, q, op) in ((first, (mul(a, c), mul(b, s), "sub")),
+                              (second, (mul(b, c), mul(a, s), "add"))):
+        value = _binary(be, op, p, q, dtype)
+        be.copy_into(out, place, value[0], value[1], dtype)
+    return out
+
+
+def _table_layout(table, shape):
+    """A (T, D/2) or (B, T, D/2) table's layout broadcast over x's shape [B, ..., T, D]
+    with D halved: a batched table follows x's first dim."""
+    target = shape[:-1] + (shape[-1] // 2,)
+    if len(table.shape) == 3 and len(shape) > 3:
+        lay = table
+        for _ in range(len(shape) - 3):
+            lay = lay.unsqueeze(1)
+        return lay.broadcast_to(target)
+    return table.broadcast_to(target)
+
+
+def scaled_dot_product_attention(be, q, lq, k, lk, v, lv, mask, lmask, scale, dtype,
+                                 causal=False):
+    """softmax(q @ k^T * scale + mask) @ v over q [..., Tq, D], k [..., Tk, D], v [...,
+    Tk, Dv], with `mask` (or None) laid out as [..., Tq, Tk] and `causal` hiding keys
+    after a query's own position (the last query sees every key). Queries go in tiles
+    of whole rows of about ATTENTION_TILE_ELEMENTS scores, so a long sequence's score
+    matrix never exists at once."""
+    tq, tk = lq.shape[-2], lk.shape[-2]
+    batch = lq.shape[:-2]
+    out_shape = batch + (tq, lv.shape[-1])
+    out = be.empty(out_shape, dtype)
+    if numel(out_shape) == 0:
+        return out
+    kt = lk.transpose(-2, -1)
+    step = max(1, ATTENTION_TILE_ELEMENTS // max(1, numel(batch) * tk))
+    for q0 in range(0, tq, step):
+        n = min(step, tq - q0)
+        scores = (be.matmul(q, lq.narrow(-2, q0, n), k, kt, dtype), Layout(batch + (n, tk)))
+        scores = _binary(be, "mul", scores, float(scale), dtype)
+        if mask is not None:
+            scores = _binary(be, "add", scores, (mask, lmask.narrow(-2, q0, n)), dtype)
+        if causal:
+            scores = _binary(be, "add", scores, _causal_tile(be, q0, n, tq, tk, dtype), dtype)
+        weights = be.softmax(scores[0], scores[1], len(batch) + 1, dtype)
+        tile = be.matmul(weights, scores[1], v, lv, dtype)
+        be.copy_into(out, Layout(out_shape).narrow(-2, q0, n), tile,
+                     Layout(batch + (n, lv.shape[-1])), dtype)
+    return out
+
+
+def _causal_tile(be, q0, n, tq, tk, dtype):
+    """(storage, layout) of an additive (n, tk) mask for queries q0..q0+n: -inf on keys
+    after each query's position (queries are the last tq of tk positions)."""
+    shift = tk - tq
+    values = [0.0 if j <= q0 + i + shift else float("-inf") for i in range(n) for j in range(tk)]
+    return be.from_host(pack(values, dtype), dtype, (n, tk)), Layout((n, tk))
+
+
+# Bytes of dense f32 weight rows a host weight's qmatmul dequantizes at a time.
+QMATMUL_CHUNK_BYTES = 1 << 20
+
+
+def qmatmul_host_weight(be, x, lx, weight, dtype):
+    """x [..., K] @ dequantize(weight).T for a host weight (an object with `shape` (N, K)
+    and `dequantize_rows(start, stop)`, such as ember.io.quant.QTensor): rows of the
+    weight are dequantized a chunk at a time, uploaded and multiplied, so the weight is
+    never whole in dense form. Returns (storage, shape)."""
+    n_out, n_in = weight.shape
+    lead = lx.shape[:-1]
+    rows = numel(lead)
+    x2 = lx.reshape((rows, n_in))
+    if x2 is None:
+        x, x2 = be.copy_strided(x, lx, dtype), Layout((rows, n_in))
+    out = be.empty((rows, n_out), dtype)
+    step = max(1, min(n_out, QMATMUL_CHUNK_BYTES // max(1, 4 * n_in)))
+    for r0 in range(0, n_out if rows else 0, step):
+        r1 = min(n_out, r0 + step)
+        host = weight.dequantize_rows(r0, r1)
+        w = be.from_host(host, dt.f32, (r1 - r0, n_in))
+        if dtype is not dt.f32:
+            w = be.cast(w, Layout((r1 - r0, n_in)), dt.f32, dtype)
+        part = be.matmul(x, x2, w, Layout((r1 - r0, n_in)).transpose(0, 1), dtype)
+        be.copy_into(out, Layout((rows, n_out)).narrow(1, r0, r1 - r0), part,
+                     Layout((rows, r1 - r0)), dtype)
+    return out, lead + (n_out,)
