@@ -122,9 +122,12 @@ def softmax_last_dim(xp, x, log):
             return
         xp.exp(xb, out=y)
         total = xp.sum(y, axis=-1, keepdims=True)
-        y /= total
         redo = ~(total[:, 0] >= _SHIFT_FLOOR) | ~xp.isfinite(total[:, 0])
-        if redo.any():
+        again = bool(redo.any())
+        if again:
+            total[redo] = 1.0   # those rows are redone below
+        y /= total
+        if again:
             rows = xp.nonzero(redo)[0]
             part = xp.empty((rows.size, cols), x.dtype)
             shifted(xb[rows], part)
