@@ -330,6 +330,12 @@ class ArrayBackend(Backend):
         return self.store(y, dtype)
 
     # --- quantized weights --------------------------------------------------------------------
+    def place_quantized(self, weight):
+        """numpy reads the host weight where it lies (a view of the file's memory map):
+        qmatmul dequantizes it a chunk of rows at a time, so the dense form never exists.
+        Other array modules (cupy) take the dense device weight of the default."""
+        return weight if self._is_numpy else super().place_quantized(weight)
+
     def qmatmul(self, x, lx, qweight, dtype):
         """x @ dequantize(qweight).T for a host weight (Backend.qmatmul), numpy only: rows of
         the weight are dequantized a chunk at a time into one reused f32 buffer, each chunk

@@ -169,11 +169,24 @@ class Backend:
         for qmatmul; only for types `keeps_quantized` accepts."""
         raise self.lacks("upload_quantized")
 
+    def place_quantized(self, weight):
+        """What qmatmul takes for the host weight `weight` (an object with `ggml_type`,
+        `shape` (N, K), `raw` and `dequantize_rows(start, stop)`: ember.io.quant.QTensor).
+        Where `keeps_quantized` accepts its type: the raw blocks on the device
+        (upload_quantized). Elsewhere the default dequantizes it once, a chunk of rows at a
+        time, into a dense f32 weight on the device (composites.DenseWeight), so a token
+        does not pay for decoding the whole matrix again; a backend that reads host
+        memory directly (numpy) returns the host weight itself."""
+        if self.keeps_quantized(weight.ggml_type):
+            return self.upload_quantized(weight.raw, weight.ggml_type, weight.shape)
+        return composites.dense_weight(self, weight)
+
     def qmatmul(self, x, lx, qweight, dtype):
         """x [..., K] @ dequantize(qweight).T -> (storage, shape [..., N]). `qweight` is
-        what upload_quantized returned, or a host weight: an object with `shape` (N, K)
-        and `dequantize_rows(start, stop)` (ember.io.quant.QTensor), which the default
-        dequantizes a chunk of rows at a time and multiplies (composites.py)."""
+        what place_quantized returned: a dense weight (a matmul), or a host weight, which
+        the default dequantizes a chunk of rows at a time and multiplies (composites.py)."""
+        if isinstance(qweight, composites.DenseWeight):
+            return composites.qmatmul_dense(self, x, lx, qweight, dtype)
         return composites.qmatmul_host_weight(self, x, lx, qweight, dtype)
 
     # --- device facts -----------------------------------------------------------------------

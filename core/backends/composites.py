@@ -161,6 +161,44 @@ def _causal_tile(be, q0, n, tq, tk, dtype):
 QMATMUL_CHUNK_BYTES = 1 << 20
 
 
+class DenseWeight:
+    """A quantized weight dequantized once into an f32 (N, K) storage on the device."""
+
+    __slots__ = ("storage", "shape", "nbytes")
+
+    def __init__(self, storage, shape):
+        self.storage, self.shape = storage, tuple(shape)
+        self.nbytes = 4 * self.shape[0] * self.shape[1]
+
+
+def dense_weight(be, weight):
+    """`weight` (a QTensor) dequantized a chunk of rows at a time into one f32 storage on
+    `be`: the dense form is never whole in host memory."""
+    n_out, n_in = weight.shape
+    out = be.empty((n_out, n_in), dt.f32)
+    step = max(1, min(n_out, QMATMUL_CHUNK_BYTES // max(1, 4 * n_in)))
+    for r0 in range(0, n_out, step):
+        r1 = min(n_out, r0 + step)
+        part = be.from_host(weight.dequantize_rows(r0, r1), dt.f32, (r1 - r0, n_in))
+        be.copy_into(out, Layout((n_out, n_in)).narrow(0, r0, r1 - r0), part,
+                     Layout((r1 - r0, n_in)), dt.f32)
+    return DenseWeight(out, (n_out, n_in))
+
+
+def qmatmul_dense(be, x, lx, weight, dtype):
+    """x [..., K] @ weight.T for a DenseWeight; returns (storage, shape)."""
+    n_out, n_in = weight.shape
+    lead = lx.shape[:-1]
+    rows = numel(lead)
+    x2 = lx.reshape((rows, n_in))
+    if x2 is None:
+        x, x2 = be.copy_strided(x, lx, dtype), Layout((rows, n_in))
+    w, lw = weight.storage, Layout((n_out, n_in))
+    if dtype is not dt.f32:
+        w = be.cast(w, lw, dt.f32, dtype)
+    return be.matmul(x, x2, w, lw.transpose(0, 1), dtype), lead + (n_out,)
+
+
 def qmatmul_host_weight(be, x, lx, weight, dtype):
     """x [..., K] @ dequantize(weight).T for a host weight (an object with `shape` (N, K)
     and `dequantize_rows(start, stop)`, such as ember.io.quant.QTensor): rows of the

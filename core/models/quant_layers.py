@@ -1,12 +1,12 @@
 """Layers over ggml-quantized weights (QTensor), for models loaded from GGUF.
 
-A QuantLinear runs the backend contract's quantized matmul (Backend.qmatmul) and decides
-nothing about devices: where the backend keeps the weight's type quantized
-(`keeps_quantized`: WebGPU, for the types its kernel decodes: Q8_0, Q4_0, Q4_K, Q6_K) the
-raw blocks go to the device as they are and are dequantized inside the matmul, so device
-memory is the file's tensor bytes; elsewhere the host weight itself is what qmatmul
-gets, and it dequantizes a chunk of rows at a time, never the whole weight (the numpy
-backend into one reused buffer).
+A QuantLinear runs the backend contract's quantized matmul (Backend.qmatmul) on what
+Backend.place_quantized made of its weight, and decides nothing about devices: where the
+backend keeps the weight's type quantized (`keeps_quantized`: WebGPU, for the types its
+kernel decodes: Q8_0, Q4_0, Q4_K, Q6_K) the raw blocks go to the device as they are and
+are dequantized inside the matmul, so device memory is the file's tensor bytes; numpy
+reads the host weight itself and dequantizes a chunk of rows at a time into one reused
+buffer; other devices get a dense f32 copy made once, a chunk of rows at a time.
 
 QuantEmbedding dequantizes only the looked-up rows, on the host, and uploads them.
 """
@@ -64,20 +64,17 @@ class QuantLinear(Module):
         return self.qweight
 
     def place(self, device, dtype=dt.f32):
-        """Put the weight where `device` computes with it: its raw blocks on the device
-        where the backend keeps the type quantized, else the host weight (qmatmul
-        dequantizes it in chunks). Quantized weights decode to f32 whatever `dtype` the
-        model's activations have (forward converts)."""
+        """Put the weight where `device` computes with it (Backend.place_quantized: raw
+        blocks where a kernel decodes the type, a dense copy made once elsewhere, or the
+        host weight itself on numpy). Quantized weights decode to f32 whatever `dtype`
+        the model's activations have (forward converts)."""
         if self._placed is not None and self._placed[0] == device:
             return self
-        backend = device.backend
         w = self._host_weight()  # raises, changing nothing, where the weight is elsewhere
-        if not backend.keeps_quantized(w.ggml_type):
-            self._placed = (device, w)
-            return self
-        self._placed = None      # free the old copy before uploading the new one
-        self._placed = (device, backend.upload_quantized(w.raw, w.ggml_type, w.shape))
-        if _owns_its_memory(w.raw):
+        self._placed = None      # free the old copy before placing the new one
+        placed = device.backend.place_quantized(w)
+        self._placed = (device, placed)
+        if placed is not w and _owns_its_memory(w.raw):
             # An array of its own (fused_linear's stack of q/k/v or gate/up), not a view of
             # the file's memory map: kept, it would hold the model's size in host memory
             # next to the device copy. Only the description stays.

@@ -198,7 +198,7 @@ class WebGPUBackend(Backend):
 
     @_locked
     def qmatmul(self, x, lx, qweight, dtype):
-        if not isinstance(qweight, quantized.QWeight):   # a host weight: the composite
+        if not isinstance(qweight, quantized.QWeight):   # dense or host: the composites
             return super().qmatmul(x, lx, qweight, dtype)
         return quantized.qmatmul(self, x, lx, qweight, dtype)
 
