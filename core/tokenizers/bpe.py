@@ -3,6 +3,7 @@
 from .bpe_merge import merge_symbols
 from .dict_vocab import DictVocab
 from .word_cache import WordCache
+from .errors import EncodeError
 
 
 class BPE(DictVocab, WordCache):
@@ -36,7 +37,7 @@ class BPE(DictVocab, WordCache):
 
     @classmethod
     def from_dict(cls, d, ctx):
-        vocab = ctx.get(d, "vocab", kind=dict)
+        vocab = ctx.vocab(d)
         raw = ctx.get(d, "merges", [], list)
         mctx = ctx.field("merges")
         merges = []
@@ -51,6 +52,8 @@ class BPE(DictVocab, WordCache):
             else:
                 raise mctx.item(i).error("must be 'left right' or [left, right]")
         dropout = ctx.get(d, "dropout", None, (int, float))
+        if dropout is not None and not 0.0 <= ctx.field("dropout").finite(dropout) <= 1.0:
+            raise ctx.field("dropout").error("is %r, outside [0, 1]" % dropout)
         try:
             return cls(
                 vocab, merges,
@@ -96,7 +99,7 @@ class BPE(DictVocab, WordCache):
             if self.unk_token is not None:
                 uid = vocab.get(self.unk_token)
                 if uid is None:
-                    raise KeyError("BPE: the unk_token %r is not in the vocabulary" % self.unk_token)
+                    raise EncodeError("BPE: the unk_token %r is not in the vocabulary" % self.unk_token)
                 if unk is not None and self.fuse_unk:
                     unk = (unk[0], unk[1], i + 1)
                 else:
