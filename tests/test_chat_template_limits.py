@@ -105,7 +105,7 @@ def test_messages_must_be_a_list_of_role_dicts():
 
 @pytest.mark.parametrize("source", ORDINARY)
 def test_ordinary_templates_render_as_jinja2s_sandbox_does(source):
-    jinja2 = require("jinja2")
+    require("jinja2")
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
@@ -117,4 +117,3 @@ def test_ordinary_templates_render_as_jinja2s_sandbox_does(source):
                                               bos_token="<s>", eos_token="</s>")
         got = ChatTemplate(source, "<s>", "</s>").render(MESSAGES, add_generation_prompt=gen, tools=tools)
         assert got == want and len(got) > 20
-    assert jinja2.__version__

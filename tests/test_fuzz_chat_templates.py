@@ -8,7 +8,6 @@ EMBER_FUZZ_CASES sets the cases per format (300 by default); run with -s to see 
 outcome counts.
 """
 import collections
-import json
 import random
 
 from chat_template_corpus import MESSAGES, ORDINARY
@@ -110,4 +109,3 @@ def test_mutated_tokenizer_configs_give_only_ember_errors(tmp_path):
     print(f"tokenizer_config.json chat templates: {count} cases: {dict(sorted(outcomes.items()))}")
     assert not failures, "\n".join(failures[:5])
     assert outcomes["ok"] > count // 10
-    assert json.loads(json.dumps(seed)) == seed

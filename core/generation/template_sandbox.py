@@ -158,8 +158,6 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
             _check_args(value_args[1:], kwargs)
             if bound is not None:
                 _check_size(bound(*value_args, **kwargs), name)
-            if name == "center" and len(value_args) > 1:
-                _check_size(value_args[1], name)
             if name == "format" and value_args and isinstance(value_args[0], str):
                 _check_format(value_args[0])
             result = f(*args, **kwargs)
