@@ -3,11 +3,23 @@
 Rendering needs jinja2 (an optional dependency); without it a clear error says so.
 The environment matches what transformers provides to templates: sandboxed, trimmed
 blocks, `raise_exception`, `strftime_now`, a `tojson` that keeps non-ASCII text.
+A template is code from the model's files: its rendering is bounded in steps, depth,
+value sizes and output (see `template_sandbox`), and every way it can fail (a template
+that does not parse, an undefined name, a blocked attribute, a bound passed, an
+exception inside it) is one ChatTemplateError or FormatError naming its file.
 """
 import json
 import os
 
 from ..errors import EmberError, FormatError
+
+
+class ChatTemplateError(EmberError, ValueError):
+    """A chat template failed while rendering; the message names its file."""
+
+
+class _Refused(Exception):
+    """raise_exception() called by the template itself."""
 
 
 class ChatTemplate:
@@ -17,6 +29,7 @@ class ChatTemplate:
         self.eos_token = eos_token or ""
         self.source = source
         self._compiled = None
+        self._env = None
 
     @classmethod
     def from_tokenizer_config(cls, path, name=None):
@@ -25,73 +38,133 @@ class ChatTemplate:
         directory = path if os.path.isdir(path) else os.path.dirname(path)
         config_path = os.path.join(path, "tokenizer_config.json") if os.path.isdir(path) else path
         config = {}
-        if os.path.exists(config_path):
-            try:
-                with open(config_path, encoding="utf-8") as f:
-                    config = json.load(f)
-            except (OSError, ValueError) as exc:
-                raise FormatError(f"{config_path}: cannot read it ({exc})", path=config_path) from None
+        if os.path.isfile(config_path):
+            config = _read_json(config_path)
+            if not isinstance(config, dict):
+                raise FormatError(f"{config_path}: must hold a JSON object, not "
+                                  f"{type(config).__name__}", path=config_path)
         template = config.get("chat_template")
         source = f"{config_path} field chat_template"
         jinja_file = os.path.join(directory, "chat_template.jinja")
         json_file = os.path.join(directory, "chat_template.json")
-        if template is None and os.path.exists(jinja_file):
-            with open(jinja_file, encoding="utf-8") as f:
-                template, source = f.read(), jinja_file
-        if template is None and os.path.exists(json_file):
-            with open(json_file, encoding="utf-8") as f:
-                template, source = json.load(f).get("chat_template"), json_file
+        if template is None and os.path.isfile(jinja_file):
+            template, source = _read_text(jinja_file), jinja_file
+        if template is None and os.path.isfile(json_file):
+            doc = _read_json(json_file)
+            template = doc.get("chat_template") if isinstance(doc, dict) else None
+            source = f"{json_file} field chat_template"
         if isinstance(template, list):
-            by_name = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
-            key = name or "default"
-            if key not in by_name:
-                raise FormatError(f"{source}: no template named {key!r} (have "
-                                  f"{', '.join(map(str, by_name))})", path=config_path,
-                                  field="chat_template")
-            template = by_name[key]
-        if not isinstance(template, str) or not template:
+            template = _pick(template, name, source, config_path)
+        if template is not None and not isinstance(template, str):
+            raise FormatError(f"{source}: must be a string or a list of {{name, template}}, not "
+                              f"{type(template).__name__}", path=config_path, field="chat_template")
+        if not template:
             raise FormatError(f"{config_path}: no chat_template (this tokenizer has no chat "
                               "format; pass a plain prompt instead)", path=config_path,
                               field="chat_template")
-        return cls(template, _token_text(config.get("bos_token")),
-                   _token_text(config.get("eos_token")), source)
+        return cls(template, _token_text(config.get("bos_token"), config_path, "bos_token"),
+                   _token_text(config.get("eos_token"), config_path, "eos_token"), source)
 
     def _template(self):
         if self._compiled is None:
             try:
                 import jinja2
-                from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+                from .template_sandbox import BoundedEnvironment
             except ImportError as exc:
                 raise EmberError(
                     f"chat template ({self.source}): rendering needs the jinja2 package "
                     f"({exc}); `pip install jinja2`", op="chat_template") from None
-            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                                extensions=["jinja2.ext.loopcontrols"])
-            env.filters["tojson"] = _tojson
+            env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                     extensions=["jinja2.ext.loopcontrols"])
+            env.filters["tojson"] = env._bounded_filter("tojson", _tojson)
             env.globals["raise_exception"] = _raise
             env.globals["strftime_now"] = _strftime_now
             try:
                 self._compiled = env.from_string(self.template)
-            except jinja2.TemplateError as exc:
-                raise FormatError(f"chat template ({self.source}) does not parse: {exc}",
-                                  field="chat_template") from None
+            except jinja2.TemplateSyntaxError as exc:
+                raise FormatError(f"chat template ({self.source}) does not parse: {exc} "
+                                  f"(line {exc.lineno})", field="chat_template") from None
+            except Exception as exc:  # RecursionError from nesting too deep for the compiler, ...
+                raise FormatError(f"chat template ({self.source}) cannot be compiled: "
+                                  f"{type(exc).__name__}: {_short(exc)}", field="chat_template") from None
+            self._env = env
         return self._compiled
 
     def render(self, messages, add_generation_prompt=True, **extra):
         """The prompt text for a list of {"role", "content"} messages."""
+        if not isinstance(messages, (list, tuple)):
+            raise ChatTemplateError(f"chat template: messages must be a list, not "
+                                    f"{type(messages).__name__}", op="chat_template")
         for i, m in enumerate(messages):
             if not isinstance(m, dict) or "role" not in m:
-                raise EmberError(f"chat template: message {i} must be a dict with 'role' and "
-                                 f"'content', got {m!r}", op="chat_template")
+                raise ChatTemplateError(f"chat template: message {i} must be a dict with 'role' and "
+                                        f"'content', got {m!r}", op="chat_template")
+        template = self._template()
+        from .template_sandbox import TemplateLimit, render_bounded
         context = {"bos_token": self.bos_token, "eos_token": self.eos_token}
         context.update(extra)
-        return self._template().render(messages=list(messages),
-                                       add_generation_prompt=add_generation_prompt, **context)
+        try:
+            return render_bounded(template, self._env, messages=list(messages),
+                                  add_generation_prompt=add_generation_prompt, **context)
+        except _Refused as exc:
+            why = f"refused the conversation: {exc}"
+        except TemplateLimit as exc:
+            why = f"went past a bound: {exc}"
+        except RecursionError:
+            why = "recursed too deeply"
+        except MemoryError:
+            why = "ran out of memory"
+        except Exception as exc:  # SecurityError, UndefinedError, TypeError ... from template code
+            why = f"failed: {type(exc).__name__}: {_short(exc)}"
+        raise ChatTemplateError(f"chat template ({self.source}) {why}", op="chat_template",
+                                source=self.source)
 
 
-def _token_text(tok):
+def _short(exc, limit=300):
+    text = str(exc)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _read_text(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FormatError(f"{path}: cannot read it ({exc})", path=path) from None
+
+
+def _read_json(path):
+    text = _read_text(path)
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise FormatError(f"{path}: the JSON is nested too deeply", path=path) from None
+    except ValueError as exc:
+        raise FormatError(f"{path}: is not valid JSON ({exc})", path=path) from None
+
+
+def _pick(templates, name, source, config_path):
+    by_name = {}
+    for i, t in enumerate(templates):
+        if not (isinstance(t, dict) and isinstance(t.get("name"), str)
+                and isinstance(t.get("template"), str)):
+            raise FormatError(f"{source}[{i}]: must be {{\"name\": str, \"template\": str}}",
+                              path=config_path, field="chat_template")
+        by_name[t["name"]] = t["template"]
+    key = name or "default"
+    if key not in by_name:
+        raise FormatError(f"{source}: no template named {key!r} (have {', '.join(by_name)})",
+                          path=config_path, field="chat_template")
+    return by_name[key]
+
+
+def _token_text(tok, path, field):
     if isinstance(tok, dict):   # older configs store AddedToken objects
-        return tok.get("content", "")
+        tok = tok.get("content", "")
+    if tok is not None and not isinstance(tok, str):
+        raise FormatError(f"{path}: {field} must be a string, not {type(tok).__name__}",
+                          path=path, field=field)
     return tok or ""
 
 
@@ -101,7 +174,7 @@ def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=F
 
 
 def _raise(message):
-    raise EmberError(f"chat template: {message}", op="chat_template")
+    raise _Refused(message)
 
 
 def _strftime_now(fmt):

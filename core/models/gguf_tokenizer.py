@@ -9,6 +9,8 @@ kind would have, and handed to `ember.tokenizers.Tokenizer.from_dict`:
   when the file has no merges they are derived from the piece scores (a merge ranks by
   the score of the piece it makes, as SentencePiece applies them).
 """
+import math
+
 from ..errors import FormatError
 
 # tokenizer.ggml.token_type values
@@ -24,18 +26,55 @@ _SPLITS["llama3"] = _SPLITS["llama-bpe"]
 _SPLITS["smaug-bpe"] = _SPLITS["llama-bpe"]
 
 
+def _bad(path, field, why):
+    return FormatError(f"{path}: {field} {why}", path=path, field=field)
+
+
+def _list_of(md, field, kinds, path, length=None):
+    """md[field] (absent: None) checked to be a list of `kinds`, of `length` if given."""
+    values = md.get(field)
+    if values is None:
+        return None
+    if not isinstance(values, (list, tuple)):
+        raise _bad(path, field, f"must be an array, not {type(values).__name__}")
+    for i, v in enumerate(values):
+        if not isinstance(v, kinds) or isinstance(v, bool):
+            raise _bad(path, f"{field}[{i}]", f"has the wrong type {type(v).__name__}")
+    if length is not None and len(values) != length:
+        raise _bad(path, field, f"has {len(values)} entries for {length} tokens")
+    return list(values)
+
+
+def _token_id(md, field, n_tokens, path, default=None):
+    value = md.get(field, default)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < n_tokens:
+        raise _bad(path, field, f"is {value!r}, not a token id (0 to {n_tokens - 1})")
+    return value
+
+
 def tokenizer_json_from_metadata(md, path="a GGUF file"):
-    """The tokenizer.json dict equivalent to the metadata."""
+    """The tokenizer.json dict equivalent to the metadata (every field read is
+    type- and range-checked into a FormatError naming the file and field)."""
     kind = md.get("tokenizer.ggml.model")
     tokens = md.get("tokenizer.ggml.tokens")
     if kind is None or tokens is None:
         raise FormatError(f"{path}: no tokenizer in the metadata (tokenizer.ggml.model and "
                           "tokenizer.ggml.tokens are needed)", path=path,
                           field="tokenizer.ggml.model" if kind is None else "tokenizer.ggml.tokens")
-    types = md.get("tokenizer.ggml.token_type") or [NORMAL] * len(tokens)
-    if len(types) != len(tokens):
-        raise FormatError(f"{path}: tokenizer.ggml.token_type has {len(types)} entries for "
-                          f"{len(tokens)} tokens", path=path, field="tokenizer.ggml.token_type")
+    if not isinstance(kind, str):
+        raise _bad(path, "tokenizer.ggml.model", f"must be a string, not {type(kind).__name__}")
+    tokens = _list_of(md, "tokenizer.ggml.tokens", str, path)
+    types = _list_of(md, "tokenizer.ggml.token_type", int, path, len(tokens)) or [NORMAL] * len(tokens)
+    _list_of(md, "tokenizer.ggml.merges", str, path)
+    scores = _list_of(md, "tokenizer.ggml.scores", (int, float), path, len(tokens))
+    if scores is not None and not all(map(math.isfinite, scores)):
+        raise _bad(path, "tokenizer.ggml.scores", "must be finite numbers")
+    if not isinstance(md.get("tokenizer.ggml.pre", ""), str):
+        raise _bad(path, "tokenizer.ggml.pre", "must be a string")
+    if not isinstance(md.get("tokenizer.ggml.add_bos_token", False), bool):
+        raise _bad(path, "tokenizer.ggml.add_bos_token", "must be a bool")
     vocab = {}
     for i, t in enumerate(tokens):
         vocab.setdefault(t, i)
@@ -43,8 +82,8 @@ def tokenizer_json_from_metadata(md, path="a GGUF file"):
               "normalized": False, "special": ty == CONTROL}
              for i, (t, ty) in enumerate(zip(tokens, types)) if ty in (CONTROL, USER_DEFINED)]
     merges = md.get("tokenizer.ggml.merges")
-    bos = md.get("tokenizer.ggml.bos_token_id")
-    eos = md.get("tokenizer.ggml.eos_token_id")
+    bos = _token_id(md, "tokenizer.ggml.bos_token_id", len(tokens), path)
+    eos = _token_id(md, "tokenizer.ggml.eos_token_id", len(tokens), path)
     if kind == "gpt2":
         add_bos = bool(md.get("tokenizer.ggml.add_bos_token", False))
         pre = md.get("tokenizer.ggml.pre", "default")
@@ -68,7 +107,7 @@ def tokenizer_json_from_metadata(md, path="a GGUF file"):
                          "use_regex": True}}
     elif kind == "llama":
         add_bos = bool(md.get("tokenizer.ggml.add_bos_token", True))
-        unk = md.get("tokenizer.ggml.unknown_token_id", 0)
+        unk = _token_id(md, "tokenizer.ggml.unknown_token_id", len(tokens), path, default=0)
         scores = md.get("tokenizer.ggml.scores")
         if merges is None:
             merges = _merges_from_scores(tokens, types, scores, vocab)

@@ -1,8 +1,16 @@
-"""Reading tokenizer.json sections, with errors that name the file and field."""
+"""Reading tokenizer.json sections, with errors that name the file and field.
+
+Every value the tokenizer reads goes through a check here (type, and range for ids,
+lengths and counts), so a malformed file is a FormatError naming the file and the
+field, never a TypeError or a nonsense tokenizer later.
+"""
+
+import math
 
 from ..errors import FormatError
 
 _MISSING = object()
+MAX_ID = 2 ** 32 - 1  # ids are u32 in the reference
 
 
 class Ctx:
@@ -33,15 +41,54 @@ class Ctx:
     def get(self, d, key, default=_MISSING, kind=None):
         """d[key] checked against `kind` (a type or tuple); default if absent/null."""
         value = d.get(key, _MISSING)
-        if value is _MISSING or (value is None and default is not _MISSING):
+        if value is _MISSING or value is None:
             if default is _MISSING:
-                raise self.field(key).error("is missing")
+                raise self.field(key).error("is missing" if value is _MISSING else "must not be null")
             return default
-        if kind is not None and not isinstance(value, kind) and value is not None:
+        if kind is not None and not isinstance(value, kind):
             raise self.field(key).error("has the wrong type %s" % type(value).__name__)
         if kind in (int, float) and isinstance(value, bool):
             raise self.field(key).error("has the wrong type bool")
         return value
+
+    def int_in(self, d, key, default=_MISSING, lo=0, hi=MAX_ID):
+        """d[key] as an int in [lo, hi] (default if absent/null)."""
+        value = self.get(d, key, default, int)
+        if value is not None and value is not default and not lo <= value <= hi:
+            raise self.field(key).error("is %d, outside [%d, %d]" % (value, lo, hi))
+        return value
+
+    def id_value(self, value):
+        """This field's value as a token id."""
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise self.error("must be a token id (an integer), not %s" % type(value).__name__)
+        if not 0 <= value <= MAX_ID:
+            raise self.error("is %d, not a token id (0 to %d)" % (value, MAX_ID))
+        return value
+
+    def finite(self, value):
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise self.error("must be a number, not %s" % type(value).__name__)
+        if not math.isfinite(value):
+            raise self.error("must be finite, not %r" % value)
+        return value
+
+    def str_list(self, d, key, default=_MISSING):
+        values = self.get(d, key, default, list)
+        if values is not None and values is not default:
+            for i, v in enumerate(values):
+                if not isinstance(v, str):
+                    raise self.field(key).item(i).error("must be a string, not %s" % type(v).__name__)
+        return values
+
+    def vocab(self, d, key="vocab"):
+        """A {token: id} vocabulary."""
+        vocab = self.get(d, key, kind=dict)
+        vctx = self.field(key)
+        for token, tid in vocab.items():
+            if not isinstance(tid, int) or isinstance(tid, bool) or not 0 <= tid <= MAX_ID:
+                raise vctx.error("maps %r to %r, not a token id (0 to %d)" % (token[:50], tid, MAX_ID))
+        return vocab
 
     def type_name(self, d):
         d = self.obj(d)
@@ -54,9 +101,10 @@ class Ctx:
         return self.field("type").error("%r is not supported" % (type_name,))
 
 
-def build(registry, d, ctx, what):
-    """Construct the component named by d['type'] from `registry` {name: from_dict}."""
-    if d is None:
+def build(registry, d, ctx, what, optional=True):
+    """Construct the component named by d['type'] from `registry` {name: from_dict}
+    (None stays None where the component is optional)."""
+    if d is None and optional:
         return None
     t = ctx.type_name(d)
     maker = registry.get(t)

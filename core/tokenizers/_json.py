@@ -71,5 +71,9 @@ def serde_float(literal):
     return _slow(negative, int_digits, frac_digits, exp)
 
 
+def _no_constant(name):
+    raise ValueError("%s is not a JSON number" % name)  # serde_json refuses NaN/Infinity too
+
+
 def loads(text):
-    return json.loads(text, parse_float=serde_float)
+    return json.loads(text, parse_float=serde_float, parse_constant=_no_constant)

@@ -4,13 +4,15 @@ tokenizer.json patterns are written for Oniguruma (Ruby syntax), which knows
 ``\\p{L}``-style Unicode properties and defines ``\\s``/``\\w``/``\\d`` by Unicode
 properties.  `translate` rewrites such a pattern into an equivalent `re` pattern
 whose classes are explicit code point ranges (built once from `unicodedata`,
-see `_unicode`), so the matches are the same as the reference's.
+see `_unicode`), so the matches are the same as the reference's. Patterns whose
+matching can take exponential time are refused (see `_regex_safety`).
 """
 
 import functools
 import re
 
 from . import _unicode as U
+from ._regex_safety import backtracking_hazard
 
 
 class PatternError(ValueError):
@@ -242,7 +244,12 @@ def translate(pattern, flavor="onig"):
 def compile_pattern(pattern, flavor="onig"):
     """Compile an Oniguruma-style pattern with `re` (Ruby: ^ and $ are line anchors)."""
     flags = re.MULTILINE if flavor == "onig" else 0
-    return re.compile(translate(pattern, flavor), flags)
+    source = translate(pattern, flavor)
+    hazard = backtracking_hazard(source, flags)
+    if hazard is not None:
+        raise PatternError("regex %r has %s: matching it can take exponential time "
+                           "(catastrophic backtracking), so ember does not run it" % (pattern, hazard))
+    return re.compile(source, flags)
 
 
 def literal(text):

@@ -1,7 +1,9 @@
 """BPE: start from chars (or bytes) and apply merges, lowest rank first."""
 
+from .bpe_merge import merge_symbols
 from .dict_vocab import DictVocab
 from .word_cache import WordCache
+from .errors import EncodeError
 
 
 class BPE(DictVocab, WordCache):
@@ -35,7 +37,7 @@ class BPE(DictVocab, WordCache):
 
     @classmethod
     def from_dict(cls, d, ctx):
-        vocab = ctx.get(d, "vocab", kind=dict)
+        vocab = ctx.vocab(d)
         raw = ctx.get(d, "merges", [], list)
         mctx = ctx.field("merges")
         merges = []
@@ -50,6 +52,8 @@ class BPE(DictVocab, WordCache):
             else:
                 raise mctx.item(i).error("must be 'left right' or [left, right]")
         dropout = ctx.get(d, "dropout", None, (int, float))
+        if dropout is not None and not 0.0 <= ctx.field("dropout").finite(dropout) <= 1.0:
+            raise ctx.field("dropout").error("is %r, outside [0, 1]" % dropout)
         try:
             return cls(
                 vocab, merges,
@@ -95,7 +99,7 @@ class BPE(DictVocab, WordCache):
             if self.unk_token is not None:
                 uid = vocab.get(self.unk_token)
                 if uid is None:
-                    raise KeyError("BPE: the unk_token %r is not in the vocabulary" % self.unk_token)
+                    raise EncodeError("BPE: the unk_token %r is not in the vocabulary" % self.unk_token)
                 if unk is not None and self.fuse_unk:
                     unk = (unk[0], unk[1], i + 1)
                 else:
@@ -106,36 +110,9 @@ class BPE(DictVocab, WordCache):
             syms.append(unk)
         return syms
 
-    def _merge(self, syms):
-        merges = self.merges
-        n = len(syms)
-        if n < 2:
-            return syms
-        ids = [s[0] for s in syms]
-        starts = [s[1] for s in syms]
-        ends = [s[2] for s in syms]
-        ranks = [merges.get((ids[k], ids[k + 1])) for k in range(n - 1)]
-        while True:
-            best = None
-            bi = -1
-            for k, r in enumerate(ranks):
-                if r is not None and (best is None or r[0] < best[0]):
-                    best = r
-                    bi = k
-            if best is None:
-                break
-            ids[bi] = best[1]
-            ends[bi] = ends[bi + 1]
-            del ids[bi + 1], starts[bi + 1], ends[bi + 1], ranks[bi]
-            if bi > 0:
-                ranks[bi - 1] = merges.get((ids[bi - 1], ids[bi]))
-            if bi < len(ranks):
-                ranks[bi] = merges.get((ids[bi], ids[bi + 1]))
-        return list(zip(ids, starts, ends))
-
     def _tokenize_uncached(self, word):
         if self.ignore_merges and word in self.vocab:
             return [(self.vocab[word], word, 0, len(word))]
         vocab_r = self.vocab_r
-        syms = self._merge(self._initial_symbols(word))
+        syms = merge_symbols(self._initial_symbols(word), self.merges)
         return [(tid, vocab_r[tid], s, e) for tid, s, e in syms]

@@ -247,7 +247,7 @@ class Sequence(Decoder):
     def from_dict(cls, d, ctx):
         items = ctx.get(d, "decoders", kind=list)
         sub = ctx.field("decoders")
-        return cls([from_dict(x, sub.item(i)) for i, x in enumerate(items)])
+        return cls([from_dict(x, sub.item(i), optional=False) for i, x in enumerate(items)])
 
     def decode_chain(self, tokens):
         for dec in self.decoders:
@@ -269,6 +269,6 @@ REGISTRY = {
 }
 
 
-def from_dict(d, ctx):
+def from_dict(d, ctx, optional=True):
     """Build a decoder from its tokenizer.json object (None stays None)."""
-    return build(REGISTRY, d, ctx, "decoder")
+    return build(REGISTRY, d, ctx, "decoder", optional)

@@ -186,7 +186,7 @@ class Sequence(Normalizer):
     def from_dict(cls, d, ctx):
         items = ctx.get(d, "normalizers", kind=list)
         sub = ctx.field("normalizers")
-        return cls([from_dict(x, sub.item(i)) for i, x in enumerate(items)])
+        return cls([from_dict(x, sub.item(i), optional=False) for i, x in enumerate(items)])
 
     def normalize(self, ns):
         for n in self.normalizers:
@@ -210,6 +210,6 @@ REGISTRY = {
 }
 
 
-def from_dict(d, ctx):
+def from_dict(d, ctx, optional=True):
     """Build a normalizer from its tokenizer.json object (None stays None)."""
-    return build(REGISTRY, d, ctx, "normalizer")
+    return build(REGISTRY, d, ctx, "normalizer", optional)

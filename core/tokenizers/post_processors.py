@@ -1,8 +1,9 @@
 """Post-processors: add special tokens around the encoded sequence(s)."""
 
 from . import _unicode as U
-from ._config import build
+from ._config import MAX_ID, build
 from .encoding import Encoding
+from .errors import EncodeError
 
 _SPACE_CHAR = "\u0120"  # the byte-level char for b" "
 
@@ -84,8 +85,8 @@ class TemplateProcessing(PostProcessor):
         for name, spec in ctx.get(d, "special_tokens", {}, dict).items():
             s = sctx.field(name)
             s.obj(spec)
-            ids = s.get(spec, "ids", kind=list)
-            tokens = s.get(spec, "tokens", kind=list)
+            ids = [s.field("ids").item(k).id_value(v) for k, v in enumerate(s.get(spec, "ids", kind=list))]
+            tokens = s.str_list(spec, "tokens")
             if len(ids) != len(tokens):
                 raise s.error("has %d ids but %d tokens" % (len(ids), len(tokens)))
             specials.append({"id": s.get(spec, "id", name, str), "ids": ids, "tokens": tokens})
@@ -105,7 +106,7 @@ class TemplateProcessing(PostProcessor):
     def process_encodings(self, encodings, add_special_tokens):
         if len(encodings) == 2:
             if self.pair is None:
-                raise ValueError("TemplateProcessing: no pair template to encode a pair")
+                raise EncodeError("TemplateProcessing: no pair template to encode a pair")
             template = self.pair
         else:
             template = self.single
@@ -114,7 +115,7 @@ class TemplateProcessing(PostProcessor):
             if kind == "sequence":
                 i = 0 if name == "A" else 1
                 if i >= len(encodings):
-                    raise ValueError("TemplateProcessing: template uses $%s without a second sequence" % name)
+                    raise EncodeError("TemplateProcessing: template uses $%s without a second sequence" % name)
                 e = encodings[i]
                 e.set_type_ids(type_id)
                 e.set_sequence_id(i)
@@ -168,11 +169,11 @@ def _template_from_json(items, ctx):
             name = seq.get("id", "A")
             if name not in ("A", "B"):
                 raise ictx.field("Sequence.id").error("%r is not 'A' or 'B'" % (name,))
-            pieces.append(("sequence", name, ictx.field("Sequence").get(seq, "type_id", 0, int)))
+            pieces.append(("sequence", name, ictx.field("Sequence").int_in(seq, "type_id", 0)))
         elif "SpecialToken" in item:
             sp = ictx.field("SpecialToken").obj(item["SpecialToken"])
             pieces.append(("special", ictx.field("SpecialToken").get(sp, "id", kind=str),
-                           ictx.field("SpecialToken").get(sp, "type_id", 0, int)))
+                           ictx.field("SpecialToken").int_in(sp, "type_id", 0)))
         else:
             raise ictx.error("must be {'Sequence': ...} or {'SpecialToken': ...}")
     return pieces
@@ -180,7 +181,7 @@ def _template_from_json(items, ctx):
 
 def _token_pair(value, ctx, key):
     if (not isinstance(value, (list, tuple)) or len(value) != 2 or not isinstance(value[0], str)
-            or not isinstance(value[1], int)):
+            or not isinstance(value[1], int) or isinstance(value[1], bool) or not 0 <= value[1] <= MAX_ID):
         raise ctx.field(key).error("must be [token, id]")
     return value[0], value[1]
 
@@ -268,7 +269,7 @@ class Sequence(PostProcessor):
     def from_dict(cls, d, ctx):
         items = ctx.get(d, "processors", kind=list)
         sub = ctx.field("processors")
-        return cls([from_dict(x, sub.item(i)) for i, x in enumerate(items)])
+        return cls([from_dict(x, sub.item(i), optional=False) for i, x in enumerate(items)])
 
     def added_tokens(self, is_pair):
         return sum(p.added_tokens(is_pair) for p in self.processors)
@@ -288,9 +289,9 @@ REGISTRY = {
 }
 
 
-def from_dict(d, ctx):
+def from_dict(d, ctx, optional=True):
     """Build a post-processor from its tokenizer.json object (None stays None)."""
-    return build(REGISTRY, d, ctx, "post_processor")
+    return build(REGISTRY, d, ctx, "post_processor", optional)
 
 
 def default_process(encoding, pair, add_special_tokens):

@@ -281,7 +281,7 @@ class Sequence(PreTokenizer):
     def from_dict(cls, d, ctx):
         items = ctx.get(d, "pretokenizers", kind=list)
         sub = ctx.field("pretokenizers")
-        return cls([from_dict(x, sub.item(i)) for i, x in enumerate(items)])
+        return cls([from_dict(x, sub.item(i), optional=False) for i, x in enumerate(items)])
 
     def pre_tokenize(self, pts):
         for p in self.pretokenizers:
@@ -303,6 +303,6 @@ REGISTRY = {
 }
 
 
-def from_dict(d, ctx):
+def from_dict(d, ctx, optional=True):
     """Build a pre-tokenizer from its tokenizer.json object (None stays None)."""
-    return build(REGISTRY, d, ctx, "pre_tokenizer")
+    return build(REGISTRY, d, ctx, "pre_tokenizer", optional)

@@ -5,6 +5,8 @@ added tokens → normalizer → pre-tokenizer → model → truncation → post-
 """
 
 import operator
+import os
+import stat
 
 from . import _json
 from . import decoders as _decoders
@@ -15,9 +17,11 @@ from . import pre_tokenizers as _pre
 from ._config import Ctx
 from .added_vocabulary import AddedToken, AddedVocabulary
 from .encoding import Encoding
+from .errors import EncodeError
 
 _STRATEGIES = {"LongestFirst": "longest_first", "OnlyFirst": "only_first", "OnlySecond": "only_second"}
 _DIRECTIONS = {"Right": "right", "Left": "left"}
+_MAX_PAD = 1 << 20  # a padded length from the file: beyond any model's context, and bounded memory
 
 
 class Tokenizer:
@@ -35,8 +39,13 @@ class Tokenizer:
     @classmethod
     def from_file(cls, path):
         """Read a tokenizer.json file."""
-        with open(path, "r", encoding="utf-8") as f:
-            text = f.read()
+        try:
+            if not stat.S_ISREG(os.stat(path).st_mode):  # a directory, or a FIFO that would block
+                raise Ctx(str(path), "(file)").error("is not a regular file")
+            with open(path, "r", encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise Ctx(str(path), "(file)").error("cannot be read: %s" % exc) from None
         return cls.from_str(text, source=str(path))
 
     @classmethod
@@ -44,6 +53,8 @@ class Tokenizer:
         """Parse tokenizer.json text (floats are read exactly as the reference reads them)."""
         try:
             d = _json.loads(json_text)
+        except RecursionError:
+            raise Ctx(source, "(top level)").error("is nested too deeply to be a tokenizer") from None
         except ValueError as exc:
             raise Ctx(source, "").error("is not valid JSON: %s" % exc) from None
         return cls.from_dict(d, source=source)
@@ -76,7 +87,7 @@ class Tokenizer:
                 normalized=ictx.get(t, "normalized", None, bool),
                 special=ictx.get(t, "special", False, bool),
             )
-            tid = ictx.get(t, "id", None, int)
+            tid = ictx.int_in(t, "id", None)
             if tid is None:
                 tid = tok._next_id(token.content)
             tok._added.add(token, tid)
@@ -315,12 +326,12 @@ def _truncate_encodings(enc, pair, max_length, strategy, direction):
         target = enc
     else:
         if pair is None:
-            raise ValueError("Truncation error: Second sequence not provided")
+            raise EncodeError("Truncation error: Second sequence not provided")
         target = pair
     if len(target) > to_remove:
         target.truncate(len(target) - to_remove, 0, direction)
     else:
-        raise ValueError("Truncation error: Sequence to truncate too short to respect the provided max_length")
+        raise EncodeError("Truncation error: Sequence to truncate too short to respect the provided max_length")
 
 
 def _pad_encodings(encodings, params):
@@ -346,10 +357,8 @@ def _truncation_from_json(d, ctx):
     direction = ctx.get(d, "direction", "Right", str)
     if direction not in _DIRECTIONS:
         raise ctx.field("direction").error("%r is not 'Right' or 'Left'" % direction)
-    max_length = ctx.get(d, "max_length", kind=int)
-    if max_length < 0:
-        raise ctx.field("max_length").error("must not be negative")
-    return {"max_length": max_length, "stride": ctx.get(d, "stride", 0, int),
+    max_length = ctx.int_in(d, "max_length")
+    return {"max_length": max_length, "stride": ctx.int_in(d, "stride", 0),
             "strategy": _STRATEGIES[strategy], "direction": _DIRECTIONS[direction]}
 
 
@@ -360,13 +369,13 @@ def _padding_from_json(d, ctx):
     strategy = ctx.get(d, "strategy", "BatchLongest")
     if strategy == "BatchLongest":
         length = None
-    elif isinstance(strategy, dict) and isinstance(strategy.get("Fixed"), int):
-        length = strategy["Fixed"]
+    elif isinstance(strategy, dict) and set(strategy) == {"Fixed"}:
+        length = ctx.field("strategy").int_in(strategy, "Fixed", hi=_MAX_PAD)
     else:
         raise ctx.field("strategy").error("must be 'BatchLongest' or {'Fixed': length}")
     direction = ctx.get(d, "direction", "Right", str)
     if direction not in _DIRECTIONS:
         raise ctx.field("direction").error("%r is not 'Right' or 'Left'" % direction)
-    return {"length": length, "pad_to_multiple_of": ctx.get(d, "pad_to_multiple_of", None, int),
-            "pad_id": ctx.get(d, "pad_id", 0, int), "pad_token": ctx.get(d, "pad_token", "[PAD]", str),
-            "pad_type_id": ctx.get(d, "pad_type_id", 0, int), "direction": _DIRECTIONS[direction]}
+    return {"length": length, "pad_to_multiple_of": ctx.int_in(d, "pad_to_multiple_of", None, 1, _MAX_PAD),
+            "pad_id": ctx.int_in(d, "pad_id", 0), "pad_token": ctx.get(d, "pad_token", "[PAD]", str),
+            "pad_type_id": ctx.int_in(d, "pad_type_id", 0), "direction": _DIRECTIONS[direction]}

@@ -1,6 +1,7 @@
 """Unigram: the most likely segmentation (Viterbi) under the pieces' log-probabilities."""
 
 from .word_cache import WordCache
+from .errors import EncodeError
 
 UNK_PENALTY = 10.0
 
@@ -27,11 +28,10 @@ class Unigram(WordCache):
         vctx = ctx.field("vocab")
         vocab = []
         for i, item in enumerate(raw):
-            if (not isinstance(item, (list, tuple)) or len(item) != 2 or not isinstance(item[0], str)
-                    or not isinstance(item[1], (int, float)) or isinstance(item[1], bool)):
+            if not isinstance(item, (list, tuple)) or len(item) != 2 or not isinstance(item[0], str):
                 raise vctx.item(i).error("must be [piece, score]")
-            vocab.append((item[0], item[1]))
-        unk_id = ctx.get(d, "unk_id", None, int)
+            vocab.append((item[0], vctx.item(i).item(1).finite(item[1])))
+        unk_id = ctx.int_in(d, "unk_id", None)
         if unk_id is not None and not 0 <= unk_id < len(vocab):
             raise ctx.field("unk_id").error("%d is outside the vocabulary (%d pieces)" % (unk_id, len(vocab)))
         return cls(vocab, unk_id, ctx.get(d, "byte_fallback", False, bool))
@@ -66,7 +66,7 @@ class Unigram(WordCache):
                     has_single = True
             if not has_single:
                 if unk_id is None:
-                    raise ValueError("Unigram: %r has no piece and the model has no unk_id" % sentence[start])
+                    raise EncodeError("Unigram: %r has no piece and the model has no unk_id" % sentence[start])
                 end = start + 1
                 cand = unk_score + base
                 if best_start[end] < 0 or cand > best_score[end]:
@@ -107,7 +107,7 @@ class Unigram(WordCache):
                         offset += n
                         continue
                 if self.unk_id is None:
-                    raise ValueError("Unigram: no unk_id for %r" % piece)
+                    raise EncodeError("Unigram: no unk_id for %r" % piece)
                 tid = self.unk_id
             out.append((tid, piece, offset, offset + n))
             offset += n

@@ -1,6 +1,7 @@
 """WordLevel: each word is looked up whole."""
 
 from .dict_vocab import DictVocab
+from .errors import EncodeError
 
 
 class WordLevel(DictVocab):
@@ -11,7 +12,7 @@ class WordLevel(DictVocab):
 
     @classmethod
     def from_dict(cls, d, ctx):
-        return cls(ctx.get(d, "vocab", kind=dict), ctx.get(d, "unk_token", "<unk>", str))
+        return cls(ctx.vocab(d), ctx.get(d, "unk_token", "<unk>", str))
 
     def tokenize(self, word):
         tid = self.vocab.get(word)
@@ -19,5 +20,5 @@ class WordLevel(DictVocab):
             return [(tid, word, 0, len(word))]
         uid = self.vocab.get(self.unk_token)
         if uid is None:
-            raise KeyError("WordLevel: the unk_token %r is not in the vocabulary" % self.unk_token)
+            raise EncodeError("WordLevel: the unk_token %r is not in the vocabulary" % self.unk_token)
         return [(uid, self.unk_token, 0, len(word))]

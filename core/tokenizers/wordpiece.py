@@ -1,6 +1,7 @@
 """WordPiece: greedy longest-match-first over a vocabulary (BERT)."""
 
 from .dict_vocab import DictVocab
+from .errors import EncodeError
 
 
 class WordPiece(DictVocab):
@@ -14,18 +15,18 @@ class WordPiece(DictVocab):
 
     @classmethod
     def from_dict(cls, d, ctx):
-        vocab = ctx.get(d, "vocab", kind=dict)
+        vocab = ctx.vocab(d)
         return cls(
             vocab,
             unk_token=ctx.get(d, "unk_token", "[UNK]", str),
             continuing_subword_prefix=ctx.get(d, "continuing_subword_prefix", "##", str),
-            max_input_chars_per_word=ctx.get(d, "max_input_chars_per_word", 100, int),
+            max_input_chars_per_word=ctx.int_in(d, "max_input_chars_per_word", 100),
         )
 
     def _unk(self, n):
         uid = self.vocab.get(self.unk_token)
         if uid is None:
-            raise KeyError("WordPiece: the unk_token %r is not in the vocabulary" % self.unk_token)
+            raise EncodeError("WordPiece: the unk_token %r is not in the vocabulary" % self.unk_token)
         return [(uid, self.unk_token, 0, n)]
 
     def tokenize(self, word):
