@@ -9,7 +9,6 @@ import importlib
 import os
 import signal
 import struct
-import time
 
 import numpy as np
 import pytest
@@ -588,7 +587,6 @@ def test_deep_nesting_is_bounded(tmp_path):
 def test_every_truncation_raises_format_error(tmp_path):
     data, at = small_file().build()
     path = tmp_path / "trunc.gguf"
-    t0 = time.perf_counter()
     for cut in range(len(data)):
         with pytest.raises(FormatError) as ei:
             open_bytes(path, data[:cut])
@@ -596,7 +594,6 @@ def test_every_truncation_raises_format_error(tmp_path):
         assert str(path) in msg and "GGUF " in msg, msg
         if cut < at["data"] - 32:                                # within the header, metadata or infos
             assert "truncated" in msg or "impossible" in msg or "past the end" in msg, msg
-    assert time.perf_counter() - t0 < 60
 
 
 def test_random_corruption_never_crashes_or_hangs(tmp_path):

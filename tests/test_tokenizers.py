@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import zipfile
 
 import pytest
@@ -921,30 +920,3 @@ def test_format_errors(doc, fragment):
 def test_invalid_json_is_a_format_error():
     with pytest.raises(FormatError, match="tokenizer.json"):
         Tokenizer.from_str("{not json")
-
-
-# -- speed ---------------------------------------------------------------------------------------
-
-SENTENCES = [
-    "The quick brown fox jumps over the lazy dog.",
-    "Tokenizers turn text into numbers; models turn numbers into meaning.",
-    "I can't believe it's not butter!",
-    "café naïve Zürich résumé",
-    "Mixed 中文 and English, 日本語 too! 123",
-    "A short one.",
-    "Another sentence about embeddings and search.",
-    "What is the capital of France?",
-] * 8
-
-
-@pytest.mark.parametrize("name", ["minilm_json", "gpt2_bpe_json", "unigram_json", "llama_bpe_json"])
-def test_encoding_64_sentences_is_fast(pair_of, name):
-    mine, _ = pair_of(name)
-    mine = Tokenizer.from_str(pair_of(name)[1].to_str())  # a fresh one: no warm caches
-    best = float("inf")
-    for _ in range(5):
-        t0 = time.perf_counter()
-        mine.encode_batch(SENTENCES)
-        best = min(best, time.perf_counter() - t0)
-    print("%s: 64 sentences in %.1f ms" % (name, best * 1000))
-    assert best < 0.05, "encoding 64 sentences took %.1f ms" % (best * 1000)
