@@ -9,7 +9,7 @@ import importlib
 import sys
 
 COMMANDS = ("embed", "info", "demo", "generate", "chat", "serve", "bench", "inspect", "convert",
-            "quantize")
+            "quantize", "verify")
 
 
 def build_parser():

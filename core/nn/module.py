@@ -130,7 +130,23 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__}.forward")
 
     def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
+        out = self.forward(*args, **kwargs)
+        hooks = self.__dict__.get("_forward_hooks")
+        if hooks:   # one dict lookup when none is set: calls stay as fast as forward
+            for hook in list(hooks.values()):
+                replaced = hook(self, args, out)
+                if replaced is not None:
+                    out = replaced
+        return out
+
+    def register_forward_hook(self, hook):
+        """Call `hook(module, args, output)` after each forward through `module(...)`, as
+        torch's forward hooks do (a non-None return replaces the output); `args` are the
+        positional arguments. Returns a handle whose `remove()` takes the hook off."""
+        hooks = self.__dict__.setdefault("_forward_hooks", {})
+        handle = HookHandle(hooks)
+        hooks[handle.id] = hook
+        return handle
 
     def extra_repr(self):
         return ""
@@ -141,6 +157,25 @@ class Module:
             body = repr(child).replace("\n", "\n  ")
             lines.append(f"  ({name}): {body}")
         return lines[0] + ")" if len(lines) == 1 else "\n".join(lines) + "\n)"
+
+
+class HookHandle:
+    """Removes the hook it was returned for (safe to call twice)."""
+    _next_id = 0
+
+    def __init__(self, hooks):
+        self._hooks = hooks
+        self.id = HookHandle._next_id
+        HookHandle._next_id += 1
+
+    def remove(self):
+        self._hooks.pop(self.id, None)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
 
 
 class Sequential(Module):
