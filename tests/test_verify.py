@@ -3,18 +3,16 @@ family (BERT, Llama-family safetensors directories, GGUF), a model with one laye
 weight perturbed names that layer as the first to diverge (exit status 1), bad input is
 exit status 2, a missing reference library names `pip install torch transformers`."""
 import json
-import os
 import subprocess
 import sys
 
-import numpy as np
-import pytest
-
 import ember
 import ember.verify
-from ember.verify import families
+import numpy as np
+import pytest
 from ember.cli import main
-from ember.nn import Linear, Module, Sequential
+from ember.nn import Linear, Module
+from ember.verify import families
 from helpers import require
 from minilm_fixtures import minilm_dir  # noqa: F401 (fixture)
 
@@ -22,8 +20,9 @@ torch = require("torch")
 transformers = require("transformers")
 transformers.logging.set_verbosity_error()
 
-LLAMA = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, vocab_size=96, max_position_embeddings=64)
+LLAMA = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 96,
+         "max_position_embeddings": 64}
 
 
 def _bert_dir(tmp_path):
@@ -202,8 +201,8 @@ def test_gguf_files_pass_and_a_perturbed_one_diverges(tmp_path, capsys, monkeypa
     assert main(["verify", gguf_path]) == 1
 
 
-def test_the_real_minilm_passes(minilm_dir):
-    report, facts = ember.verify.verify_model(
+def test_the_real_minilm_passes(minilm_dir):  # noqa: F811 (the fixture)
+    report, _ = ember.verify.verify_model(
         minilm_dir, text="The quick brown fox jumps over the lazy dog.")
     assert report.ok, str(report)
     assert len(report.pairs) == 1 + 6 * 5 + 1
