@@ -129,23 +129,26 @@ class Module:
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__}.forward")
 
+    _forward_hooks = None   # a dict once a hook is registered on this instance
+
     def __call__(self, *args, **kwargs):
+        if self._forward_hooks is None:   # the usual case costs one attribute read
+            return self.forward(*args, **kwargs)
         out = self.forward(*args, **kwargs)
-        hooks = self.__dict__.get("_forward_hooks")
-        if hooks:   # one dict lookup when none is set: calls stay as fast as forward
-            for hook in list(hooks.values()):
-                replaced = hook(self, args, out)
-                if replaced is not None:
-                    out = replaced
+        for hook in list(self._forward_hooks.values()):
+            replaced = hook(self, args, out)
+            if replaced is not None:
+                out = replaced
         return out
 
     def register_forward_hook(self, hook):
         """Call `hook(module, args, output)` after each forward through `module(...)`, as
         torch's forward hooks do (a non-None return replaces the output); `args` are the
         positional arguments. Returns a handle whose `remove()` takes the hook off."""
-        hooks = self.__dict__.setdefault("_forward_hooks", {})
-        handle = HookHandle(hooks)
-        hooks[handle.id] = hook
+        if self._forward_hooks is None:
+            object.__setattr__(self, "_forward_hooks", {})
+        handle = HookHandle(self._forward_hooks)
+        self._forward_hooks[handle.id] = hook
         return handle
 
     def extra_repr(self):
