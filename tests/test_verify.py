@@ -209,11 +209,11 @@ def test_the_real_minilm_passes(minilm_dir):  # noqa: F811 (the fixture)
     assert max(p.max_abs for p in report.pairs) < 1e-4
 
 
-def test_wgpu_device_passes_on_bert(tmp_path, device):
-    report, facts = ember.verify.verify_model(_bert_dir(tmp_path), device=device, atol=1e-3,
-                                              rtol=1e-3)
-    assert report.ok, str(report)
-    assert facts["device"] == str(device)
+def test_every_device_passes_bert_and_a_llama(tmp_path, device):
+    for path in (_bert_dir(tmp_path), _llama_dir(tmp_path, _llama_configs()["mistral"])):
+        report, facts = ember.verify.verify_model(path, device=device)   # default 1e-4
+        assert report.ok, str(report)
+        assert facts["device"] == str(device)
 
 
 # --- bad input ------------------------------------------------------------------------------
