@@ -35,6 +35,8 @@ class ScriptedModel:
     class config:
         eos_token_ids = [0]
 
+    context_length = 4096   # the most positions a run may fill
+
     def __init__(self, vocab, script=None, logits=None):
         self.vocab, self.script, self.logits = vocab, script, logits
         self.calls = []

@@ -161,8 +161,8 @@ def test_quantized_gguf_matches_its_dequantized_reference(quant_file, hf_llama, 
     model = load_gguf_model(path)
     attn = model.layers[0].self_attn
     if qname == "mixed":
-        assert attn.v_proj.qweight.ggml_type.name == "Q8_0"
-        assert attn.q_proj.qweight.ggml_type.name == "Q4_K"
+        assert attn.qkv_proj.v_proj.qweight.ggml_type.name == "Q8_0"   # one qkv_proj over mixed types
+        assert attn.qkv_proj.q_proj.qweight.ggml_type.name == "Q4_K"
     else:
         assert attn.qkv_proj.qweight.ggml_type.name == QUANT[qname]["linear"]
     ref_model = _reference_from(hf_llama, seen, torch)

@@ -2,7 +2,7 @@
 cannot import numpy runs them on the native WebGPU device, and its logits and greedy
 tokens are compared with transformers (torch CPU) and with ember's numpy path.
 
-Also: sampling_host.py (the processors on Python lists) against sampling.py."""
+Also: sampling.py (the processors, on Python lists) against numpy formulas."""
 import json
 import os
 import subprocess
@@ -15,9 +15,7 @@ import pytest
 from helpers import ON_CI, missing, require
 
 import ember
-from ember.generation import GenerationConfig, sampling_host
-from ember.generation.sampling import (apply_repetition_penalty, apply_top_k, apply_top_p,
-                                       choose_tokens)
+from ember.generation import GenerationConfig, sampling
 
 TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, vocab_size=96, max_position_embeddings=128)
@@ -160,34 +158,48 @@ def _rows(seed, b=3, v=50):
     return np.random.default_rng(seed).normal(0, 2, (b, v)).astype(np.float32)
 
 
-def test_host_processors_match_the_numpy_ones():
+def _numpy_top_p(scores, p):
+    """transformers' TopPLogitsWarper written with numpy (the mask it leaves)."""
+    order = np.argsort(scores, axis=-1, kind="stable")
+    sorted_scores = np.take_along_axis(scores, order, axis=-1)
+    e = np.exp(sorted_scores - sorted_scores.max(-1, keepdims=True))
+    remove = np.cumsum(e / e.sum(-1, keepdims=True), axis=-1) <= (1 - p)
+    remove[:, -1] = False
+    out = scores.copy()
+    np.put_along_axis(out, order, np.where(remove, -np.inf, sorted_scores), axis=-1)
+    return out
+
+
+def test_list_processors_match_numpy_formulas():
     scores = _rows(1)
     history = [[1, 4, 4, 9], [], [49, 0]]
-    want = apply_repetition_penalty(scores, history, 1.3)
-    got = [sampling_host.apply_repetition_penalty(r.tolist(), h, 1.3)
-           for r, h in zip(scores, history)]
-    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
+    want = scores.copy()
+    for r, seen in enumerate(history):
+        ids = np.unique(np.asarray(seen, dtype=np.int64))
+        s = want[r, ids]
+        want[r, ids] = np.where(s < 0, s * np.float32(1.3), s / np.float32(1.3))
+    got = sampling.apply_repetition_penalty(scores.tolist(), history, 1.3)
+    np.testing.assert_array_equal(np.asarray(got, dtype=np.float32), want)
     for k in (1, 5, 49):
-        got = [sampling_host.apply_top_k(r.tolist(), k) for r in scores]
-        np.testing.assert_array_equal(np.asarray(got), apply_top_k(scores, k))
+        kth = np.partition(scores, -k, axis=-1)[:, -k][:, None]
+        got = sampling.apply_top_k(scores.tolist(), k)
+        np.testing.assert_array_equal(np.asarray(got), np.where(scores < kth, -np.inf, scores))
     for p in (0.05, 0.5, 0.9):
-        got = [sampling_host.apply_top_p(r.tolist(), p) for r in scores]
-        np.testing.assert_array_equal(np.isinf(np.asarray(got)), np.isinf(apply_top_p(scores, p)))
+        got = sampling.apply_top_p(scores.tolist(), p)
+        np.testing.assert_array_equal(np.isinf(np.asarray(got)), np.isinf(_numpy_top_p(scores, p)))
 
 
-def test_host_greedy_and_sampling_choose_like_numpy():
+def test_list_greedy_and_sampling_choose_like_numpy():
     scores = _rows(2)
     history = [[], [], []]
     greedy = GenerationConfig(max_new_tokens=1)
-    got = sampling_host.choose_tokens(scores.tolist(), history, greedy, ember.Generator(0))
-    assert got == choose_tokens(scores, history, greedy, ember.Generator(0)).tolist()
+    got = sampling.choose_tokens(scores.tolist(), history, greedy, ember.Generator(0))
+    assert got == np.argmax(scores, axis=-1).tolist()
     # A draw keeps to the tokens top-k leaves, and a seed repeats it.
     sample = GenerationConfig(max_new_tokens=1, temperature=0.7, top_k=3)
     gen_a, gen_b = ember.Generator(5), ember.Generator(5)
-    picks = [sampling_host.choose_tokens(scores.tolist(), history, sample, gen_a)
-             for _ in range(20)]
-    again = [sampling_host.choose_tokens(scores.tolist(), history, sample, gen_b)
-             for _ in range(20)]
+    picks = [sampling.choose_tokens(scores.tolist(), history, sample, gen_a) for _ in range(20)]
+    again = [sampling.choose_tokens(scores.tolist(), history, sample, gen_b) for _ in range(20)]
     assert picks == again
     top3 = [set(np.argsort(r)[-3:].tolist()) for r in scores]
     assert all(t in top3[i] for row in picks for i, t in enumerate(row))

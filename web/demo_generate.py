@@ -49,7 +49,7 @@ async def load(manifest_json, name=DEFAULT_MODEL):
     """Fetch model `name` from the bundle, put it on the WebGPU device and compile its
     kernels (a two-token warm-up); returns JSON with its size and each step's seconds."""
     from ember.generation import TextGeneration
-    from ember.models.llama import LlamaConfig, LlamaForCausalLM, _merge_generation_config
+    from ember.models.llama import LlamaConfig, LlamaForCausalLM, merge_generation_config
     from ember.nn import VarBuilder
     from ember.tokenizers import Tokenizer
     model_entry = json.loads(manifest_json).get("models", {}).get(name)
@@ -60,7 +60,7 @@ async def load(manifest_json, name=DEFAULT_MODEL):
     files = model_entry["files"]
     root, device, tensors, t0, t1 = await _fetch_model_to_gpu(model_entry, name)
     config = LlamaConfig.from_file(root)
-    _merge_generation_config(config, root)
+    merge_generation_config(config, root)
     model = LlamaForCausalLM(config, VarBuilder.from_tensors(
         tensors, device=device, label=f"{name}/model.safetensors"), device)
     tokenizer = Tokenizer.from_file(f"{root}/tokenizer.json")

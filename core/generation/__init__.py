@@ -2,13 +2,9 @@
 from .chat_template import ChatTemplate
 from .config import GenerationConfig
 from .generate import TextGeneration, generate, generate_steps, generate_steps_async
+from .sampling import (apply_repetition_penalty, apply_temperature, apply_top_k, apply_top_p,
+                       choose_tokens, process_logits)
 from .streaming import IncrementalDecoder, StopStrings
-
-try:
-    from .sampling import (apply_repetition_penalty, apply_temperature, apply_top_k,
-                           apply_top_p, choose_tokens, process_logits)
-except ImportError:   # no numpy (a browser page): sampling_host.py does the same on lists
-    pass
 
 __all__ = ["ChatTemplate", "GenerationConfig", "TextGeneration", "generate", "generate_steps",
            "generate_steps_async", "apply_repetition_penalty", "apply_temperature",

@@ -5,23 +5,31 @@ per step through the KV cache.
     for delta in TextGeneration(model, tokenizer, "Once upon", temperature=0.8, seed=1):
         print(delta, end="", flush=True)
 
-A model here is anything with `config.eos_token_ids`, `new_cache(batch, max_len)` and
+A model here is anything with `config.eos_token_ids`, `context_length` (the most
+positions it attends over), `new_cache(batch, max_len)` and
 `__call__(ids, cache=, attention_mask=, last_only=True) -> logits [batch, 1, vocab]`.
+
+Memory is bounded by the model, never by the request: the cache holds at most
+`context_length` positions whatever `max_new_tokens` says, a prompt longer than the
+context is refused (or, with `truncate="left"`, loses its oldest tokens), and a run
+that fills the context ends with the finish reason "context".
+
+The loop is written once, as an async generator that awaits each step's readback:
+`async for` gives it the device's async readback (a browser page's event loop keeps
+running); the synchronous API drives the same generator with a readback that never
+suspends (`_drive`), so there is no second copy of the loop.
 """
+from .. import dtype as dt
 from ..errors import EmberError
 from ..random import Generator
-from . import sampling_host
+from ..tensor import Tensor, cat
+from . import sampling
 from .config import GenerationConfig
 from .streaming import IncrementalDecoder, StopStrings
 
-try:
-    import numpy as np
-
-    from .sampling import choose_tokens
-except ImportError:   # a browser without numpy: host data are lists (sampling_host.py)
-    np = None
-
-_INTS = (int,) if np is None else (int, np.integer)
+# Why a row stopped: a stop token, max_new_tokens reached, the model's context full
+# (TextGeneration adds "stop_string").
+STOP_TOKEN, LENGTH, CONTEXT = "stop_token", "length", "context"
 
 
 def _config(config, overrides):
@@ -30,7 +38,11 @@ def _config(config, overrides):
 
 
 def _as_batch(prompts):
-    if len(prompts) and isinstance(prompts[0], _INTS):
+    """Prompts as lists of Python ints: one prompt (ints) or several (lists of ints)."""
+    if isinstance(prompts, Tensor):
+        prompts = prompts.tolist()
+    prompts = list(prompts)
+    if prompts and not hasattr(prompts[0], "__len__"):
         prompts = [prompts]
     rows = [[int(t) for t in p] for p in prompts]
     if not rows or any(len(r) == 0 for r in rows):
@@ -38,164 +50,208 @@ def _as_batch(prompts):
     return rows
 
 
+def _fit(row, context, truncate):
+    """The prompt, refused or cut from the left when it does not fit the context."""
+    if len(row) <= context:
+        return row
+    if truncate == "left":
+        return row[len(row) - (context - 1):]
+    raise EmberError(
+        f"generate: the prompt has {len(row)} tokens, more than the model's context of "
+        f"{context} positions; shorten it or truncate it (truncate='left', "
+        f"--truncate-prompt)", op="generate", length=len(row), context=context)
+
+
+async def _read(t):
+    """A synchronous readback, awaitable: it never suspends, so _drive can run it."""
+    return t.tolist()
+
+
+async def _read_async(t):
+    return await t.tolist_async()
+
+
+def _drive(agen):
+    """Iterate an async generator from synchronous code. Every await inside it must
+    complete without suspending (the loop reads back through `_read`), so each step is
+    one `send(None)` that ends in StopIteration carrying the yielded value."""
+    try:
+        while True:
+            step = agen.__anext__()
+            try:
+                step.send(None)
+            except StopIteration as done:
+                yield done.value
+                continue
+            except StopAsyncIteration:
+                return
+            raise EmberError("generate: a synchronous step waited on something (use "
+                             "`async for` with an asynchronous readback)", op="generate")
+    finally:
+        try:
+            agen.aclose().send(None)
+        except StopIteration:
+            pass
+
+
 class _Decoding:
-    """One generation run's state, shared by the sync and the async loop: the padded
-    prompt, the attention mask, the cache, who has finished. Host data are numpy arrays
-    where numpy is installed and lists of Python ints/bools where it is not."""
+    """One generation run's state: the padded prompt, the attention mask (host lists),
+    the cache, who has finished and why."""
 
     def __init__(self, model, prompts, config, generator):
         self.model, self.config = model, config
-        rows = _as_batch(prompts)
+        context = int(model.context_length)
+        rows = [_fit(r, context, config.truncate) for r in _as_batch(prompts)]
         self.stops = set(config.stop_token_ids if config.stop_token_ids is not None
                          else model.config.eos_token_ids)
         self.generator = generator if generator is not None else Generator(config.seed)
         self.b = b = len(rows)
         self.width = width = max(len(r) for r in rows)
-        total = width + config.max_new_tokens
+        self.context = context
+        # The sequence never grows past the context, whatever max_new_tokens asks.
+        self.total = min(width + config.max_new_tokens, context)
         pad = config.pad_token_id
-        if np is not None:
-            self.ids = np.full((b, width), pad, dtype=np.int64)
-            self.mask = np.zeros((b, total), dtype=bool)
-            for i, r in enumerate(rows):
-                self.ids[i, width - len(r):] = r                    # left padding
-                self.mask[i, width - len(r):] = True
-            self.mask[:, width:] = True
-            self.padded = not self.mask[:, :width].all()
-            self.done = np.zeros(b, dtype=bool)
-        else:
-            self.ids = [[pad] * (width - len(r)) + r for r in rows]
-            self.mask = [[False] * (width - len(r)) + [True] * (total - width + len(r))
-                         for r in rows]
-            self.padded = any(len(r) < width for r in rows)
-            self.done = [False] * b
+        self.ids = [[pad] * (width - len(r)) + r for r in rows]
+        self.mask = [[0] * (width - len(r)) + [1] * (self.total - width + len(r)) for r in rows]
+        self.padded = any(len(r) < width for r in rows)
         self.history = [list(r) for r in rows]
-        self.cache = model.new_cache(b, total)
+        self.reasons = [None] * b
+        self.new = 0
+        self.cache = model.new_cache(b, self.total) if self.total > width else None
+        # Greedy without a penalty takes the argmax on the device: one id per row comes back.
+        self.on_device = not config.do_sample and config.repetition_penalty == 1.0
+
+    def empty(self):
+        """True when no token can be made (max_new_tokens 0, or a prompt filling the context)."""
+        if self.total > self.width:
+            return False
+        self.reasons = [LENGTH if self.config.max_new_tokens == 0 else CONTEXT] * self.b
+        return True
 
     def _mask(self, length):
-        if not self.padded:
-            return None
-        return self.mask[:, :length] if np is not None else [m[:length] for m in self.mask]
+        return [m[:length] for m in self.mask] if self.padded else None
 
     def first_logits(self):
         """The prompt in one batched pass: logits [batch, 1, vocab] of its last position."""
         return self.model(self.ids, cache=self.cache, attention_mask=self._mask(self.width),
                           last_only=True)
 
-    def choose(self, scores):
-        """The next ids (pad for finished rows) from scores [batch, vocab] (a numpy array,
-        or lists without numpy); records them in the history."""
+    def next_logits(self, nxt):
+        """One decode step: the ids just chosen, through the cache."""
+        return self.model([[t] for t in nxt], cache=self.cache,
+                          attention_mask=self._mask(self.width + self.new), last_only=True)
+
+    def to_read(self, logits):
+        """The device tensor this step reads back: [2, batch] (argmax, NaN flag) i64 when
+        greedy on the device, else the logits rows [batch, vocab]."""
+        rows = logits.reshape(self.b, logits.shape[-1])
+        if not self.on_device:
+            return rows
+        return cat([rows.argmax(-1), rows.ne(rows).max(-1).to(dt.i64)]).reshape(2, self.b)
+
+    def choose(self, host):
+        """The next ids (pad for finished rows) from what to_read's tensor read back."""
         config = self.config
-        if np is not None:
-            nxt = choose_tokens(scores, self.history, config, self.generator)
-            nxt = np.where(self.done, config.pad_token_id, nxt).astype(np.int64)
+        if self.on_device:
+            picks, nan_rows = host
         else:
-            nxt = sampling_host.choose_tokens(scores, self.history, config, self.generator)
-            nxt = [config.pad_token_id if d else t for t, d in zip(nxt, self.done)]
-        for i in range(self.b):
-            if not self.done[i]:
-                self.history[i].append(int(nxt[i]))
-                if int(nxt[i]) in self.stops:
-                    self.done[i] = True
+            nan_rows = [any(v != v for v in row) for row in host]
+        if any(nan_rows):
+            row = [bool(v) for v in nan_rows].index(True)
+            raise EmberError(
+                f"generate: the model's logits are NaN (row {row}, new token {self.new + 1}); "
+                "the weights or the config's values (eps, rope base) may be broken",
+                op="generate", row=row, step=self.new)
+        if not self.on_device:
+            picks = sampling.choose_tokens(host, self.history, config, self.generator)
+        nxt = [config.pad_token_id if self.reasons[i] else int(t) for i, t in enumerate(picks)]
+        self.new += 1
+        for i, t in enumerate(nxt):
+            if self.reasons[i] is None:
+                self.history[i].append(t)
+                if t in self.stops:
+                    self.reasons[i] = STOP_TOKEN
+        if self.width + self.new >= self.total:
+            end = LENGTH if self.new == config.max_new_tokens else CONTEXT
+            self.reasons = [r or end for r in self.reasons]
         return nxt
 
-    def finished(self, step):
-        return all(self.done) or step == self.config.max_new_tokens - 1
-
-    def next_logits(self, nxt, step):
-        """One decode step: the ids chosen at `step` through the cache."""
-        ids = nxt.reshape(self.b, 1) if np is not None else [[int(t)] for t in nxt]
-        return self.model(ids, cache=self.cache, attention_mask=self._mask(self.width + step + 1),
-                          last_only=True)
+    def finished(self):
+        return all(self.reasons)
 
 
-def _scores(logits):
-    """Last-position logits [batch, vocab] on the host (sync readback)."""
-    if np is not None:
-        return logits.numpy()[:, -1, :]
-    return [row[-1] for row in logits.tolist()]
-
-
-async def _scores_async(logits):
-    """The same through the async readback, which a browser page can await."""
-    if np is not None:
-        return (await logits.numpy_async())[:, -1, :]
-    return [row[-1] for row in await logits.tolist_async()]
+async def _steps(run, read):
+    """Per step, the new id of each row (a list of ints; pad_token_id for finished rows)."""
+    if run.empty():
+        return
+    logits = run.first_logits()
+    while True:
+        nxt = run.choose(await read(run.to_read(logits)))
+        yield nxt
+        if run.finished():
+            return
+        logits = run.next_logits(nxt)
 
 
 def generate_steps(model, prompts, config=None, generator=None, **overrides):
-    """Yield, per step, the new token id of each row ([batch]: an int64 array, a list of
-    ints without numpy); rows that have finished (a stop token) get pad_token_id. The
-    first step comes from one pass over all prompts."""
-    config = _config(config, overrides)
-    if config.max_new_tokens == 0:
-        _as_batch(prompts)   # still says so when a prompt is empty
-        return
-    run = _Decoding(model, prompts, config, generator)
-    logits = run.first_logits()
-    for step in range(config.max_new_tokens):
-        nxt = run.choose(_scores(logits))
-        yield nxt
-        if run.finished(step):
-            return
-        logits = run.next_logits(nxt, step)
+    """Yield, per step, the new token id of each row (a list of ints); rows that have
+    finished (a stop token) get pad_token_id. The first step comes from one pass over
+    all prompts."""
+    run = _Decoding(model, prompts, _config(config, overrides), generator)
+    return _drive(_steps(run, _read))
 
 
-async def generate_steps_async(model, prompts, config=None, generator=None, **overrides):
+def generate_steps_async(model, prompts, config=None, generator=None, **overrides):
     """generate_steps as an async generator: each step's logits are read back with the
     async API, so a browser page's event loop runs while the GPU works."""
-    config = _config(config, overrides)
-    if config.max_new_tokens == 0:
-        _as_batch(prompts)   # still says so when a prompt is empty
-        return
-    run = _Decoding(model, prompts, config, generator)
-    logits = run.first_logits()
-    for step in range(config.max_new_tokens):
-        nxt = run.choose(await _scores_async(logits))
-        yield nxt
-        if run.finished(step):
-            return
-        logits = run.next_logits(nxt, step)
+    run = _Decoding(model, prompts, _config(config, overrides), generator)
+    return _steps(run, _read_async)
 
 
-def generate(model, prompts, config=None, generator=None, tokenizer=None, **overrides):
+def generate(model, prompts, config=None, generator=None, tokenizer=None,
+             return_finish_reasons=False, **overrides):
     """New token ids per prompt (a list of lists; one list when given one prompt of ints).
 
-    A row ends after a stop token (kept in its output) or, with a tokenizer and
-    stop_strings, once its decoded text contains a stop string.
+    A row ends after a stop token (kept in its output), after max_new_tokens, when the
+    sequence fills the model's context or, with a tokenizer and stop_strings, once its
+    decoded text contains a stop string. With `return_finish_reasons`, also why each row
+    ended ("stop_token", "stop_string", "length", "context").
     """
     config = _config(config, overrides)
-    single = len(prompts) and isinstance(prompts[0], _INTS)
-    rows = _as_batch(prompts)
-    outs = [[] for _ in rows]
-    finished = [False] * len(rows)
-    stops = set(config.stop_token_ids if config.stop_token_ids is not None
-                else model.config.eos_token_ids)
+    single = isinstance(prompts, (list, tuple)) and bool(prompts) and \
+        not hasattr(prompts[0], "__len__")
     if config.stop_strings and tokenizer is None:
         raise EmberError("generate: stop_strings need a tokenizer to decode the text "
                          "(pass tokenizer=...)", op="generate")
-    check_strings = bool(config.stop_strings)
-    for nxt in generate_steps(model, rows, config, generator):
+    run = _Decoding(model, prompts, config, generator)
+    outs = [[] for _ in range(run.b)]
+    reasons = [None] * run.b
+    for nxt in _drive(_steps(run, _read)):
         for i, t in enumerate(nxt):
-            if finished[i]:
+            if reasons[i]:
                 continue
-            outs[i].append(int(t))
-            if int(t) in stops:
-                finished[i] = True
-            elif check_strings:
-                text = tokenizer.decode(outs[i], skip_special_tokens=True)
-                if any(s in text for s in config.stop_strings):
-                    finished[i] = True
-        if all(finished):
+            outs[i].append(t)
+            if run.reasons[i] != STOP_TOKEN and config.stop_strings and any(
+                    s in tokenizer.decode(outs[i], skip_special_tokens=True)
+                    for s in config.stop_strings):
+                reasons[i] = run.reasons[i] = "stop_string"   # the run pads this row now
+            elif run.reasons[i]:
+                reasons[i] = run.reasons[i]
+        if all(reasons):
             break
-    return outs[0] if single else outs
+    reasons = [r or run.reasons[i] for i, r in enumerate(reasons)]
+    if single:
+        return (outs[0], reasons[0]) if return_finish_reasons else outs[0]
+    return (outs, reasons) if return_finish_reasons else outs
 
 
 class TextGeneration:
-    """Iterate to stream text deltas for one prompt (a string or token ids).
+    """Iterate (`for` or `async for`) to stream text deltas for one prompt (a string or
+    token ids).
 
     After iteration: `token_ids` (the new ids, including a final stop token),
     `text` (the new text, cut before a stop string), `stop_reason` ('stop_token',
-    'stop_string' or 'length').
+    'stop_string', 'length', or 'context' when the sequence filled the model's context).
     """
 
     def __init__(self, model, tokenizer, prompt, config=None, generator=None,
@@ -213,61 +269,39 @@ class TextGeneration:
         self.stop_reason = None
 
     def __iter__(self):
-        self._start()
-        for nxt in generate_steps(self.model, [self.prompt_ids], self.config, self.generator):
-            out, finished = self._push(int(nxt[0]))
-            if out:
-                yield out
-            if finished:
-                return
-        out = self._finish()
-        if out:
-            yield out
+        return _drive(self._deltas(_read))
 
-    async def __aiter__(self):
+    def __aiter__(self):
         """The same deltas, `async for`: logits are read back with the async API (what a
         browser page needs to stay responsive while it generates)."""
-        self._start()
-        async for nxt in generate_steps_async(self.model, [self.prompt_ids], self.config,
-                                              self.generator):
-            out, finished = self._push(int(nxt[0]))
+        return self._deltas(_read_async)
+
+    async def _deltas(self, read):
+        run = _Decoding(self.model, [self.prompt_ids], self.config, self.generator)
+        decoder = IncrementalDecoder(self.tokenizer)
+        watcher = StopStrings(self.config.stop_strings)
+        async for nxt in _steps(run, read):
+            t = nxt[0]
+            self.token_ids.append(t)
+            self.stop_reason = run.reasons[0]
+            if self.stop_reason == STOP_TOKEN:
+                break
+            out, stopped = watcher.feed(decoder.push(t))
+            self.text += out
             if out:
                 yield out
-            if finished:
+            if stopped:
+                self.stop_reason = "stop_string"
                 return
-        out = self._finish()
+        self.stop_reason = run.reasons[0]
+        # What the decoder and the stop-string watcher still hold, at the end.
+        out, stopped = watcher.feed(decoder.flush())
+        out += "" if stopped else watcher.flush()
+        if stopped:
+            self.stop_reason = "stop_string"
+        self.text += out
         if out:
             yield out
-
-    def _start(self):
-        config = self.config
-        self._stops = set(config.stop_token_ids if config.stop_token_ids is not None
-                          else self.model.config.eos_token_ids)
-        self._decoder = IncrementalDecoder(self.tokenizer)
-        self._watcher = StopStrings(config.stop_strings)
-        self.stop_reason = "length"
-
-    def _push(self, t):
-        """(text to emit, finished) after token t; a stop string's cut is already applied,
-        and a stop token ends the run before its text is decoded."""
-        self.token_ids.append(t)
-        if t in self._stops:
-            self.stop_reason = "stop_token"
-            return self._finish(), True
-        out, stopped = self._watcher.feed(self._decoder.push(t))
-        self.text += out
-        if stopped:
-            self.stop_reason = "stop_string"
-        return out, stopped
-
-    def _finish(self):
-        """What the decoder and the stop-string watcher still hold, at the end."""
-        out, stopped = self._watcher.feed(self._decoder.flush())
-        out += "" if stopped else self._watcher.flush()
-        if stopped:
-            self.stop_reason = "stop_string"
-        self.text += out
-        return out
 
     def run(self):
         """Generate to the end; the whole new text."""

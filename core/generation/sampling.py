@@ -1,88 +1,114 @@
-"""Choosing the next token from logits, on the host (numpy, [batch, vocab] float32).
+"""Choosing the next token from logits, on the host, as plain Python lists.
+
+One row of a vocabulary is a few thousand floats, read back once per step: lists do,
+and the same code runs in a browser page without numpy. Greedy decoding without a
+repetition penalty never comes here: generate.py takes the argmax on the device and
+reads back one id per row.
 
 The processors follow transformers' definitions so the same settings mean the same
 thing: repetition penalty divides positive and multiplies negative logits of tokens
 already present; temperature divides; top-k keeps logits >= the k-th largest; top-p
 keeps the smallest set of most likely tokens whose probability reaches p (at least one).
+Penalised and tempered logits are rounded to float32, as transformers computes them.
 Sampling draws one uniform number per row from an `ember.Generator`, so a seed gives
 the same tokens on every device.
 """
-import numpy as np
+import math
+from array import array
 
-NEG_INF = np.float32(-np.inf)
+NEG_INF = float("-inf")
 
 
-def apply_repetition_penalty(scores, history, penalty):
-    """scores [b, v]; history: per row, the token ids seen so far (prompt and output)."""
+def _f32(values):
+    """Each value rounded to the nearest float32 (array("f") stores exactly that)."""
+    return array("f", values).tolist()
+
+
+def apply_repetition_penalty(rows, history, penalty):
+    """rows: [batch][vocab] logits; history: per row, the token ids seen so far."""
     if penalty == 1.0:
-        return scores
-    out = scores.copy()
-    for row, ids in enumerate(history):
-        if not len(ids):
-            continue
-        ids = np.unique(np.asarray(ids, dtype=np.int64))
-        s = out[row, ids]
-        out[row, ids] = np.where(s < 0, s * np.float32(penalty), s / np.float32(penalty))
+        return [list(row) for row in rows]
+    p = _f32([penalty])[0]
+    out = []
+    for row, seen in zip(rows, history):
+        row = [float(s) for s in row]
+        for i in set(int(t) for t in seen):
+            s = row[i]
+            row[i] = _f32([s * p if s < 0 else s / p])[0]
+        out.append(row)
     return out
 
 
-def apply_temperature(scores, temperature):
+def apply_temperature(rows, temperature):
     if temperature in (0.0, 1.0):
-        return scores
-    return scores / np.float32(temperature)
+        return [list(row) for row in rows]
+    t = _f32([temperature])[0]
+    return [_f32([s / t for s in row]) for row in rows]
 
 
-def apply_top_k(scores, k):
-    if k <= 0 or k >= scores.shape[-1]:
-        return scores
-    kth = np.partition(scores, -k, axis=-1)[:, -k][:, None]
-    return np.where(scores < kth, NEG_INF, scores)
+def apply_top_k(rows, k):
+    return [_top_k(list(row), k) for row in rows]
 
 
-def apply_top_p(scores, p):
+def _top_k(row, k):
+    if k <= 0 or k >= len(row):
+        return row
+    kth = sorted(row, reverse=True)[k - 1]
+    return [NEG_INF if s < kth else s for s in row]
+
+
+def apply_top_p(rows, p):
+    return [_top_p(list(row), p) for row in rows]
+
+
+def _top_p(row, p):
     if p >= 1.0:
-        return scores
-    order = np.argsort(scores, axis=-1, kind="stable")           # ascending, like HF
-    sorted_scores = np.take_along_axis(scores, order, axis=-1)
-    probs = softmax(sorted_scores)
-    cumulative = np.cumsum(probs, axis=-1)
-    remove = cumulative <= (1 - p)
-    remove[:, -1] = False                                           # keep the most likely
-    out = scores.copy()
-    np.put_along_axis(out, order, np.where(remove, NEG_INF, sorted_scores), axis=-1)
+        return row
+    order = sorted(range(len(row)), key=row.__getitem__)          # ascending, stable
+    probs = softmax([row[i] for i in order])
+    out = list(row)
+    cumulative = 0.0
+    for rank, i in enumerate(order[:-1]):                          # keep the most likely
+        cumulative += probs[rank]
+        if cumulative <= 1 - p:
+            out[i] = NEG_INF
     return out
 
 
-def softmax(x):
-    m = np.max(x, axis=-1, keepdims=True)
-    e = np.exp(x - m)
-    return e / e.sum(axis=-1, keepdims=True)
+def softmax(row):
+    m = max(row)
+    e = [math.exp(s - m) if s != NEG_INF else 0.0 for s in row]
+    total = sum(e)
+    return [v / total for v in e]
 
 
-def process_logits(scores, history, config):
-    """The logits after every processor the config turns on."""
-    scores = np.asarray(scores, dtype=np.float32)
-    scores = apply_repetition_penalty(scores, history, config.repetition_penalty)
+def argmax(row):
+    """The first index of the largest value (as numpy's and torch's argmax)."""
+    return row.index(max(row))
+
+
+def process_logits(rows, history, config):
+    """The processed rows sampling draws from (or greedy takes the argmax of)."""
+    rows = apply_repetition_penalty(rows, history, config.repetition_penalty)
     if config.do_sample:
-        scores = apply_temperature(scores, config.temperature)
-        scores = apply_top_k(scores, config.top_k)
-        scores = apply_top_p(scores, config.top_p)
-    return scores
+        rows = apply_temperature(rows, config.temperature)
+        rows = apply_top_p(apply_top_k(rows, config.top_k), config.top_p)
+    return rows
 
 
-def choose_tokens(scores, history, config, generator):
+def choose_tokens(rows, history, config, generator):
     """Next token id per row: argmax when greedy, else one draw from the filtered softmax."""
-    scores = process_logits(scores, history, config)
+    rows = process_logits(rows, history, config)
     if not config.do_sample:
-        return np.argmax(scores, axis=-1).astype(np.int64)
-    probs = softmax(scores.astype(np.float64))
-    u = np.asarray(generator.uniform((scores.shape[0],)), dtype=np.float64)
-    cdf = np.cumsum(probs, axis=-1)
-    picks = np.array([np.searchsorted(cdf[r], u[r] * cdf[r, -1], side="right")
-                      for r in range(scores.shape[0])], dtype=np.int64)
-    # never land on a filtered token through rounding at the end of the cdf
-    picks = np.minimum(picks, scores.shape[-1] - 1)
-    for r, t in enumerate(picks):
-        if probs[r, t] == 0:
-            picks[r] = int(np.argmax(probs[r]))
-    return picks
+        return [argmax(row) for row in rows]
+    u = generator.uniform((len(rows),))        # a list, or an array where numpy is
+    return [_draw(softmax(row), float(u[r])) for r, row in enumerate(rows)]
+
+
+def _draw(probs, u):
+    target, cdf = u * sum(probs), 0.0
+    for i, q in enumerate(probs):
+        cdf += q
+        if cdf > target and q > 0:
+            return i
+    return argmax(probs)   # rounding at the end of the cdf: the most likely token

@@ -25,10 +25,12 @@ from .. import dtype as dt
 from ..device import as_device
 from ..errors import FormatError
 from ..io.gguf import GGUFFile
-from ..io.quant import GGMLType
+from ..io.quant import GGMLType, QTensor
 from ..nn import VarBuilder
 from ..tensor import from_numpy
-from .llama import LlamaForCausalLM
+from ..nn import Module
+from ..tensor import cat
+from .llama import DenseLayers, LlamaForCausalLM
 from .llama_config import LlamaConfig, check_gguf_metadata
 from .quant_layers import QuantEmbedding, QuantLinear
 
@@ -192,13 +194,60 @@ def config_from_gguf(gguf_file):
     return cfg
 
 
+class QuantizedLayers(DenseLayers):
+    """The model's layers over a GGUF file's weights: QuantLinear / QuantEmbedding where
+    the source hands out a quantized weight (a QTensor), dense layers elsewhere."""
+
+    def from_tensors(self, weight, bias):
+        if isinstance(weight, QTensor):
+            return QuantLinear(weight, bias)
+        return super().from_tensors(weight, bias)
+
+    def concat(self, names, parts):
+        weights = [w for w, _ in parts]
+        quant = [isinstance(w, QTensor) for w in weights]
+        if not any(quant):
+            return super().concat(names, parts)
+        bias = cat([b for _, b in parts], 0) if parts[0][1] is not None else None
+        if all(quant) and len({w.ggml_type for w in weights}) == 1:
+            # Rows are whole blocks, so same-type quantized weights stack row-wise as bytes.
+            raw = np.concatenate([w.raw for w in weights])
+            rows = sum(w.shape[0] for w in weights)
+            return QuantLinear(QTensor(raw, weights[0].ggml_type, (rows, weights[0].shape[1])),
+                               bias)
+        # Mixed types (Q4_K_M files): separate layers, their outputs concatenated.
+        return ConcatLinear(**{name: self.from_tensors(w, b) for name, (w, b) in zip(names, parts)})
+
+    def embedding(self, weight, device):
+        if isinstance(weight, QTensor):
+            return QuantEmbedding(weight, device)
+        return super().embedding(weight, device)
+
+    def tied_head(self, embedding):
+        return self.from_tensors(embedding.weight, None)
+
+
+class ConcatLinear(Module):
+    """Linear layers over the same input whose outputs are concatenated (the q/k/v or
+    gate/up projections of a file that quantizes them with different types)."""
+
+    def __init__(self, **parts):
+        super().__init__()
+        self.names = tuple(parts)
+        for name, layer in parts.items():
+            setattr(self, name, layer)
+
+    def forward(self, x):
+        return cat([getattr(self, name)(x) for name in self.names], -1)
+
+
 def load_gguf_model(path, device=None, dtype=dt.f32):
     """A LlamaForCausalLM over a GGUF file's weights (kept memory-mapped on the CPU)."""
     device = as_device(device) if device is not None else as_device("cpu")
     f = path if isinstance(path, GGUFFile) else GGUFFile(path)
     cfg = config_from_gguf(f)
     vb = VarBuilder(GGUFSource(f), dtype=dtype, device=device)
-    model = LlamaForCausalLM(cfg, vb, device)
+    model = LlamaForCausalLM(cfg, vb, device, layers=QuantizedLayers())
     model._gguf = f    # the memory map must outlive the quantized weights viewing it
     if isinstance(model.embed_tokens, QuantEmbedding):
         model.embed_tokens.out_dtype = dt.as_dtype(dtype)
@@ -223,5 +272,5 @@ def tokenizer_from_gguf(path):
     return tokenizer_from_metadata(f.metadata, f.path)
 
 
-__all__ = ["GGUFSource", "config_from_gguf", "device_weight_bytes", "gguf_name",
+__all__ = ["ConcatLinear", "GGUFSource", "QuantizedLayers", "config_from_gguf", "device_weight_bytes", "gguf_name",
            "load_gguf_model", "tokenizer_from_gguf", "np"]

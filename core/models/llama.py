@@ -2,15 +2,18 @@
 
 One implementation; `LlamaConfig` switches carry the differences (see llama_config.py).
 Weights come through a VarBuilder with Hugging Face names, from safetensors or from a
-GGUF file (gguf_llama.py maps its names and may hand out quantized weights, which
-become `QuantLinear` layers).
+GGUF file (gguf_llama.py maps its names and supplies `QuantizedLayers`, which make
+quantized layers where the file holds quantized weights).
 
     model = LlamaForCausalLM.from_pretrained("path/to/model", device=ember.Device.cpu())
     cache = model.new_cache(batch=1, max_len=256)
     logits = model(ids, cache=cache, last_only=True)      # [batch, 1, vocab]
 
-numpy is optional: in a browser without it (Pyodide), ids, positions and masks are built
-from Python lists (llama_host.py) and quantized (GGUF) weights are not available.
+Memory is bounded by the model: `context_length` (max_position_embeddings, or a smaller
+`max_len` given at construction) caps the cache, the rotary tables and every forward;
+longer inputs are refused with both lengths named. Host data (ids, positions, the 0/1
+attention mask) are plain Python lists, the causal mask is built on the device
+(llama_host.py), so the same code runs in a browser page without numpy.
 """
 import math
 
@@ -18,28 +21,11 @@ from .. import dtype as dt
 from ..device import as_device
 from ..errors import EmberError, ShapeMismatch, fmt_shape
 from ..nn import Embedding, Linear, Module, ModuleList, RmsNorm, VarBuilder, get_activation
-from ..tensor import Tensor, cat, from_numpy, tensor
+from ..tensor import Tensor, cat, tensor
 from . import llama_host
 from .kv_cache import KVCache
 from .llama_config import LlamaConfig
 from .rope import RotaryEmbedding
-
-try:
-    import numpy as np
-
-    from ..io.quant import QTensor
-    from .quant_layers import QuantEmbedding, QuantLinear
-except ImportError:   # no numpy (Pyodide): no quantized weights, host data as lists
-    np = None
-
-    # Never instances here: every weight is a plain Tensor.
-    class QTensor:
-        pass
-
-    class QuantLinear:
-        pass
-
-    QuantEmbedding = None
 
 # What transformers adds for a masked position: the most negative f32, so a row that is
 # masked everywhere (a padding query) softmaxes to uniform instead of NaN.
@@ -63,33 +49,39 @@ class _Loaded:
         return self.tensors.get(name) is not None
 
 
-def linear(vb, in_features, out_features, bias):
-    """A Linear, or a QuantLinear when the source hands out a quantized weight."""
-    w = vb.get((out_features, in_features), "weight")
-    b = vb.get((out_features,), "bias") if bias else None
-    if isinstance(w, QTensor):
-        return QuantLinear(w, b)
-    return Linear(in_features, out_features, bias=bias, vb=_Loaded(weight=w, bias=b))
+class DenseLayers:
+    """How the model makes its layers from a VarBuilder's tensors: dense Linear and
+    Embedding layers. gguf_llama.QuantizedLayers overrides `from_tensors`, `concat` and
+    `embedding` for quantized weights; the model code is the same either way."""
 
+    def linear(self, vb, in_features, out_features, bias):
+        w = vb.get((out_features, in_features), "weight")
+        return self.from_tensors(w, vb.get((out_features,), "bias") if bias else None)
 
-def fused_linear(vb, names, in_features, outs, bias):
-    """One Linear over the concatenated weights of `names` (q/k/v, or gate/up): one GEMM
-    per step instead of several, which matters when decoding one token at a time.
-    Quantized weights of one ggml type are stacked as bytes; of mixed types (Q4_K_M
-    files) they stay separate, and a list of layers comes back."""
-    layers = [linear(vb.pp(n), in_features, o, bias) for n, o in zip(names, outs)]
-    quant = [isinstance(layer, QuantLinear) for layer in layers]
-    if all(quant) and len({layer.qweight.ggml_type for layer in layers}) == 1:
-        # Rows are whole blocks, so same-type quantized weights stack row-wise as bytes.
-        w = layers[0].qweight
-        raw = np.concatenate([layer.qweight.raw for layer in layers])
-        b = cat([layer.bias for layer in layers], 0) if bias else None
-        return QuantLinear(QTensor(raw, w.ggml_type, (sum(outs), in_features)), b)
-    if any(quant):
-        return layers
-    return Linear(in_features, sum(outs), bias=bias, vb=_Loaded(
-        weight=cat([layer.weight for layer in layers], 0),
-        bias=cat([layer.bias for layer in layers], 0) if bias else None))
+    def fused(self, vb, names, in_features, outs, bias):
+        """One layer whose output is the concatenation of the layers `names` (q/k/v, or
+        gate/up): one GEMM per step instead of several, which matters when decoding one
+        token at a time."""
+        parts = [(vb.pp(n).get((o, in_features), "weight"),
+                  vb.pp(n).get((o,), "bias") if bias else None) for n, o in zip(names, outs)]
+        return self.concat(names, parts)
+
+    def from_tensors(self, weight, bias):
+        out_features, in_features = weight.shape
+        return Linear(in_features, out_features, bias=bias is not None,
+                      vb=_Loaded(weight=weight, bias=bias))
+
+    def concat(self, names, parts):
+        weights, biases = zip(*parts)
+        bias = cat(list(biases), 0) if biases[0] is not None else None
+        return self.from_tensors(cat(list(weights), 0), bias)
+
+    def embedding(self, weight, device):
+        return Embedding(*weight.shape, vb=_Loaded(weight=weight))
+
+    def tied_head(self, embedding):
+        """The output projection that reuses the embedding table."""
+        return self.from_tensors(embedding.weight, None)
 
 
 def rms_norm(vb, dim, eps, plus_one):
@@ -99,7 +91,7 @@ def rms_norm(vb, dim, eps, plus_one):
 
 
 class Attention(Module):
-    def __init__(self, cfg, vb, layer_idx):
+    def __init__(self, cfg, vb, layer_idx, layers):
         super().__init__()
         self.n_heads = cfg.num_attention_heads
         self.n_kv = cfg.num_key_value_heads
@@ -109,41 +101,27 @@ class Attention(Module):
         h, hd = cfg.hidden_size, cfg.head_dim
         qkv_bias = cfg.attention_bias or cfg.qkv_bias
         outs = [self.n_heads * hd, self.n_kv * hd, self.n_kv * hd]
-        if cfg.fused_qkv:
-            self.qkv_proj = linear(vb.pp("qkv_proj"), h, sum(outs), qkv_bias)
+        if cfg.fused_qkv:   # Phi-3 stores them fused
+            self.qkv_proj = layers.linear(vb.pp("qkv_proj"), h, sum(outs), qkv_bias)
         else:
-            fused = fused_linear(vb, ("q_proj", "k_proj", "v_proj"), h, outs, qkv_bias)
-            if isinstance(fused, list):
-                self.q_proj, self.k_proj, self.v_proj = fused
-            else:
-                self.qkv_proj = fused
-        self.o_proj = linear(vb.pp("o_proj"), self.n_heads * hd, h, cfg.attention_bias)
+            self.qkv_proj = layers.fused(vb, ("q_proj", "k_proj", "v_proj"), h, outs, qkv_bias)
+        self.o_proj = layers.linear(vb.pp("o_proj"), self.n_heads * hd, h, cfg.attention_bias)
         self.scale = float(hd) ** -0.5
 
     def forward(self, x, rope, tables, cache, masks):
         b, t, _ = x.shape
         hd, nh, nkv = self.head_dim, self.n_heads, self.n_kv
         cos, sin, fused = tables
-        # cos/sin are [batch or 1, t, rot]; heads sit in dim 2 here, so broadcast over it.
-        cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
-        if hasattr(self, "qkv_proj") and fused is not None:
-            # The backend's rope kernel reads the strided [b, heads, t, hd] view of q and k
-            # and writes them contiguous, heads first, as attention wants them.
-            qkv = self.qkv_proj(x).reshape(b, t, nh + 2 * nkv, hd)
-            qk = rope.rotate_fused(qkv.narrow(2, 0, nh + nkv).transpose(1, 2), fused)
-            q, k = qk.narrow(1, 0, nh), qk.narrow(1, nh, nkv)
-            v = qkv.narrow(2, nh + nkv, nkv).transpose(1, 2)
-        elif hasattr(self, "qkv_proj"):
-            # q and k are adjacent heads of one output: rotate them in one pass.
-            qkv = self.qkv_proj(x).reshape(b, t, nh + 2 * nkv, hd)
-            qk = rope.rotate(qkv.narrow(2, 0, nh + nkv), cos, sin)
-            q = qk.narrow(2, 0, nh).transpose(1, 2)
-            k = qk.narrow(2, nh, nkv).transpose(1, 2)
-            v = qkv.narrow(2, nh + nkv, nkv).transpose(1, 2)
-        else:
-            q = rope.rotate(self.q_proj(x).reshape(b, t, nh, hd), cos, sin).transpose(1, 2)
-            k = rope.rotate(self.k_proj(x).reshape(b, t, nkv, hd), cos, sin).transpose(1, 2)
-            v = self.v_proj(x).reshape(b, t, nkv, hd).transpose(1, 2)
+        # q and k are adjacent heads of one output: rotate them in one pass, heads first
+        # ([b, heads, t, hd]) as attention wants them.
+        qkv = self.qkv_proj(x).reshape(b, t, nh + 2 * nkv, hd)
+        qk = qkv.narrow(2, 0, nh + nkv)
+        if fused is not None:
+            qk = rope.rotate_fused(qk.transpose(1, 2), fused)
+        else:   # cos/sin are [batch or 1, t, rot]: broadcast over the heads
+            qk = rope.rotate(qk, cos.unsqueeze(2), sin.unsqueeze(2)).transpose(1, 2)
+        q, k = qk.narrow(1, 0, nh), qk.narrow(1, nh, nkv)
+        v = qkv.narrow(2, nh + nkv, nkv).transpose(1, 2)
         if cache is not None:
             k, v = cache.update(self.layer_idx, k, v)
         length = k.shape[2]
@@ -160,39 +138,33 @@ class Attention(Module):
 
 
 class MLP(Module):
-    def __init__(self, cfg, vb):
+    def __init__(self, cfg, vb, layers):
         super().__init__()
         h, i = cfg.hidden_size, cfg.intermediate_size
         self.inter = i
-        if cfg.fused_gate_up:
-            self.gate_up_proj = linear(vb.pp("gate_up_proj"), h, 2 * i, cfg.mlp_bias)
+        if cfg.fused_gate_up:   # Phi-3 stores them fused
+            self.gate_up_proj = layers.linear(vb.pp("gate_up_proj"), h, 2 * i, cfg.mlp_bias)
         else:
-            fused = fused_linear(vb, ("gate_proj", "up_proj"), h, (i, i), cfg.mlp_bias)
-            if isinstance(fused, list):
-                self.gate_proj, self.up_proj = fused
-            else:
-                self.gate_up_proj = fused
-        self.down_proj = linear(vb.pp("down_proj"), i, h, cfg.mlp_bias)
+            self.gate_up_proj = layers.fused(vb, ("gate_proj", "up_proj"), h, (i, i),
+                                             cfg.mlp_bias)
+        self.down_proj = layers.linear(vb.pp("down_proj"), i, h, cfg.mlp_bias)
         self._act = get_activation(cfg.hidden_act)
 
     def forward(self, x):
-        if hasattr(self, "gate_up_proj"):
-            gu = self.gate_up_proj(x)
-            gate, up = gu.narrow(-1, 0, self.inter), gu.narrow(-1, self.inter, self.inter)
-        else:
-            gate, up = self.gate_proj(x), self.up_proj(x)
+        gu = self.gate_up_proj(x)
+        gate, up = gu.narrow(-1, 0, self.inter), gu.narrow(-1, self.inter, self.inter)
         return self.down_proj(self._act(gate) * up)
 
 
 class DecoderLayer(Module):
-    def __init__(self, cfg, vb, layer_idx):
+    def __init__(self, cfg, vb, layer_idx, layers):
         super().__init__()
         eps, plus = cfg.rms_norm_eps, cfg.norm_plus_one
         self.input_layernorm = rms_norm(vb.pp("input_layernorm"), cfg.hidden_size, eps, plus)
-        self.self_attn = Attention(cfg, vb.pp("self_attn"), layer_idx)
+        self.self_attn = Attention(cfg, vb.pp("self_attn"), layer_idx, layers)
         self.post_attention_layernorm = rms_norm(vb.pp("post_attention_layernorm"),
                                                  cfg.hidden_size, eps, plus)
-        self.mlp = MLP(cfg, vb.pp("mlp"))
+        self.mlp = MLP(cfg, vb.pp("mlp"), layers)
 
     def forward(self, x, rope, tables, cache, masks):
         x = x + self.self_attn(self.input_layernorm(x), rope, tables, cache, masks)
@@ -200,38 +172,35 @@ class DecoderLayer(Module):
 
 
 class LlamaForCausalLM(Module):
-    def __init__(self, cfg, vb, device=None):
+    def __init__(self, cfg, vb, device=None, layers=None, max_len=None):
+        """`layers` makes the layers (DenseLayers by default); `max_len` caps the context
+        below the config's max_position_embeddings (a smaller cache and rope tables)."""
         super().__init__()
         self.config = cfg
         self.device = as_device(device if device is not None else (vb.device or "cpu"))
+        self.context_length = _context_length(cfg, max_len)
+        layers = layers if layers is not None else DenseLayers()
         m = vb.pp("model")
         emb = m.pp("embed_tokens").get((cfg.vocab_size, cfg.hidden_size), "weight")
-        if isinstance(emb, QTensor):
-            self.embed_tokens = QuantEmbedding(emb, self.device)
-        else:
-            self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size, vb=_Loaded(weight=emb))
-        self.layers = ModuleList(*[DecoderLayer(cfg, m.pp(f"layers.{i}"), i)
+        self.embed_tokens = layers.embedding(emb, self.device)
+        self.layers = ModuleList(*[DecoderLayer(cfg, m.pp(f"layers.{i}"), i, layers)
                                    for i in range(cfg.num_hidden_layers)])
         self.norm = rms_norm(m.pp("norm"), cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_plus_one)
         if cfg.tie_word_embeddings or not vb.contains("lm_head.weight"):
-            if isinstance(emb, QTensor):
-                self.lm_head = QuantLinear(emb, None)
-            else:
-                self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, bias=False,
-                                      vb=_Loaded(weight=emb))
+            self.lm_head = layers.tied_head(self.embed_tokens)
         else:
-            self.lm_head = linear(vb.pp("lm_head"), cfg.hidden_size, cfg.vocab_size, False)
+            self.lm_head = layers.linear(vb.pp("lm_head"), cfg.hidden_size, cfg.vocab_size, False)
         self._rope = None
 
     # --- construction ---------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, path, device=None, dtype=dt.f32):
+    def from_pretrained(cls, path, device=None, dtype=dt.f32, max_len=None):
         """A model directory holding config.json and safetensors weights."""
         device = as_device(device) if device is not None else as_device("cpu")
         cfg = LlamaConfig.from_file(path)
-        _merge_generation_config(cfg, path)
+        merge_generation_config(cfg, path)
         vb = VarBuilder.from_dir(path, dtype=dtype, device=device)
-        return cls(cfg, vb, device)
+        return cls(cfg, vb, device, max_len=max_len)
 
     @property
     def dtype(self):
@@ -239,9 +208,11 @@ class LlamaForCausalLM(Module):
         return w.dtype
 
     def new_cache(self, batch=1, max_len=None):
-        """A KV cache for `batch` sequences of at most `max_len` positions."""
+        """A KV cache for `batch` sequences of at most `max_len` positions, and never more
+        than the model's context (a larger request gets a context-sized cache)."""
+        max_len = self.context_length if max_len is None else min(int(max_len),
+                                                                  self.context_length)
         cfg = self.config
-        max_len = int(max_len or cfg.max_position_embeddings)
         return KVCache(cfg.num_hidden_layers, batch, cfg.num_key_value_heads, max_len,
                        cfg.head_dim, self.dtype, self.device)
 
@@ -266,10 +237,15 @@ class LlamaForCausalLM(Module):
         ids = self._ids(input_ids)
         b, t = ids.shape
         past = cache.length if cache is not None else 0
+        total = past + t
+        if total > self.context_length:
+            raise EmberError(
+                f"forward: {total} positions ({past} cached + {t} new) exceed the model's "
+                f"context of {self.context_length}", op="llama.forward", length=total,
+                context=self.context_length)
         if cache is not None and cache.batch != b:
             raise ShapeMismatch(f"forward: input batch {b} does not match the cache's batch "
                                 f"{cache.batch}", op="llama.forward", shapes=(ids.shape,))
-        total = past + t
         if cache is not None and total > cache.max_len:
             raise EmberError(
                 f"forward: {t} new tokens after {past} cached ones overflows the cache of "
@@ -277,18 +253,13 @@ class LlamaForCausalLM(Module):
                 op="llama.forward", length=past, new=t, max_len=cache.max_len)
         key_mask = None
         if attention_mask is not None:
-            key_mask = (np.asarray(attention_mask, dtype=bool) if np is not None
-                        else llama_host.bool_rows(attention_mask))
-            mask_shape = tuple(key_mask.shape) if np is not None else llama_host.shape_of(key_mask)
-            if mask_shape != (b, total):
-                raise ShapeMismatch(
-                    f"forward: attention_mask has shape {fmt_shape(mask_shape)}, expected "
-                    f"[{b}, {total}] (cache length {past} + {t} new tokens)",
-                    op="llama.forward", shapes=(mask_shape,))
+            key_mask = llama_host.bool_rows(attention_mask, (b, total))
         rope = self.rope(cache.max_len if cache is not None else total)
-        positions = self._positions(key_mask, b, past, t)
+        positions = llama_host.positions(key_mask, past, self.device)
         tables = rope.tables(positions, t) + (rope.fused_tables(positions, t),)
-        masks = self._masks(b, t, past, key_mask)
+        masks = {w: llama_host.additive_mask(b, t, past, w, key_mask, self._mask_low(),
+                                             self.dtype, self.device)
+                 for w in {layer.self_attn.window for layer in self.layers}}
 
         x = self.embed_tokens(ids)
         if self.config.embed_scale is not None:
@@ -306,10 +277,8 @@ class LlamaForCausalLM(Module):
         if isinstance(input_ids, Tensor):
             ids = input_ids if input_ids.device == self.device else input_ids.to(self.device)
             ids = ids if ids.dtype is dt.i64 else ids.to(dt.i64)
-        elif np is None:
-            ids = tensor(llama_host.int_rows(input_ids), dtype=dt.i64, device=self.device)
         else:
-            ids = tensor(np.asarray(input_ids, dtype=np.int64), dtype=dt.i64, device=self.device)
+            ids = tensor(input_ids, dtype=dt.i64, device=self.device)
         if ids.ndim == 1:
             ids = ids.reshape(1, -1)
         if ids.ndim != 2 or ids.shape[1] == 0:
@@ -317,72 +286,38 @@ class LlamaForCausalLM(Module):
                                 f"{fmt_shape(ids.shape)}", op="llama.forward", shapes=(ids.shape,))
         return ids
 
-    def _positions(self, key_mask, b, past, t):
-        """An int start when every row uses past..past+t-1, else a [b, t] i64 tensor."""
-        if np is None:
-            return llama_host.positions(key_mask, past, self.device)
-        if key_mask is None or key_mask.all():
-            return past
-        pos = np.cumsum(key_mask, axis=1, dtype=np.int64) - 1
-        pos = np.where(key_mask, pos, 1)[:, past:]       # padding slots: any valid row
-        return from_numpy(np.ascontiguousarray(pos)).to(self.device)
-
-    def _masks(self, b, t, past, key_mask):
-        """Additive masks [b, 1, 1, t, past+t] by sliding window (None: full attention);
-        a window whose mask would allow everything maps to None and costs nothing."""
-        total = past + t
-        windows = {layer.self_attn.window for layer in self.layers}
-        if np is None:
-            return {w: llama_host.additive_mask(b, t, past, w, key_mask, self._mask_low(),
-                                                self.dtype, self.device) for w in windows}
-        q = past + np.arange(t)[:, None]
-        k = np.arange(total)[None, :]
-        out = {}
-        for w in windows:
-            allowed = k <= q
-            if w is not None:
-                allowed = allowed & (k > q - w)
-            allowed = np.broadcast_to(allowed, (b, t, total))
-            if key_mask is not None:
-                allowed = allowed & key_mask[:, None, :]
-            if allowed.all():
-                out[w] = None
-                continue
-            add = np.where(allowed, np.float32(0), np.float32(self._mask_low())).astype(np.float32)
-            m = from_numpy(np.ascontiguousarray(add.reshape(b, 1, 1, t, total))).to(self.device)
-            out[w] = m if self.dtype is dt.f32 else m.to(self.dtype)
-        return out
-
     def _mask_low(self):
         return MASKED if self.dtype is dt.f32 else _LOWEST.get(self.dtype.name, MASKED)
 
-    def num_parameters(self):
-        n = 0
+    def _weights(self):
+        """Every distinct weight and parameter (a quantized one counts once)."""
         seen = set()
         for _, m in self.named_modules():
             for value in list(m._params.values()) + [getattr(m, "weight", None)]:
-                if value is None or id(value) in seen:
-                    continue
-                seen.add(id(value))
-                n += math.prod(value.shape)
-        return n
+                if value is not None and id(value) not in seen:
+                    seen.add(id(value))
+                    yield value
+
+    def num_parameters(self):
+        return sum(math.prod(value.shape) for value in self._weights())
 
     def weight_bytes(self):
         """Bytes held by the weights (quantized ones at their packed size)."""
-        total, seen = 0, set()
-        for _, m in self.named_modules():
-            for value in list(m._params.values()) + [getattr(m, "weight", None)]:
-                if value is None or id(value) in seen:
-                    continue
-                seen.add(id(value))
-                if isinstance(value, QTensor):
-                    total += value.nbytes
-                elif isinstance(value, Tensor):
-                    total += value.numel() * value.dtype.itemsize
-        return total
+        return sum(value.numel() * value.dtype.itemsize if isinstance(value, Tensor)
+                   else value.nbytes for value in self._weights())
 
 
-def _merge_generation_config(cfg, path):
+def _context_length(cfg, max_len):
+    context = int(cfg.max_position_embeddings)
+    if max_len is None:
+        return context
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+        raise EmberError(f"LlamaForCausalLM: max_len must be a positive int, got {max_len!r}",
+                         op="llama", max_len=max_len)
+    return min(max_len, context)
+
+
+def merge_generation_config(cfg, path):
     """Chat models list extra end-of-turn ids in generation_config.json: stop on those too."""
     import json
     import os
@@ -400,9 +335,10 @@ def _merge_generation_config(cfg, path):
     cfg.eos_token_id = sorted(set(cfg.eos_token_ids) | {int(e) for e in extra})
 
 
-def load_model(path, device=None, dtype=dt.f32):
+def load_model(path, device=None, dtype=dt.f32, max_len=None):
     """LlamaForCausalLM from a directory (config.json + safetensors)."""
-    return LlamaForCausalLM.from_pretrained(path, device, dtype)
+    return LlamaForCausalLM.from_pretrained(path, device, dtype, max_len)
 
 
-__all__ = ["LlamaConfig", "LlamaForCausalLM", "KVCache", "load_model", "EmberError"]
+__all__ = ["DenseLayers", "LlamaConfig", "LlamaForCausalLM", "KVCache", "load_model",
+           "merge_generation_config", "EmberError"]

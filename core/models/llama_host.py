@@ -1,13 +1,13 @@
-"""The Llama forward's host-side data without numpy (a browser page under Pyodide).
-
-Token ids, attention masks and positions are small (batch x sequence), so plain lists do;
-the additive causal mask is built on the device from two `arange`s and one comparison,
-and skipped entirely when it would allow everything (a decode step without padding).
+"""The Llama forward's host-side data: token ids, attention masks and positions, as
+plain Python lists (they are batch x sequence, small), and the additive causal mask
+built on the device from two `arange`s and one comparison, skipped entirely when it
+would allow everything (a decode step without padding). Nothing here is O(t^2) on the
+host, and nothing needs numpy, so a browser page runs the same code.
 """
 from .. import dtype as dt
-from ..errors import ShapeMismatch
+from ..errors import ShapeMismatch, fmt_shape
 from ..hostdata import pack, unpack
-from ..tensor import arange, tensor, where
+from ..tensor import Tensor, arange, tensor, where
 
 # The most negative finite float32 (numpy's finfo(float32).min), written out so that
 # importing this needs no numpy.
@@ -20,24 +20,22 @@ def round_to_dtype(value, dtype):
     return float(unpack(pack([float(value)], dtype), dtype, (1,))[0])
 
 
-def int_rows(ids):
-    """Token ids (a list of ints, or a list of lists of ints) as lists of Python ints."""
-    rows = [ids] if ids and not isinstance(ids[0], (list, tuple)) else ids
-    return [[int(v) for v in row] for row in rows]
-
-
-def bool_rows(mask):
-    """A host 0/1 attention mask ([batch][length] nested lists) as lists of bools."""
-    rows = [mask] if mask and not isinstance(mask[0], (list, tuple)) else mask
-    return [[bool(v) for v in row] for row in rows]
-
-
-def shape_of(rows):
-    widths = {len(r) for r in rows}
-    if len(widths) > 1:
-        raise ShapeMismatch(f"forward: attention_mask rows have different lengths "
-                            f"{sorted(widths)}", op="llama.forward")
-    return (len(rows), widths.pop() if widths else 0)
+def bool_rows(mask, expected):
+    """A 0/1 attention mask ([batch][length]: nested lists, a numpy array or a Tensor)
+    as lists of bools, checked to have the shape `expected`."""
+    if isinstance(mask, Tensor):
+        mask = mask.tolist()
+    try:
+        rows = [[bool(v) for v in row] for row in mask]
+    except TypeError:
+        rows = None
+    shape = (len(rows), len(rows[0]) if rows else 0) if rows is not None else None
+    if rows is None or any(len(r) != shape[1] for r in rows) or shape != expected:
+        got = fmt_shape(shape) if shape is not None else "a 1-D sequence"
+        raise ShapeMismatch(f"forward: attention_mask has shape {got}, expected "
+                            f"{fmt_shape(expected)} (cache length + new tokens)",
+                            op="llama.forward", shapes=(shape, expected))
+    return rows
 
 
 def positions(key_mask, past, device):
@@ -50,7 +48,7 @@ def positions(key_mask, past, device):
     for row in key_mask:
         count, pos = 0, []
         for real in row:
-            count += bool(real)
+            count += real
             pos.append(count - 1 if real else 1)
         out.append(pos[past:])
     return tensor(out, dtype=dt.i64, device=device)
