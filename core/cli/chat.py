@@ -9,7 +9,7 @@ re-rendered through the template each turn, so the prompt is what the model was 
 """
 import sys
 
-from .generate import add_model_arguments, generation_config, load_llm
+from .generate import add_model_arguments, generation_config, load_llm, report_finish
 
 
 def add_parser(subparsers):
@@ -26,12 +26,12 @@ def run(args, inp=None, out=None):
     from ..generation import TextGeneration
     inp = inp or sys.stdin
     out = out or sys.stdout
+    config = generation_config(args)   # bad settings fail before the model loads
     model, tokenizer, template = load_llm(args)
     if template is None:
         raise EmberError("chat: this model has no chat template (tokenizer_config.json "
                          "chat_template, or tokenizer.chat_template in the GGUF file); use "
                          "`ember generate` for plain prompts", op="chat")
-    config = generation_config(args)
     start = [{"role": "system", "content": args.system}] if args.system else []
     messages = list(start)
     interactive = inp.isatty()
@@ -58,5 +58,6 @@ def run(args, inp=None, out=None):
             out.flush()
         out.write("\n")
         out.flush()
+        report_finish(gen, model)
         messages.append({"role": "assistant", "content": gen.text})
     return 0

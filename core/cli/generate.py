@@ -2,9 +2,12 @@
 
     ember generate --model ./TinyLlama "Once upon a time"
     ember generate --gguf tinyllama.Q4_K_M.gguf --max-new-tokens 64 --temperature 0.8 --seed 1 "Hi"
-    ember generate --model ./m --json "Hi"      {"token_ids": [...], "text": "..."} (new tokens only)
+    ember generate --model ./m --json "Hi"      {"token_ids": [...], "text": "...",
+                                                 "finish_reason": "..."} (new tokens only)
 
-Greedy unless --temperature > 0. Without PROMPT the prompt is read from stdin.
+Greedy unless --temperature > 0. Without PROMPT the prompt is read from stdin. A prompt
+longer than the model's context is refused unless --truncate-prompt drops its oldest
+tokens; a run that fills the context says so on stderr.
 """
 import json
 import os
@@ -19,7 +22,8 @@ def add_parser(subparsers):
     p.add_argument("prompt", nargs="*", metavar="PROMPT", help="prompt text (default: stdin)")
     add_model_arguments(p)
     p.add_argument("--json", action="store_true",
-                   help='print {"token_ids": [...], "text": "..."} for the new tokens')
+                   help='print {"token_ids": [...], "text": "...", "finish_reason": "..."} '
+                        'for the new tokens')
     p.add_argument("--chat", action="store_true",
                    help="wrap the prompt as one user message in the model's chat template")
     p.set_defaults(func=run)
@@ -40,6 +44,9 @@ def add_model_arguments(p):
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--stop", action="append", default=[], metavar="TEXT",
                    help="stop when the text contains TEXT (may repeat)")
+    p.add_argument("--truncate-prompt", action="store_true",
+                   help="drop a too-long prompt's oldest tokens to fit the model's context "
+                        "(default: refuse it)")
 
 
 def generation_config(args):
@@ -47,7 +54,17 @@ def generation_config(args):
     return GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                             top_k=args.top_k, top_p=args.top_p,
                             repetition_penalty=args.repetition_penalty, seed=args.seed,
-                            stop_strings=tuple(args.stop))
+                            stop_strings=tuple(args.stop),
+                            truncate="left" if args.truncate_prompt else None)
+
+
+def report_finish(gen, model, err=None):
+    """Say on stderr when the run ended because the sequence filled the model's context
+    (not max_new_tokens, a stop token or a stop string)."""
+    if gen.stop_reason == "context":
+        print(f"ember: stopped at the model's context of {model.context_length} positions "
+              f"(prompt {len(gen.prompt_ids)} + {len(gen.token_ids)} new tokens)",
+              file=err or sys.stderr)
 
 
 def load_llm(args):
@@ -116,6 +133,7 @@ def run(args, out=None):
     if not prompt:
         print("ember generate: give a PROMPT (or text on stdin)", file=sys.stderr)
         return 2
+    config = generation_config(args)   # bad settings fail before the model loads
     model, tokenizer, template = load_llm(args)
     add_special = True
     if args.chat:
@@ -124,15 +142,18 @@ def run(args, out=None):
                              "(tokenizer_config.json chat_template)", op="generate")
         prompt = template.render([{"role": "user", "content": prompt}], add_generation_prompt=True)
         add_special = False     # the template writes its own bos
-    gen = TextGeneration(model, tokenizer, prompt, generation_config(args),
+    gen = TextGeneration(model, tokenizer, prompt, config,
                          add_special_tokens=add_special)
     if args.json:
         gen.run()
-        json.dump({"token_ids": gen.token_ids, "text": gen.text}, out, ensure_ascii=False)
+        json.dump({"token_ids": gen.token_ids, "text": gen.text,
+                   "finish_reason": gen.stop_reason}, out, ensure_ascii=False)
         out.write("\n")
+        report_finish(gen, model)
         return 0
     for delta in gen:
         out.write(delta)
         out.flush()
     out.write("\n")
+    report_finish(gen, model)
     return 0
