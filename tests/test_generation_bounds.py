@@ -146,6 +146,26 @@ def test_a_smaller_max_len_caps_the_context(model_dir):
         LlamaForCausalLM.from_pretrained(model_dir, max_len=0)
 
 
+def test_long_inputs_run_in_query_tiles_with_the_same_logits(model, monkeypatch):
+    """Past PREFILL_TILE positions the forward goes through the cache a tile at a time
+    (masks and scores [tile, length], never [t, t]); the logits do not change."""
+    from ember.models import llama
+    ids = [_prompt(40, 5), [0] * 9 + _prompt(31, 6)]
+    mask = [[1] * 40, [0] * 9 + [1] * 31]
+    whole = model(ids, attention_mask=mask).numpy()
+    cache = model.new_cache(2, 48)
+    whole_cached = model(ids, cache=cache, attention_mask=mask, last_only=True).numpy()
+    monkeypatch.setattr(llama, "PREFILL_TILE", 8)
+    tiled = model(ids, attention_mask=mask).numpy()
+    cache = model.new_cache(2, 48)
+    tiled_cached = model(ids, cache=cache, attention_mask=mask, last_only=True).numpy()
+    assert tiled.shape == whole.shape == (2, 40, CONFIG["vocab_size"]) and cache.length == 40
+    real = np.asarray(mask, dtype=bool)   # a padding slot's logits mean nothing
+    np.testing.assert_allclose(tiled[real], whole[real], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(tiled_cached, whole_cached, atol=1e-5, rtol=0)
+    assert tiled_cached.shape == (2, 1, CONFIG["vocab_size"])
+
+
 def test_text_generation_reports_the_context_end(model):
     class Letters:
         def decode(self, ids, skip_special_tokens=True):

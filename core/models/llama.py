@@ -32,6 +32,9 @@ from .rope import RotaryEmbedding
 MASKED = llama_host.MASKED
 # ... and for narrower compute dtypes, their own most negative finite value.
 _LOWEST = {"f16": -65504.0, "bf16": -3.3895e38}
+# The most query positions one pass attends with: longer inputs go through the cache in
+# tiles of this many, so masks and scores stay [tile, length].
+PREFILL_TILE = 512
 
 
 class _Loaded:
@@ -254,6 +257,8 @@ class LlamaForCausalLM(Module):
         key_mask = None
         if attention_mask is not None:
             key_mask = llama_host.bool_rows(attention_mask, (b, total))
+        if t > PREFILL_TILE:
+            return self._tiled(ids, cache, key_mask, last_only)
         rope = self.rope(cache.max_len if cache is not None else total)
         positions = llama_host.positions(key_mask, past, self.device)
         tables = rope.tables(positions, t) + (rope.fused_tables(positions, t),)
@@ -272,6 +277,21 @@ class LlamaForCausalLM(Module):
         if last_only and t > 1:
             x = x.narrow(1, t - 1, 1)
         return self.lm_head(self.norm(x))
+
+    def _tiled(self, ids, cache, key_mask, last_only):
+        """A long input in query tiles of PREFILL_TILE through the cache (a temporary one
+        when none is given): each tile's mask and scores are [tile, length], never
+        [t, t], so memory grows with the input, not with its square."""
+        b, t = ids.shape
+        if cache is None:
+            cache = self.new_cache(b, t)
+        past = cache.length
+        outs = []
+        for start in range(0, t, PREFILL_TILE):
+            n = min(PREFILL_TILE, t - start)
+            mask = None if key_mask is None else [row[:past + start + n] for row in key_mask]
+            outs.append(self.forward(ids.narrow(1, start, n), cache, mask, last_only))
+        return outs[-1] if last_only else cat(outs, 1)
 
     def _ids(self, input_ids):
         if isinstance(input_ids, Tensor):
