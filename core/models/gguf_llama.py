@@ -218,10 +218,12 @@ class QuantizedLayers(DenseLayers):
         # Mixed types (Q4_K_M files): separate layers, their outputs concatenated.
         return ConcatLinear(**{name: self.from_tensors(w, b) for name, (w, b) in zip(names, parts)})
 
-    def embedding(self, weight, device):
-        if isinstance(weight, QTensor):
-            return QuantEmbedding(weight, device)
-        return super().embedding(weight, device)
+    def embedding(self, vb, vocab, hidden, device):
+        dense = super().embedding(vb, vocab, hidden, device)
+        # The source handed the layer a QTensor: look rows up in it instead.
+        if isinstance(dense.weight, QTensor):
+            return QuantEmbedding(dense.weight, device)
+        return dense
 
     def tied_head(self, embedding):
         return self.from_tensors(embedding.weight, None)

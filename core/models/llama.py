@@ -79,8 +79,8 @@ class DenseLayers:
         bias = cat(list(biases), 0) if biases[0] is not None else None
         return self.from_tensors(cat(list(weights), 0), bias)
 
-    def embedding(self, weight, device):
-        return Embedding(*weight.shape, vb=_Loaded(weight=weight))
+    def embedding(self, vb, vocab, hidden, device):
+        return Embedding(vocab, hidden, vb=vb)
 
     def tied_head(self, embedding):
         """The output projection that reuses the embedding table."""
@@ -88,9 +88,10 @@ class DenseLayers:
 
 
 def rms_norm(vb, dim, eps, plus_one):
-    w = vb.get((dim,), "weight")
-    # Gemma scales by (1 + w), in f32 like HF
-    return RmsNorm(dim, eps, vb=_Loaded(weight=w + 1.0 if plus_one else w))
+    norm = RmsNorm(dim, eps, vb=vb)
+    if plus_one:   # Gemma scales by (1 + w), in f32 like HF
+        norm.weight = norm.weight + 1.0
+    return norm
 
 
 class Attention(Module):
@@ -184,8 +185,8 @@ class LlamaForCausalLM(Module):
         self.context_length = _context_length(cfg, max_len)
         layers = layers if layers is not None else DenseLayers()
         m = vb.pp("model")
-        emb = m.pp("embed_tokens").get((cfg.vocab_size, cfg.hidden_size), "weight")
-        self.embed_tokens = layers.embedding(emb, self.device)
+        self.embed_tokens = layers.embedding(m.pp("embed_tokens"), cfg.vocab_size,
+                                             cfg.hidden_size, self.device)
         self.layers = ModuleList(*[DecoderLayer(cfg, m.pp(f"layers.{i}"), i, layers)
                                    for i in range(cfg.num_hidden_layers)])
         self.norm = rms_norm(m.pp("norm"), cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_plus_one)
