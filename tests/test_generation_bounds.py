@@ -122,6 +122,21 @@ def test_a_huge_max_new_tokens_allocates_a_context_sized_cache(model):
     assert model.new_cache(1, 10**9).max_len == CONTEXT
 
 
+def test_each_device_bounds_the_cache_and_stops_at_the_context(model_dir, nan_dir, device):
+    on_device = _Caches(LlamaForCausalLM.from_pretrained(model_dir, device=device))
+    out, reason = generate(on_device, _prompt(20), max_new_tokens=10**9, stop_token_ids=(),
+                           return_finish_reasons=True)
+    (cache,) = on_device.made
+    assert cache.max_len == CONTEXT and cache.keys[0].device == device
+    assert len(out) == CONTEXT - 20 and reason == "context"
+    assert out == generate(LlamaForCausalLM.from_pretrained(model_dir), _prompt(20),
+                           max_new_tokens=10**9, stop_token_ids=())
+    broken = LlamaForCausalLM.from_pretrained(nan_dir, device=device)
+    for settings in ({}, {"temperature": 0.5, "seed": 2}):   # argmax on the device, or rows read
+        with pytest.raises(EmberError, match="NaN"):
+            generate(broken, _prompt(5), max_new_tokens=3, **settings)
+
+
 def test_the_finish_reason_tells_context_from_length(model):
     _, reason = generate(model, _prompt(10), max_new_tokens=54, stop_token_ids=(),
                          return_finish_reasons=True)
