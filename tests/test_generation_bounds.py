@@ -279,3 +279,23 @@ def test_cli_nan_logits_exit_non_zero_without_a_traceback(nan_dir):
     rc, out, err = _cli(["generate", "--model", nan_dir, "--max-new-tokens", "4", "--top-p",
                          "nan", "hello"])
     assert rc == 1 and "top_p" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("settings", [{"temperature": 0.7}, {"temperature": 1.3, "top_k": 5},
+                                      {"temperature": 0.9, "top_p": 0.6},
+                                      {"temperature": 1.0, "top_k": 8, "top_p": 0.8}])
+def test_draws_follow_the_processors_distribution(settings):
+    """sampling.draw_tokens (on weights, as the device computes them) lands on each token
+    as often as softmax(process_logits(row)) says, and never outside its support."""
+    from ember.generation import process_logits, sampling
+    config = GenerationConfig(**settings)
+    row = (np.random.default_rng(4).standard_normal(24) * 2).astype(np.float32).tolist()
+    processed = np.asarray(process_logits([row], [[]], config)[0], dtype=np.float64)
+    p = np.exp(processed - processed.max())
+    p /= p.sum()
+    generator = ember.Generator(9)
+    draws = [sampling.draw_tokens([sampling.weights(row, config.temperature)], config,
+                                  generator)[0] for _ in range(3000)]
+    freq = np.bincount(draws, minlength=24) / 3000
+    assert set(np.nonzero(freq)[0]) <= set(np.nonzero(p)[0])
+    assert np.abs(freq - p).max() < 0.035, (freq, p)

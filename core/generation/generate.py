@@ -19,6 +19,8 @@ The loop is written once, as an async generator that awaits each step's readback
 running); the synchronous API drives the same generator with a readback that never
 suspends (`_drive`), so there is no second copy of the loop.
 """
+import math
+
 from .. import dtype as dt
 from ..errors import EmberError
 from ..random import Generator
@@ -118,8 +120,9 @@ class _Decoding:
         self.reasons = [None] * b
         self.new = 0
         self.cache = model.new_cache(b, self.total) if self.total > width else None
-        # Greedy without a penalty takes the argmax on the device: one id per row comes back.
-        self.on_device = not config.do_sample and config.repetition_penalty == 1.0
+        # Without a penalty the per-element work is done on the device: the argmax when
+        # greedy (one id per row comes back), else the softmax weights (sampling.weights).
+        self.on_device = config.repetition_penalty == 1.0
 
     def empty(self):
         """True when no token can be made (max_new_tokens 0, or a prompt filling the context)."""
@@ -143,26 +146,33 @@ class _Decoding:
 
     def to_read(self, logits):
         """The device tensor this step reads back: [2, batch] (argmax, NaN flag) i64 when
-        greedy on the device, else the logits rows [batch, vocab]."""
+        greedy on the device; the weights exp((logits - max) / temperature) [batch, vocab]
+        when sampling on it (NaN logits give NaN weights); else the logits rows."""
         rows = logits.reshape(self.b, logits.shape[-1])
         if not self.on_device:
             return rows
+        if self.config.do_sample:
+            top = rows.max(-1, keepdim=True)
+            return ((rows - top) * (1.0 / self.config.temperature)).exp()
         return cat([rows.argmax(-1), rows.ne(rows).max(-1).to(dt.i64)]).reshape(2, self.b)
 
     def choose(self, host):
         """The next ids (pad for finished rows) from what to_read's tensor read back."""
         config = self.config
-        if self.on_device:
+        greedy_on_device = self.on_device and not config.do_sample
+        if greedy_on_device:
             picks, nan_rows = host
         else:
-            nan_rows = [any(v != v for v in row) for row in host]
+            nan_rows = [math.isnan(sum(row)) for row in host]   # NaN anywhere: a NaN sum
         if any(nan_rows):
             row = [bool(v) for v in nan_rows].index(True)
             raise EmberError(
                 f"generate: the model's logits are NaN (row {row}, new token {self.new + 1}); "
                 "the weights or the config's values (eps, rope base) may be broken",
                 op="generate", row=row, step=self.new)
-        if not self.on_device:
+        if self.on_device and config.do_sample:
+            picks = sampling.draw_tokens(host, config, self.generator)
+        elif not greedy_on_device:
             picks = sampling.choose_tokens(host, self.history, config, self.generator)
         nxt = [config.pad_token_id if self.reasons[i] else int(t) for i, t in enumerate(picks)]
         self.new += 1

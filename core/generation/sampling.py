@@ -1,9 +1,10 @@
 """Choosing the next token from logits, on the host, as plain Python lists.
 
 One row of a vocabulary is a few thousand floats, read back once per step: lists do,
-and the same code runs in a browser page without numpy. Greedy decoding without a
-repetition penalty never comes here: generate.py takes the argmax on the device and
-reads back one id per row.
+and the same code runs in a browser page without numpy. The per-element work stays on
+the device where it can: greedy decoding without a repetition penalty takes the argmax
+there (one id per row comes back), and sampling without one reads back the row's
+`weights` computed there; only a penalty (a few ids per row) needs the logits here.
 
 The processors follow transformers' definitions so the same settings mean the same
 thing: repetition penalty divides positive and multiplies negative logits of tokens
@@ -13,8 +14,11 @@ Penalised and tempered logits are rounded to float32, as transformers computes t
 Sampling draws one uniform number per row from an `ember.Generator`, so a seed gives
 the same tokens on every device.
 """
+import heapq
 import math
 from array import array
+from bisect import bisect_left, bisect_right
+from itertools import accumulate
 
 NEG_INF = float("-inf")
 
@@ -98,17 +102,60 @@ def process_logits(rows, history, config):
 
 def choose_tokens(rows, history, config, generator):
     """Next token id per row: argmax when greedy, else one draw from the filtered softmax."""
-    rows = process_logits(rows, history, config)
+    rows = apply_repetition_penalty(rows, history, config.repetition_penalty)
     if not config.do_sample:
         return [argmax(row) for row in rows]
+    return draw_tokens([weights(row, config.temperature) for row in rows], config, generator)
+
+
+def weights(row, temperature):
+    """exp((row - max) / temperature): softmax(row / temperature) up to its sum (what
+    generate.py computes on the device when no penalty has to change the row first)."""
+    top, scale = max(row), 1.0 / temperature
+    return [math.exp((s - top) * scale) for s in row]
+
+
+def draw_tokens(rows, config, generator):
+    """One draw per row of unnormalised probabilities (`weights`) after top-k and top-p,
+    the filters apply_top_k / apply_top_p define (exp keeps the logits' order); the
+    C-level helpers (sorted, accumulate, bisect) do the work, so a vocabulary-sized row
+    costs little in pure Python."""
     u = generator.uniform((len(rows),))        # a list, or an array where numpy is
-    return [_draw(softmax(row), float(u[r])) for r, row in enumerate(rows)]
+    return [_draw(row, config, float(u[r])) for r, row in enumerate(rows)]
 
 
-def _draw(probs, u):
-    target, cdf = u * sum(probs), 0.0
-    for i, q in enumerate(probs):
-        cdf += q
-        if cdf > target and q > 0:
-            return i
-    return argmax(probs)   # rounding at the end of the cdf: the most likely token
+def _draw(w, config, u):
+    k = config.top_k
+    floor = heapq.nlargest(k, w)[-1] if 0 < k < len(w) else 0.0
+    ties = 0
+    if config.top_p < 1.0:
+        floor, ties = _top_p_floor(w, floor, config.top_p)
+    if floor > 0.0:
+        w = [v if v >= floor else 0.0 for v in w]
+    if ties:   # top-p drops the first `ties` weights equal to the floor, in index order
+        w = list(w)
+        for i, v in enumerate(w):
+            if v == floor:
+                w[i] = 0.0
+                ties -= 1
+                if not ties:
+                    break
+    cdf = list(accumulate(w))
+    pick = bisect_right(cdf, u * cdf[-1])
+    # rounding at the end of the cdf never lands past the last token that can be drawn
+    return pick if pick < len(w) and w[pick] > 0 else argmax(w)
+
+
+def _top_p_floor(w, floor, p):
+    """(the smallest weight top-p keeps of those >= floor, how many weights equal to it
+    it still drops): the least likely go while their cumulative probability stays
+    <= 1 - p, in ascending stable order; the most likely always stays."""
+    kept = sorted(v for v in w if v >= floor)
+    cumulative = list(accumulate(kept))
+    removed = min(bisect_right(cumulative, (1 - p) * cumulative[-1]), len(kept) - 1)
+    if not removed:
+        return floor, 0
+    cut = kept[removed - 1]
+    if kept[removed] > cut:
+        return kept[removed], 0
+    return cut, removed - bisect_left(kept, cut)
