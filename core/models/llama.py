@@ -37,21 +37,6 @@ _LOWEST = {"f16": -65504.0, "bf16": -3.3895e38}
 PREFILL_TILE = 512
 
 
-class _Loaded:
-    """A VarBuilder stand-in that hands a layer the tensors it is given. Layers built
-    without a vb first make shape placeholders on the default device (the CPU, which a
-    page without numpy cannot open); built through this they make none."""
-
-    def __init__(self, **tensors):
-        self.tensors = tensors
-
-    def get(self, shape, name):
-        return self.tensors[name]
-
-    def contains(self, name):
-        return self.tensors.get(name) is not None
-
-
 class DenseLayers:
     """How the model makes its layers from a VarBuilder's tensors: dense Linear and
     Embedding layers. gguf_llama.QuantizedLayers overrides `from_tensors`, `concat` and
@@ -70,9 +55,7 @@ class DenseLayers:
         return self.concat(names, parts)
 
     def from_tensors(self, weight, bias):
-        out_features, in_features = weight.shape
-        return Linear(in_features, out_features, bias=bias is not None,
-                      vb=_Loaded(weight=weight, bias=bias))
+        return Linear.from_tensors(weight, bias)
 
     def concat(self, names, parts):
         weights, biases = zip(*parts)
@@ -115,14 +98,14 @@ class Attention(Module):
     def forward(self, x, rope, tables, cache, masks):
         b, t, _ = x.shape
         hd, nh, nkv = self.head_dim, self.n_heads, self.n_kv
-        cos, sin, fused = tables
+        cos, sin, half = tables
         # q and k are adjacent heads of one output: rotate them in one pass, heads first
         # ([b, heads, t, hd]) as attention wants them.
         qkv = self.qkv_proj(x).reshape(b, t, nh + 2 * nkv, hd)
         qk = qkv.narrow(2, 0, nh + nkv)
-        if fused is not None:
-            qk = rope.rotate_fused(qk.transpose(1, 2), fused)
-        else:   # cos/sin are [batch or 1, t, rot]: broadcast over the heads
+        if half is not None:   # whole heads: ember.functional.rope, [t or b, t, hd/2] tables
+            qk = rope.rotate_fused(qk.transpose(1, 2), half)
+        else:   # a partial rotation (Phi-3.5): cos/sin [batch or 1, t, rot] over the heads
             qk = rope.rotate(qk, cos.unsqueeze(2), sin.unsqueeze(2)).transpose(1, 2)
         q, k = qk.narrow(1, 0, nh), qk.narrow(1, nh, nkv)
         v = qkv.narrow(2, nh + nkv, nkv).transpose(1, 2)
