@@ -18,6 +18,7 @@ attention mask) are plain Python lists, the causal mask is built on the device
 import math
 
 from .. import dtype as dt
+from .. import functional as F
 from ..device import as_device
 from ..errors import EmberError, ShapeMismatch, fmt_shape
 from ..nn import Embedding, Linear, Module, ModuleList, RmsNorm, VarBuilder, get_activation
@@ -35,6 +36,17 @@ _LOWEST = {"f16": -65504.0, "bf16": -3.3895e38}
 # The most query positions one pass attends with: longer inputs go through the cache in
 # tiles of this many, so masks and scores stay [tile, length].
 PREFILL_TILE = 512
+
+
+class _Given:
+    """A VarBuilder stand-in that hands a layer the tensors it is given (see
+    DenseLayers.from_tensors)."""
+
+    def __init__(self, **tensors):
+        self.tensors = tensors
+
+    def get(self, shape, name):
+        return self.tensors[name]
 
 
 class DenseLayers:
@@ -55,7 +67,11 @@ class DenseLayers:
         return self.concat(names, parts)
 
     def from_tensors(self, weight, bias):
-        return Linear.from_tensors(weight, bias)
+        # Not Linear.from_tensors yet: it builds shape placeholders on the default device
+        # first, the CPU, which a page without numpy cannot open.
+        out_features, in_features = weight.shape
+        return Linear(in_features, out_features, bias=bias is not None,
+                      vb=_Given(weight=weight, bias=bias))
 
     def concat(self, names, parts):
         weights, biases = zip(*parts)
@@ -111,15 +127,13 @@ class Attention(Module):
         v = qkv.narrow(2, nh + nkv, nkv).transpose(1, 2)
         if cache is not None:
             k, v = cache.update(self.layer_idx, k, v)
-        length = k.shape[2]
         g = nh // nkv
         # Grouped-query attention without repeating k/v: the g query heads that share a
-        # kv head become g*t rows of one matmul against it.
-        scores = q.reshape(b, nkv, g * t, hd).matmul(k.transpose(-1, -2)) * self.scale
-        mask = masks.get(self.window)
-        if mask is not None:
-            scores = (scores.reshape(b, nkv, g, t, length) + mask).reshape(b, nkv, g * t, length)
-        out = scores.softmax(-1).matmul(v)                       # [b, nkv, g*t, hd]
+        # kv head broadcast against it ([b, nkv, g, t, hd] queries, [b, nkv, 1, len, hd]
+        # keys); the backend computes it in tiles of queries.
+        out = F.scaled_dot_product_attention(
+            q.reshape(b, nkv, g, t, hd), k.unsqueeze(2), v.unsqueeze(2),
+            mask=masks.get(self.window), scale=self.scale)     # [b, nkv, g, t, hd]
         out = out.reshape(b, nh, t, hd).transpose(1, 2).reshape(b, t, nh * hd)
         return self.o_proj(out)
 
