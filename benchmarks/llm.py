@@ -90,8 +90,8 @@ def worker_ember(path, device, n_prompt, n_decode, gguf):
     t0 = time.perf_counter()
     model = load_gguf_model(path, device=dev) if gguf else LlamaForCausalLM.from_pretrained(path, device=dev)
     load = time.perf_counter() - t0
-    stats = getattr(dev.backend, "memory_stats", None)
-    on_device = stats()["bytes_in_use"] if stats else None    # the weights, right after load
+    # The weights on the device right after load (None where the backend keeps no count).
+    on_device = dev.memory_stats().get("bytes_in_use")
     ids = np.random.default_rng(1).integers(3, CONFIG["vocab_size"], (1, n_prompt))
 
     def run(n_dec):

@@ -60,4 +60,6 @@ def test_quant_linear_runs_the_contract_on_every_device(device):
     layer = QuantLinear(q)
     got = layer(ember.tensor(x, device=device)).numpy()
     np.testing.assert_allclose(got, x @ dense.T, rtol=1e-5, atol=1e-4)
-    assert layer.device_bytes() == 0     # the device reads the host weight in chunks
+    # numpy reads the host weight in chunks; WebGPU, with no kernel for F32 blocks, holds
+    # the dense copy Backend.place_quantized made once (6 x 64 f32)
+    assert layer.device_bytes() == (0 if device.kind == "cpu" else 4 * 6 * 64)

@@ -38,17 +38,6 @@ _LOWEST = {"f16": -65504.0, "bf16": -3.3895e38}
 PREFILL_TILE = 512
 
 
-class _Given:
-    """A VarBuilder stand-in that hands a layer the tensors it is given (see
-    DenseLayers.from_tensors)."""
-
-    def __init__(self, **tensors):
-        self.tensors = tensors
-
-    def get(self, shape, name):
-        return self.tensors[name]
-
-
 class DenseLayers:
     """How the model makes its layers from a VarBuilder's tensors: dense Linear and
     Embedding layers. gguf_llama.QuantizedLayers overrides `from_tensors`, `concat` and
@@ -67,11 +56,7 @@ class DenseLayers:
         return self.concat(names, parts)
 
     def from_tensors(self, weight, bias):
-        # Not Linear.from_tensors yet: it builds shape placeholders on the default device
-        # first, the CPU, which a page without numpy cannot open.
-        out_features, in_features = weight.shape
-        return Linear(in_features, out_features, bias=bias is not None,
-                      vb=_Given(weight=weight, bias=bias))
+        return Linear.from_tensors(weight, bias)
 
     def concat(self, names, parts):
         weights, biases = zip(*parts)

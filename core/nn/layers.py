@@ -50,7 +50,11 @@ class Linear(Module):
                     f"Linear.from_tensors: bias {fmt_shape(bias.shape)} must be "
                     f"[{out_features}] for weight {fmt_shape(weight.shape)}",
                     op="linear", shapes=(weight.shape, bias.shape))
-        layer = cls(in_features, out_features, bias=False)
+        # Not through __init__: its placeholders live on the default device (the CPU),
+        # which a page without numpy cannot open.
+        layer = cls.__new__(cls)
+        Module.__init__(layer)
+        layer.in_features, layer.out_features = in_features, out_features
         layer.weight, layer.bias = weight, bias
         return layer
 
