@@ -14,10 +14,13 @@ WORDS = ("the a cat dog sat on mat ran in park big small red blue house tree bir
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
+    return save_tiny_model(tmp_path_factory.mktemp("corpus-model") / "tiny-st")
+
+
+def save_tiny_model(path):
     torch = require("torch")
     transformers = require("transformers")
     tk = require("tokenizers")
-    path = tmp_path_factory.mktemp("corpus-model") / "tiny-st"
     torch.manual_seed(17)
     config = transformers.BertConfig(vocab_size=len(WORDS) + 5, hidden_size=32,
                                      num_hidden_layers=2, num_attention_heads=4,
