@@ -32,7 +32,8 @@ def save_tiny_model(path):
     tok.pre_tokenizer = tk.pre_tokenizers.BertPreTokenizer()
     tok.post_processor = tk.processors.BertProcessing(("[SEP]", 3), ("[CLS]", 2))
     tok.save(str(path / "tokenizer.json"))
-    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+    modules = [{"idx": 0, "name": "0", "path": "",
+                "type": "sentence_transformers.models.Transformer"},
                {"idx": 1, "name": "1", "path": "1_Pooling",
                 "type": "sentence_transformers.models.Pooling"},
                {"idx": 2, "name": "2", "path": "2_Normalize",

@@ -116,7 +116,8 @@ def test_ember_replaces_its_own_output_but_not_once_changed(capsys, tmp_path, ti
 
 def test_bad_rows_stop_the_job_or_are_skipped(capsys, tmp_path, tiny_model_dir):
     src = tmp_path / "a.jsonl"
-    src.write_bytes(b'{"text": "the cat"}\n{"title": "x"}\n{"text": "caf\xe9"}\n{"text": "a dog"}\n')
+    src.write_bytes(b'{"text": "the cat"}\n{"title": "x"}\n{"text": "caf\xe9"}\n'
+                    b'{"text": "a dog"}\n')
     out = tmp_path / "o.jsonl"
     code, _, err = _embed(capsys, tiny_model_dir, "--input", src, "--output", out)
     assert code == 1 and f"{src} line 2, field 'text': no field 'text'" in err
@@ -217,7 +218,8 @@ def test_search_is_exact_cosine_top_k_over_chunks(capsys, tmp_path, tiny_model_d
     code = main(["search", str(out), "the big red house", "-k", "3", "--json",
                  "--model", str(tiny_model_dir)])
     doc = json.loads(capsys.readouterr().out)
-    assert code == 0 and [r["id"] for r in doc["results"]] == [f"{src}:{i + 1}" for i in expected[:3]]
+    assert code == 0
+    assert [r["id"] for r in doc["results"]] == [f"{src}:{i + 1}" for i in expected[:3]]
     assert main(["search", str(out), "the big red house", "-k", "2",
                  "--model", str(tiny_model_dir)]) == 0
     lines = capsys.readouterr().out.splitlines()

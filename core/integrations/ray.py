@@ -13,7 +13,7 @@ each node's), then embeds every batch it is given: the batch's `text` column in,
 same batch with a `vector` column (float32, one row per text) out. Ray is an optional
 extra: `pip install 'ember[ray]'`.
 """
-import itertools
+import collections
 
 import numpy as np
 
@@ -40,11 +40,14 @@ class EmbedBatch:
         self.text_column, self.vector_column = text_column, vector_column
         self.batch_size = batch_size
 
+    def embed(self, texts):
+        """(len(texts), dim) float32 vectors, in order."""
+        vectors = self.embedder.encode([str(t) for t in texts], batch_size=self.batch_size)
+        return np.ascontiguousarray(vectors.numpy(), dtype=np.float32)
+
     def __call__(self, batch):
         """A dict of numpy columns (Ray's default batch format) or a pandas DataFrame."""
-        texts = [str(t) for t in batch[self.text_column]]
-        vectors = self.embedder.encode(texts, batch_size=self.batch_size).numpy()
-        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        vectors = self.embed(batch[self.text_column])
         if hasattr(batch, "columns"):   # pandas: one array per cell
             batch = batch.copy()
             batch[self.vector_column] = list(vectors)
@@ -66,29 +69,35 @@ def connect(address, num_cpus=None):
     return ray
 
 
-def ray_windows(model, device="best", actors=2, batch_size=32, windows_per_round=16):
-    """A corpus job's embedder (see ember.corpus.job.local_windows) running on Ray: rounds of
-    `windows_per_round` windows go through map_batches(EmbedBatch, concurrency=actors),
-    results in order; the driver holds one round of rows and vectors at a time."""
+def ray_windows(model, device="best", actors=2, batch_size=32, in_flight_per_actor=2):
+    """A corpus job's embedder (see ember.corpus.job.local_windows) on Ray: `actors` Ray
+    actors of EmbedBatch, each loading the model once, take the windows in turn; results
+    come back in order, with at most `in_flight_per_actor` windows queued per actor, so the
+    driver holds a bounded number of windows however long the corpus.
+
+    Ray Data's map_batches (the EmbedBatch example above) suits data the cluster reads
+    itself; a job fed from the driver's files, resumable window by window, drives the same
+    class as an actor pool directly instead of rebuilding a dataset (and its actors, and
+    their models) for every stretch of the input."""
     ray = require_ray()
     gpus = 1 if str(device).startswith("cuda") else 0
-    kwargs = {"model": model, "device": device, "batch_size": batch_size}
+    worker = ray.remote(num_cpus=1, num_gpus=gpus)(EmbedBatch)
 
     def run(windows):
-        ray.data.DataContext.get_current().execution_options.preserve_order = True
-        windows = iter(windows)
-        while True:
-            group = list(itertools.islice(windows, windows_per_round))
-            if not group:
-                return
-            texts = [{"text": text} for rows in group for _, text in rows]
-            ds = ray.data.from_items(texts).map_batches(
-                EmbedBatch, fn_constructor_kwargs=kwargs, batch_size=len(group[0]),
-                concurrency=actors, num_gpus=gpus)
-            vectors = np.concatenate([b["vector"] for b in
-                                      ds.iter_batches(batch_size=None, batch_format="numpy")])
-            start = 0
-            for rows in group:
-                yield rows, vectors[start:start + len(rows)]
-                start += len(rows)
+        pool = [worker.remote(model=model, device=device, batch_size=batch_size)
+                for _ in range(actors)]
+        pending = collections.deque()
+        try:
+            for n, rows in enumerate(windows):
+                texts = [text for _, text in rows]
+                pending.append((rows, pool[n % actors].embed.remote(texts)))
+                if len(pending) >= actors * in_flight_per_actor:
+                    rows, ref = pending.popleft()
+                    yield rows, ray.get(ref)
+            while pending:
+                rows, ref = pending.popleft()
+                yield rows, ray.get(ref)
+        finally:
+            for actor in pool:
+                ray.kill(actor)
     return run
