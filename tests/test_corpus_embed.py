@@ -99,6 +99,18 @@ def test_someone_elses_output_is_refused_and_kept(capsys, tmp_path, tiny_model_d
     assert _read_index(out)[1] == ["the cat", "a dog"]
 
 
+def test_someone_elses_directory_in_the_place_of_the_parts_is_kept(capsys, tmp_path,
+                                                                  tiny_model_dir):
+    src = write_txt(tmp_path / "a.txt", ["the cat"])
+    theirs = tmp_path / ".o.npy.ember-parts"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine")
+    code, _, err = _embed(capsys, tiny_model_dir, "--input", src, "--output", tmp_path / "o.npy",
+                          "--force")
+    assert code == 1 and "was not made by ember" in err
+    assert os.listdir(theirs) == ["notes.txt"] and not (tmp_path / "o.npy").exists()
+
+
 def test_ember_replaces_its_own_output_but_not_once_changed(capsys, tmp_path, tiny_model_dir):
     src = write_txt(tmp_path / "a.txt", ["the cat", "a dog"])
     out = tmp_path / "o.jsonl"

@@ -113,3 +113,24 @@ def test_jsonl_ids_may_be_missing_only_without_id_field(tmp_path):
     p.write_text(json.dumps({"text": "x"}) + "\n")
     with pytest.raises(BadRow, match=r"line 1, field 'doc': no id in field 'doc'"):
         _rows([p], id_field="doc")
+
+
+def test_progress_bar_on_a_terminal_only():
+    import io
+
+    from ember.corpus.progress import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty, pipe = Tty(), io.StringIO()
+    for stream in (tty, pipe):
+        bar = Progress(stream, total=4000, done=1000)
+        bar.shown = -1e9   # draw on the first update whatever the clock says
+        bar.update(1000)
+        bar.close()
+    assert pipe.getvalue() == ""
+    last = tty.getvalue().split("\r")[-1]
+    assert "2,000/4,000 rows" in last and "rows/s" in last and "ETA " in last
+    assert last.endswith("\n")

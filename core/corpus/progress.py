@@ -33,7 +33,8 @@ class Progress:
             bar = "#" * int(frac * WIDTH)
             left = (self.total - self.done) / rate if rate > 0 else float("inf")
             eta = "--:--" if left == float("inf") else f"{int(left) // 60:02d}:{int(left) % 60:02d}"
-            text = f"[{bar:<{WIDTH}}] {self.done:,}/{self.total:,} rows  {rate:,.0f} rows/s  ETA {eta}"
+            text = (f"[{bar:<{WIDTH}}] {self.done:,}/{self.total:,} rows  {rate:,.0f} rows/s  "
+                    f"ETA {eta}")
         return text
 
     def close(self):
