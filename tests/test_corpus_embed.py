@@ -279,3 +279,23 @@ def test_minilm_corpus_matches_the_reference_and_each_text_alone(capsys, tmp_pat
     alone = np.concatenate([emb.encode([t]).numpy() for t in texts])
     assert _cosines(vectors, alone).min() >= 0.99999
     assert _cosines(vectors, minilm_reference[keep]).min() >= 0.9999
+
+
+def test_a_corpus_with_no_good_rows_is_an_error_and_leaves_nothing(capsys, tmp_path,
+                                                                   tiny_model_dir):
+    src = tmp_path / "a.jsonl"
+    src.write_text('{"text": ""}\n{"other": 1}\n')
+    code, _, err = _embed(capsys, tiny_model_dir, "--input", src, "--output", tmp_path / "o.npy",
+                          "--skip-bad-rows")
+    assert code == 1 and "no rows to embed" in err
+    assert sorted(os.listdir(tmp_path)) == ["a.jsonl"]
+
+
+def test_a_deleted_sidecar_is_written_again(capsys, tmp_path, tiny_model_dir):
+    src = write_txt(tmp_path / "a.txt", ["the cat", "a dog"])
+    out = tmp_path / "o.npy"
+    assert _embed(capsys, tiny_model_dir, "--input", src, "--output", out)[0] == 0
+    (tmp_path / "o.rows.jsonl").unlink()
+    code, _, err = _embed(capsys, tiny_model_dir, "--input", src, "--output", out)
+    assert code == 0 and "already complete" not in err
+    assert _read_index(out)[1] == ["the cat", "a dog"]

@@ -21,6 +21,10 @@ def run_corpus(args, out):
         print(f"ember embed: {exc} (--skip-bad-rows logs such rows and goes on; rerunning "
               "resumes after the rows already embedded)", file=sys.stderr)
         return 1
+    except OSError as exc:   # a full disk, a file that vanished: said, not a traceback
+        print(f"ember embed: {exc.filename or args.output}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 1
 
 
 def _run(args, out):

@@ -33,7 +33,12 @@ def run(args, out=None):
     chunks = index_chunks(args.index)   # a missing or unknown index fails before the model loads
     embedder = load_embedder(args.model, open_device(args.device))
     query = embedder.encode([args.query]).numpy()[0]
-    results = top_k(query, chunks, args.k)
+    try:
+        results = top_k(query, chunks, args.k)
+    except OSError as exc:
+        print(f"ember search: {exc.filename or args.index}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 1
     if args.json:
         json.dump({"index": args.index, "query": args.query,
                    "results": [{"id": i, "text": t, "score": s} for s, i, t in results]}, out)

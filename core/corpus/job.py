@@ -97,11 +97,11 @@ class CorpusJob:
         t0 = time.perf_counter()
         self.check()
         fingerprint = self.fingerprint()
-        done = owned_files.record(self.output)
-        if (done is not None and done.get("fingerprint") == fingerprint
+        done = [owned_files.record(path) for path in output_files(self.output)]
+        if (all(r is not None and r.get("fingerprint") == fingerprint for r in done)
                 and not self.parts.exists() and not self.force):
             self.log(f"{self.output} is already complete for these inputs; nothing to do")
-            return {"output": self.output, "rows": done.get("rows"), "embedded": 0,
+            return {"output": self.output, "rows": done[0].get("rows"), "embedded": 0,
                     "skipped": 0, "seconds": time.perf_counter() - t0}
         try:
             self.parts.open(fingerprint, restart=self.force)
@@ -126,6 +126,7 @@ class CorpusJob:
         progress.close()
         rows = self.parts.rows_done
         if rows == 0:
+            self.parts.remove()
             raise CorpusError(f"no rows to embed in {', '.join(self.inputs)}")
         dim = int(self.model_facts["dim"])
         assemble(self.parts, self.format, dim, {"fingerprint": fingerprint, "rows": rows})
