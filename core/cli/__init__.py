@@ -8,8 +8,8 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("embed", "info", "demo", "generate", "chat", "serve", "bench", "inspect", "convert",
-            "quantize", "verify")
+COMMANDS = ("embed", "search", "info", "demo", "generate", "chat", "serve", "bench", "inspect",
+            "convert", "quantize", "verify")
 
 
 def build_parser():

@@ -5,6 +5,9 @@
     ember embed --query "pets" "a cat" "a car"   texts ranked by cosine similarity
 
 Without TEXT arguments, texts are read from stdin, one per line.
+
+    ember embed --input docs.jsonl --output docs.parquet     a corpus, resumable (docs/corpus.md)
+    ember embed --input a.csv b.txt --output v.npy --ray auto   the same job on a Ray cluster
 """
 import json
 import sys
@@ -22,12 +25,34 @@ def add_parser(subparsers):
     p.add_argument("--query", default=None, help="rank the texts by similarity to this text")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--batch-size", type=int, default=32)
+    corpus = p.add_argument_group("a corpus from files (docs/corpus.md)")
+    corpus.add_argument("--input", nargs="+", metavar="FILE",
+                        help=".jsonl, .csv, .parquet or .txt (one text per line) files")
+    corpus.add_argument("--output", metavar="FILE",
+                        help=".parquet, .npy (+ NAME.rows.jsonl) or .jsonl; a rerun resumes")
+    corpus.add_argument("--text-field", default="text", help="the text's field (default text)")
+    corpus.add_argument("--id-field", default=None,
+                        help="the id's field (default: FILE:LINE, or FILE:ROW for parquet)")
+    corpus.add_argument("--window", type=int, default=1024,
+                        help="rows embedded together and committed as one part (default 1024)")
+    corpus.add_argument("--skip-bad-rows", action="store_true",
+                        help="log rows that cannot be embedded and go on")
+    corpus.add_argument("--force", action="store_true",
+                        help="replace an output ember did not write; discard a partial run "
+                             "of other inputs or options")
+    corpus.add_argument("--ray", metavar="ADDRESS", default=None,
+                        help="run on Ray: local, auto, or a cluster address (needs ember[ray])")
+    corpus.add_argument("--ray-actors", type=int, default=2,
+                        help="Ray actors, one model each (default 2)")
     p.set_defaults(func=run)
     return p
 
 
 def run(args, out=None):
     out = out or sys.stdout
+    if args.input or args.output:
+        from .embed_corpus import run_corpus
+        return run_corpus(args, out)
     texts = list(args.texts)
     if not texts and not sys.stdin.isatty():
         texts = [line.rstrip("\n") for line in sys.stdin if line.strip()]
