@@ -81,6 +81,22 @@ fn tanh_f(x: f32) -> f32 {
     return tanh(clamp(x, -20.0, 20.0));
 }
 
+// sin/cos of any finite f32: WGSL promises its builtins' accuracy only on [-pi, pi]
+// (rotary tables reach angles of thousands of radians, where some GPUs' fast cos drifts),
+// so the argument is first reduced by k multiples of 2*pi, with 2*pi split into constants
+// of at most 8 significant bits (Cody-Waite): each k * c is exact for |k| < 2^16 and each
+// subtraction nearly so, leaving the reduced angle within about 1e-7 of the true one.
+fn reduce_2pi(x: f32) -> f32 {
+    let k = round(x * 0.15915494309189535);
+    var r = x - k * 6.28125;
+    r = r - k * 0.0019378662109375;
+    r = r - k * -2.562999725341797e-06;
+    r = r - k * 3.958120942115784e-09;
+    return r - k * 1.0253376273028358e-11;
+}
+fn sin_f(x: f32) -> f32 { return sin(reduce_2pi(x)); }
+fn cos_f(x: f32) -> f32 { return cos(reduce_2pi(x)); }
+
 fn erfc_tail(ax: f32) -> f32 {
     let t = 1.0 / (1.0 + 0.5 * ax);
     let poly = -1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (

@@ -5,72 +5,87 @@ scaling) and their application in the two layouts checkpoints use.
   form the (x, y) pairs, so the rotation partner of element i is i ± d/2.
 - "interleaved" (Meta's original, llama.cpp's GGUF llama): pairs are adjacent elements.
 
-Rotation is written as  x * cos + swap(x) * sin_signed,  where swap exchanges the two
+Whole heads rotate through ember.functional.rope (the backend contract's rope). A partial
+rotation is written as  x * cos + swap(x) * sin_signed,  where swap exchanges the two
 elements of each pair (one gather over a size-2 axis) and sin_signed carries the minus
-sign of the first partner; that is four tensor ops, each one pass over memory.
-Tables are computed once on the host, in float32 as transformers does, for every
-position the cache can hold: with numpy where it is installed, in pure Python (values
-rounded to float32 at each step, see rope_host.py) in a browser without it.
+sign of the first partner.
+Tables are built once, for every position the cache can hold, in float32 as transformers
+computes them: the rot/2 inverse frequencies on the host in plain Python (tiny), the
+[positions, rot/2] angles and their cos/sin as tensor ops on the model's device. One path
+with or without numpy.
 """
 import math
+from array import array
 
 from .. import dtype as dt
 from ..errors import EmberError
-from ..tensor import tensor
+from ..tensor import arange, cat, stack, tensor
 
-try:
-    import numpy as np
-except ImportError:   # Pyodide without numpy: the tables come from rope_host.py
-    np = None
+
+def _f32(values):
+    """Each value rounded to the nearest float32 (array("f") stores that), as floats."""
+    return list(array("f", values))
 
 
 def inverse_frequencies(rot_dim, theta, scaling=None, seq_len=None):
-    """The rot_dim/2 inverse frequencies in float32, after any rope scaling."""
-    exponents = np.arange(0, rot_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(rot_dim)
-    inv = (np.float32(1.0) / (np.float32(theta) ** exponents)).astype(np.float32)
+    """The rot_dim/2 inverse frequencies, after any rope scaling, and the attention
+    scale. Small host data, so plain Python, with every step rounded to float32 as
+    transformers computes it in torch (the GPU's pow is too coarse for this: a few ulp
+    here become 5e-4 of angle at position 5,000)."""
+    exponents = _f32([i / rot_dim for i in range(0, rot_dim, 2)])
+    theta32 = _f32([theta])[0]
+    inv = _f32([1.0 / p for p in _f32([theta32 ** e for e in exponents])])
     kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
     if kind in (None, "default"):
         return inv, 1.0
     factor = float(scaling.get("factor", 1.0))
     if kind == "linear":
-        return (inv / np.float32(factor)).astype(np.float32), 1.0
+        return _f32([v / factor for v in inv]), 1.0
     if kind == "dynamic":
-        original = int(scaling.get("original_max_position_embeddings") or scaling["max_position_embeddings"])
+        original = int(scaling.get("original_max_position_embeddings")
+                       or scaling["max_position_embeddings"])
         if seq_len is not None and seq_len > original:
-            base = theta * ((factor * seq_len / original) - (factor - 1)) ** (rot_dim / (rot_dim - 2))
+            growth = (factor * seq_len / original) - (factor - 1)
+            base = theta * growth ** (rot_dim / (rot_dim - 2))
             return inverse_frequencies(rot_dim, base)[0], 1.0
         return inv, 1.0
     if kind == "llama3":
         low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
         old = float(scaling["original_max_position_embeddings"])
         low_wavelen, high_wavelen = old / low, old / high
-        wavelen = (2 * math.pi / inv).astype(np.float32)
-        scaled = np.where(wavelen > low_wavelen, inv / np.float32(factor), inv).astype(np.float32)
-        smooth = ((old / wavelen - low) / (high - low)).astype(np.float32)
-        smoothed = (1 - smooth) * scaled / np.float32(factor) + smooth * scaled
-        medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
-        return np.where(medium, smoothed, scaled).astype(np.float32), 1.0
+        out = []
+        for f in inv:
+            wavelen = _f32([2 * math.pi / f])[0]
+            scaled = _f32([f / factor])[0] if wavelen > low_wavelen else f
+            if wavelen < high_wavelen or wavelen > low_wavelen:
+                out.append(scaled)      # long and short wavelengths: scaled as they are
+                continue
+            smooth = _f32([(old / wavelen - low) / (high - low)])[0]
+            out.append(_f32([(1 - smooth) * scaled / factor + smooth * scaled])[0])
+        return out, 1.0
     raise EmberError(f"rope: rope_type {kind!r} is not supported (default, linear, dynamic, "
                      "llama3)", op="rope", rope_type=kind)
 
 
-def _numpy_tables(rot_dim, max_len, theta, scaling, interleaved, freq_factors):
-    """([max_len, rot/2] cos, sin, [max_len, rot] cos, signed sin) as float32 arrays."""
-    inv, attention_scale = inverse_frequencies(rot_dim, theta, scaling, seq_len=max_len)
+def rope_tables(rot_dim, max_len, theta, scaling, interleaved, freq_factors=None,
+                device=None):
+    """f32 tensors ([max_len, rot/2] cos, sin, [max_len, rot] cos, signed sin) on
+    `device`, laid out for the pairing `interleaved` names."""
+    freqs, attention_scale = inverse_frequencies(rot_dim, theta, scaling, seq_len=max_len)
+    inv = tensor(freqs, dtype=dt.f32, device=device)
     if freq_factors is not None:   # GGUF llama3 models: per-frequency divisors
-        inv = (inv / np.asarray(freq_factors, dtype=np.float32).reshape(-1)).astype(np.float32)
-    pos = np.arange(max_len, dtype=np.float32)
-    freqs = np.outer(pos, inv).astype(np.float32)                 # [max_len, rot/2]
-    cos = np.cos(freqs) * np.float32(attention_scale)
-    sin = np.sin(freqs) * np.float32(attention_scale)
+        inv = inv / tensor(freq_factors, dtype=dt.f32, device=device).reshape(-1)
+    pos = arange(max_len, dtype=dt.f32, device=device)
+    freqs = pos.unsqueeze(1) * inv.unsqueeze(0)                  # [max_len, rot/2]
+    cos, sin = freqs.cos(), freqs.sin()
+    if attention_scale != 1.0:
+        cos, sin = cos * attention_scale, sin * attention_scale
     if interleaved:
-        cos2 = np.repeat(cos, 2, axis=1)
-        sin2 = np.stack([-sin, sin], axis=-1).reshape(max_len, rot_dim)
+        cos2 = stack([cos, cos], -1).reshape(max_len, rot_dim)
+        sin2 = stack([-sin, sin], -1).reshape(max_len, rot_dim)
     else:
-        cos2 = np.concatenate([cos, cos], axis=1)
-        sin2 = np.concatenate([-sin, sin], axis=1)
-    f32 = lambda a: np.ascontiguousarray(a, dtype=np.float32)  # noqa: E731
-    return f32(cos), f32(sin), f32(cos2), f32(sin2)
+        cos2, sin2 = cat([cos, cos], 1), cat([-sin, sin], 1)
+    return cos, sin, cos2, sin2
 
 
 class RotaryEmbedding:
@@ -90,25 +105,15 @@ class RotaryEmbedding:
                              f"dim {head_dim}", op="rope")
         self.max_len = max_len
         self.interleaved = interleaved
-        if np is None:
-            from .rope_host import rope_tables
-            cos, sin, cos2, sin2 = rope_tables(self.rot_dim, max_len, theta, scaling,
-                                               interleaved, freq_factors)
-            as_tensor = lambda rows: tensor(rows, dtype=dt.f32, device=device)  # noqa: E731
-        else:
-            cos, sin, cos2, sin2 = _numpy_tables(self.rot_dim, max_len, theta, scaling,
-                                                 interleaved, freq_factors)
-            as_tensor = lambda arr: tensor(arr, dtype=dt.f32, device=device)  # noqa: E731
-        self.cos, self.sin = as_tensor(cos2), as_tensor(sin2)
-        if dtype is not dt.f32:
-            self.cos, self.sin = self.cos.to(dtype), self.sin.to(dtype)
+        cos, sin, cos2, sin2 = rope_tables(self.rot_dim, max_len, theta, scaling,
+                                           interleaved, freq_factors, device)
+        self.cos, self.sin = cos2.to(dtype), sin2.to(dtype)
         self._swap = tensor([1, 0], dtype=dt.i64, device=device)
         # ember.functional.rope (Backend.rope) takes plain [T, rot/2] or [B, T, rot/2]
         # tables and rotates whole heads.
         self.fused = self.rot_dim == head_dim
         if self.fused:
-            self.cos_half = as_tensor(cos).to(dtype)
-            self.sin_half = as_tensor(sin).to(dtype)
+            self.cos_half, self.sin_half = cos.to(dtype), sin.to(dtype)
 
     def fused_tables(self, positions, seq_len):
         """(cos, sin) for ember.functional.rope: [T, rot/2] for a first position (int), or
