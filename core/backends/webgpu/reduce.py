@@ -243,9 +243,9 @@ def _pass(be, job, source, geometry, chunks, out, out_off, base):
     init = {"sum": "T(0)", "mean": "T(0)", "prod": "T(1)"}.get(op, "first")
     rnd = tcomp.round if job.round_out else ""
     if op in _EXTREME:
-        result = "i32(ai_final + p(7u))"
+        result = "i32(ai_final + p(P_INDEX_BASE))"
     elif op == "mean":
-        result = f"{rnd}(acc_final * T(pf(3u)))"
+        result = f"{rnd}(acc_final * T(pf(P_SCALE)))"
     else:
         result = f"{rnd}(acc_final)"
     chunk = ceil_div(k_total, chunks)
@@ -259,6 +259,8 @@ def _pass(be, job, source, geometry, chunks, out, out_off, base):
     orng, orel = be.runtime.bind(out, out_off, out_off + n_out * chunks, tout.size, op)
     count = job.mean_count
     scale = struct.unpack("<I", struct.pack("<f", 1.0 / count if count else float("inf")))[0]
-    params = [n_out * chunks, k_total, rel, scale, chunk, chunks, orel, base] + list(kshape) + \
-        list(kstr) + list(rshape) + list(rstr)
+    params = {"slots": n_out * chunks, "k": k_total, "x_off": rel, "scale": scale,
+              "chunk": chunk, "chunks": chunks, "out_off": orel, "index_base": base,
+              "kept_shape": kshape, "kept_strides": kstr, "red_shape": rshape,
+              "red_strides": rstr}
     be.runtime.launch(pipe, params, [rng, orng], be.runtime.grid(n_out * chunks, wg // lanes))

@@ -23,8 +23,10 @@ def cumsum(be, storage, layout, dim, dtype):
     rng, rel = rt.bind(storage, layout.offset,
                        layout.offset + span(layout.shape, layout.strides), t.size, "cumsum")
     orng, _ = rt.bind(out, 0, layout.numel, t.size, "cumsum")
-    params = [rows * chunks, length, rel, 0, layout.strides[dim], os_, CHUNK, chunks] \
-        + kshape + kx + ko
+    params = {"slots": rows * chunks, "n": length, "x_off": rel, "mode": 0,
+              "x_stride": layout.strides[dim], "out_stride": os_, "chunk": CHUNK,
+              "chunks": chunks, "kept_shape": kshape, "kept_x_strides": kx,
+              "kept_out_strides": ko}
     rt.launch(pipe, params, [rng, rng, orng], rt.grid(rows * chunks, 64))
     if chunks > 1:
         # Carries: the scan of each row's chunk totals (the last element of every chunk
@@ -36,6 +38,5 @@ def cumsum(be, storage, layout, dim, dtype):
                         (CHUNK - 1) * os_)
         carries = cumsum(be, out, totals, len(kept), dtype)
         crng, _ = rt.bind(carries, 0, rows * (chunks - 1), t.size, "cumsum")
-        params[3] = 1
-        rt.launch(pipe, params, [crng, crng, orng], rt.grid(rows * chunks, 64))
+        rt.launch(pipe, dict(params, mode=1), [crng, crng, orng], rt.grid(rows * chunks, 64))
     return out
