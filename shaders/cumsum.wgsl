@@ -3,11 +3,16 @@
 //   mode 0: each invocation scans one (row, chunk) on its own;
 //   mode 1: each invocation adds its chunk's carry (the inclusive scan of the totals of
 //           the chunks before it, in Cr [rows, chunks - 1]) to the chunk, in place.
-// Placeholders: {{S}} storage type, {{ROUND}}, {{NK}} kept dims, {{WG}}.
+// Placeholders: {{S}} storage type, {{ROUND}}, {{NK}} kept dims, {{WG}}, ADD: a + b (or
+// its checked form), OVERFLOW: the i64 overflow flag and checked arithmetic
+// (overflow.py), or nothing.
 // Parameters: the "cumsum" block of core/backends/webgpu/params.py.
 @group(0) @binding(1) var<storage, read> X: array<{{S}}>;
 @group(0) @binding(2) var<storage, read> Cr: array<{{S}}>;
 @group(0) @binding(3) var<storage, read_write> O: array<{{S}}>;
+{{OVERFLOW}}
+
+fn add_t(a: T, b: T) -> T { return {{ADD}}; }
 
 @compute @workgroup_size({{WG}})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -24,13 +29,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         let xb = strided(row, {{NK}}u, P_KEPT_SHAPE, P_KEPT_X_STRIDES, p(P_X_OFF));
         var acc = T(0);
         for (var j = j0; j < j1; j++) {
-            acc = acc + T(X[xb + j * p(P_X_STRIDE)]);
+            acc = add_t(acc, T(X[xb + j * p(P_X_STRIDE)]));
             O[ob + j * os] = {{S}}({{ROUND}}(acc));
         }
     } else if (c > 0u) {
         let carry = T(Cr[row * (chunks - 1u) + c - 1u]);
         for (var j = j0; j < j1; j++) {
-            O[ob + j * os] = {{S}}({{ROUND}}(T(O[ob + j * os]) + carry));
+            O[ob + j * os] = {{S}}({{ROUND}}(add_t(T(O[ob + j * os]), carry)));
         }
     }
 }

@@ -6,9 +6,11 @@
 // {{NR}} reduced dims, {{COMBINE}} fold of (acc, ai) with (v, vi) -> keeps in acc/ai,
 // {{INIT}} the initial accumulator (may read `first`), {{RESULT}} stored value from acc, ai,
 // {{ISNAN}} a NaN test of v (`false` for integers), {{WG}}, {{LANES}}.
+// The OVERFLOW placeholder: the i64 overflow flag and checked arithmetic (overflow.py), or nothing.
 // Parameters: the "reduce" block of core/backends/webgpu/params.py.
 @group(0) @binding(1) var<storage, read> X: array<{{S}}>;
 @group(0) @binding(2) var<storage, read_write> O: array<{{SO}}>;
+{{OVERFLOW}}
 
 var<workgroup> sv: array<T, {{WG}}>;
 var<workgroup> si: array<u32, {{WG}}>;

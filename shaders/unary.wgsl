@@ -1,9 +1,11 @@
 // Strided elementwise unary op: O[i] = OP(X[view(i)]), generated from core/ops.py's table.
 // Placeholders: {{S}} storage type, {{OP}} expression in x, p0, p1, {{PARAM}} reader of
 // the scalar parameters (pf/pi/p), {{ROUND}} rounding of the stored value, {{ND}} dims, {{WG}}.
+// The OVERFLOW placeholder: the i64 overflow flag and checked arithmetic (overflow.py), or nothing.
 // Parameters: the "unary" block of core/backends/webgpu/params.py.
 @group(0) @binding(1) var<storage, read> X: array<{{S}}>;
 @group(0) @binding(2) var<storage, read_write> O: array<{{S}}>;
+{{OVERFLOW}}
 
 @compute @workgroup_size({{WG}})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {

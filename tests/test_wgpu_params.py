@@ -121,7 +121,8 @@ def test_a_name_declared_twice_is_refused():
 def test_a_fragment_is_filled_before_it_is_pasted():
     # LOAD_B names {{ND}}: filled from the spec first, so the template needs one pass.
     spec = {"S": "f32", "SO": "f32", "RESULT": "a + b", "ND": 3, "WG": 256, "EPT": 8,
-            "LOAD_B": "T(B[strided(i, {{ND}}u, P_SHAPE, P_B_STRIDES, p(P_B_OFF))])"}
+            "LOAD_B": "T(B[strided(i, {{ND}}u, P_SHAPE, P_B_STRIDES, p(P_B_OFF))])",
+            "OVERFLOW": ""}
     code = kernels.render("binary", "f32", spec)
     assert "strided(i, 3u, P_SHAPE, P_B_STRIDES" in code
     # A fragment naming a fragment with placeholders is refused, not pasted half filled.

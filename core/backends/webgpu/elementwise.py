@@ -11,7 +11,7 @@ from ...errors import UnsupportedOp
 from ...intmath import ceil_div
 from ...layout import Layout
 from ...ops import BINARY, COMPARE, INT_DIV, UNARY
-from . import split
+from . import overflow, split
 from .dtypes import convert_expr
 from .index import storage_dtype_of
 from .params import ELEMENTWISE_INPUTS
@@ -74,6 +74,8 @@ def launch(be, name, t, spec, op, shape, inputs, out, out_strides=None, scalars=
             rng, rel = rt.bind(st, lo, lo + span(sub, cs), size, op)
             ranges.append(rng)
             offs.append(rel)
+        if spec.get("OVERFLOW"):
+            ranges.append(rt.overflow_binding())
         count = 1
         for d in sub:
             count *= d
@@ -134,7 +136,9 @@ def unary(be, op, storage, layout, dtype, params=()):
     row = UNARY[op]
     out = rt.alloc(layout.numel, dtype, op)
     bits = [param_bits(p, t, dtype, op, saturate=op == "clamp") for p in params] + [0, 0]
-    spec = {"S": t.storage, "OP": row.wgsl, "PARAM": t.param, "ROUND": t.round}
+    expr = overflow.EXPR[op] if overflow.checked(op, dtype) else row.wgsl
+    spec = {"S": t.storage, "OP": expr, "PARAM": t.param, "ROUND": t.round,
+            **overflow.spec("unary", op, dtype)}
     launch(be, "unary", t, spec, op, layout.shape, [operand(storage, layout, t)],
            (out, 0, t.size), scalars={"p0": bits[0], "p1": bits[1]})
     return out
@@ -154,7 +158,7 @@ def _binary_like(be, op, expr, result, so, a, la, b, lb, dtype, out_dtype):
         scalar = 0
         inputs = [operand(a, la, t), operand(b, lb, t)]
     spec = {"S": t.storage, "SO": so, "RESULT": result.replace("{{OP}}", expr),
-            "LOAD_B": load_b}
+            "LOAD_B": load_b, **overflow.spec("binary", op, out_dtype)}
     launch(be, "binary", t, spec, op, la.shape, inputs, (out, 0, ot.size),
            scalars={"b": scalar})
     return out
@@ -163,6 +167,8 @@ def _binary_like(be, op, expr, result, so, a, la, b, lb, dtype, out_dtype):
 def binary(be, op, a, la, b, lb, dtype):
     t = be.runtime.type_of(dtype, op)
     expr = INT_DIV.wgsl if (op == "div" and dtype.is_int) else BINARY[op].wgsl
+    if overflow.checked(op, dtype):
+        expr = overflow.EXPR[op]
     return _binary_like(be, op, expr, f"{t.round}({{{{OP}}}})", t.storage, a, la, b, lb,
                         dtype, dtype)
 

@@ -52,8 +52,10 @@ def source(name):
 
 def bindings(name, spec):
     """Read-only flag per storage binding of kernel `name` as `spec` fills it: the file's
-    row, plus the read-only operands a matmul epilogue adds after it (epilogue.py)."""
-    return BINDINGS[name] + (True,) * spec.get("EPI_READS", 0)
+    row, plus the read-only operands a matmul epilogue adds after it (epilogue.py) or the
+    i64 overflow flags (overflow.py)."""
+    return BINDINGS[name] + (True,) * spec.get("EPI_READS", 0) + \
+        (False,) * bool(spec.get("OVERFLOW"))
 
 
 def placeholders(name):
@@ -86,11 +88,11 @@ def render(name, compute_type, spec, enable_f16=False):
         _PLACEHOLDER.sub(fill, source(name))
 
 
+# Fragments (WGSL text) a label leaves out: the pipeline's name stays readable.
+_FRAGMENTS = {"OP", "RESULT", "UNPACK", "PACK", "COMBINE", "CONVERT", "LOAD_B", "INIT",
+              "EPILOGUE", "STORE_TILE", "OVERFLOW", "ADD", "MUL"}
+
+
 def label(name, spec, op=None):
-    inner = ",".join(f"{k}={v}" for k, v in sorted(spec.items()) if k not in ("OP", "RESULT",
-                                                                          "UNPACK", "PACK",
-                                                                          "COMBINE", "CONVERT",
-                                                                          "LOAD_B", "INIT",
-                                                                          "EPILOGUE",
-                                                                          "STORE_TILE"))
+    inner = ",".join(f"{k}={v}" for k, v in sorted(spec.items()) if k not in _FRAGMENTS)
     return f"{name}:{op}[{inner}]" if op else f"{name}[{inner}]"

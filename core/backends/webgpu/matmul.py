@@ -21,7 +21,7 @@ and columns, and of a split K only the last partial product applies it.
 from ...errors import UnsupportedOp
 from ...intmath import ceil_div
 from .epilogue import Epilogue
-from . import epilogue as _epilogue
+from . import epilogue as _epilogue, overflow as _overflow
 from .shapes import collapse, contiguous_strides, span
 
 
@@ -311,8 +311,13 @@ def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc, epi=None, last=True):
                   "o_bs": [s // 4 for s in O.bs]}
         groups = (ceil_div(ceil_div(n // 4, tc), wgx), ceil_div(ceil_div(m, tm), wgy), nb)
     else:
-        spec = {"S": t.storage, "ROUND": t.round, "NB": nbd, "WG": 64, **epi_spec}
+        checked = _overflow.checked("matmul", dtype)
+        spec = {"S": t.storage, "ROUND": t.round, "NB": nbd, "WG": 64, **epi_spec,
+                **_overflow.MATMUL[0 if checked else 1],
+                **_overflow.spec("matmul", "matmul", dtype, epi_spec.get("EPI_READS", 0))}
         pipe = be.runtime.kernel("matmul", t, spec, "matmul")
+        if checked:
+            ranges.append(be.runtime.overflow_binding())
         total = nb * m * n
         params = {"m": m, "n": n, "k": k, "total": total, "a_off": rel[0], "b_off": rel[1],
                   "o_off": rel[2], "acc": int(acc), "a_rs": A.rs, "a_cs": A.cs, "b_rs": B.rs,

@@ -25,7 +25,7 @@ from ...errors import UnsupportedOp
 from ...layout import Layout
 from ...intmath import ceil_div
 from .index import gather
-from . import rows as row_kernels
+from . import overflow, rows as row_kernels
 from .shapes import collapse, contiguous_strides, span
 
 CHUNK = 1 << 16   # reduced elements per workgroup before a second pass
@@ -248,12 +248,15 @@ def _pass(be, job, source, geometry, chunks, out, out_off, base):
         result = f"{rnd}(acc_final * T(pf(P_SCALE)))"
     else:
         result = f"{rnd}(acc_final)"
+    checked = overflow.checked(op, tcomp.dtype)
     chunk = ceil_div(k_total, chunks)
     wg, lanes = row_kernels.row_split(be.runtime, n_out * chunks, chunk, 1)
     spec = {"S": tin.storage, "SO": tout.storage, "NK": len(kshape), "NR": len(rshape),
-            "COMBINE": _COMBINE[op], "INIT": init, "RESULT": result, "WG": wg, "LANES": lanes,
-            "ISNAN": "nan_f(f32(v))" if tcomp.compute == "f32" else "false"}
+            "COMBINE": overflow.EXPR[op] if checked else _COMBINE[op], "INIT": init, "RESULT": result, "WG": wg, "LANES": lanes,
+            "ISNAN": "nan_f(f32(v))" if tcomp.compute == "f32" else "false",
+            **overflow.spec("reduce", op, tcomp.dtype)}
     pipe = be.runtime.kernel("reduce", tcomp, spec, op)
+    checks = [be.runtime.overflow_binding()] if checked else []
     st, off, extent = source
     rng, rel = be.runtime.bind(st, off, off + extent, tin.size, op)
     orng, orel = be.runtime.bind(out, out_off, out_off + n_out * chunks, tout.size, op)
@@ -263,4 +266,4 @@ def _pass(be, job, source, geometry, chunks, out, out_off, base):
               "chunk": chunk, "chunks": chunks, "out_off": orel, "index_base": base,
               "kept_shape": kshape, "kept_strides": kstr, "red_shape": rshape,
               "red_strides": rstr}
-    be.runtime.launch(pipe, params, [rng, orng], be.runtime.grid(n_out * chunks, wg // lanes))
+    be.runtime.launch(pipe, params, [rng, orng] + checks, be.runtime.grid(n_out * chunks, wg // lanes))

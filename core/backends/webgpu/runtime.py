@@ -13,6 +13,8 @@ One `Runtime` per device, over a driver (native.py or browser.py). Its public AP
   `launch(pipe, values, ranges, groups)` (parameter `values` by name, as the kernel's block in
   params.py declares them), `grid(n, wg)`;
 - batches: `flush()`, `read(buf, offset, length)`, `read_async(...)`, `synchronize()`;
+- i64 results: `overflow_binding()`, the binding of the flag word that the checked i64
+  kernels set (overflow.py); every read raises, and clears them, when one was set;
 - `lock`: a re-entrant lock. Recording, submitting and reading are done under it, and the
   backend holds it for the whole of each op, so threads may share one device: one op's
   dispatches never interleave with another's, and no thread ends an encoder another one
@@ -28,7 +30,7 @@ import struct
 import threading
 
 from ...errors import DeviceError, EmberError, UnsupportedOp
-from . import kernels, params
+from . import kernels, overflow, params
 from .dtypes import device_types, unsupported
 from ...intmath import ceil_div
 from .pool import Pool, Storage
@@ -57,6 +59,8 @@ class Runtime:
         self.pipelines = {}
         self.labels = {}
         self.slots = {}           # pipeline -> its parameter block's slots (params.py)
+        self.overflow = None      # the i64 overflow flag word, made on first use
+        self.overflow_armed = False   # a checked kernel ran since the flags were last read
         self.bind_groups = {}
         self.counters = {"pipeline_hits": 0, "pipeline_misses": 0, "submits": 0,
                          "dispatches": 0, "readbacks": 0}
@@ -229,6 +233,25 @@ class Runtime:
             self.arena_used += self.block
             self.counters["dispatches"] += 1
 
+    # --- i64 overflow flags (overflow.py) ----------------------------------------------------
+    def overflow_binding(self):
+        """The binding of the flag word, for a kernel whose i64 arithmetic is checked."""
+        with self.lock:
+            if self.overflow is None:
+                self.overflow = self.pool.take(256, "i64 overflow flags")
+                self.driver.write_buffer(self.overflow.handle, 0, bytes(4))
+            self.overflow_armed = True
+            rng, _ = self.bind_words(self.overflow, 0, 1)
+            return rng
+
+    def _overflow_word(self, raw):
+        """After the flag word `raw` was read: clear it, and raise if an op set it."""
+        self.overflow_armed = False
+        word = int.from_bytes(bytes(raw[:4]), "little")
+        if word:
+            self.driver.write_buffer(self.overflow.handle, 0, bytes(4))
+            raise overflow.error(word)
+
     # --- batches -----------------------------------------------------------------------------
     def flush(self):
         """Submit the recorded batch (the uniform arena is written just before)."""
@@ -262,6 +285,8 @@ class Runtime:
         """Bytes of `buf` after all recorded work (flushed first), blocking."""
         with self.lock:
             self.flush()
+            if self.overflow_armed:
+                self._overflow_word(self.driver.read(self.overflow.handle, 0, 4))
             self.counters["readbacks"] += 1
             return self.driver.read(buf.handle, offset, length)
 
@@ -270,6 +295,8 @@ class Runtime:
         # record into the driver meanwhile (in a page there is one thread).
         with self.lock:
             self.flush()
+            if self.overflow_armed:
+                self._overflow_word(await self.driver.read_async(self.overflow.handle, 0, 4))
             self.counters["readbacks"] += 1
             return await self.driver.read_async(buf.handle, offset, length)
 
