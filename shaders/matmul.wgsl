@@ -2,31 +2,35 @@
 // (broadcast batch dims have stride 0). The fast f32 paths are matmul_nn / matmul_nt.
 // Placeholders: {{S}} storage type, {{ROUND}}, {{NB}} batch dims, {{WG}}, EPILOGUE
 // (epilogue.py: fn epilogue(value, row, col), bias/activation/residual of a fused linear).
-// P: 0 M, 1 N, 2 K, 3 outputs, 4 a offset, 5 b offset, 6 out offset, 7 accumulate,
-// 8 a row stride, 9 a k stride, 10 b k stride, 11 b col stride, 12 out row stride,
-// 16.. batch shape, a, b and out batch strides
+// ADD / MUL: a + b and a * b or their checked forms, with OVERFLOW the i64 overflow flag
+// (overflow.py), or nothing.
+// Parameters: the "matmul" block of core/backends/webgpu/params.py.
 @group(0) @binding(1) var<storage, read> A: array<{{S}}>;
 @group(0) @binding(2) var<storage, read> B: array<{{S}}>;
 @group(0) @binding(3) var<storage, read_write> O: array<{{S}}>;
 
 {{EPILOGUE}}
+{{OVERFLOW}}
+
+fn add_t(a: T, b: T) -> T { return {{ADD}}; }
+fn mul_t(a: T, b: T) -> T { return {{MUL}}; }
 
 @compute @workgroup_size({{WG}})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = flat_index(gid, nwg, {{WG}}u);
-    if (i >= p(3u)) { return; }
-    let m_n = p(0u) * p(1u);
+    if (i >= p(P_TOTAL)) { return; }
+    let m_n = p(P_M) * p(P_N);
     let bi = i / m_n;
-    let m = (i % m_n) / p(1u);
-    let n = i % p(1u);
-    let ab = strided(bi, {{NB}}u, 16u, 16u + {{NB}}u, p(4u)) + m * p(8u);
-    let bb = strided(bi, {{NB}}u, 16u, 16u + 2u * {{NB}}u, p(5u)) + n * p(11u);
+    let m = (i % m_n) / p(P_N);
+    let n = i % p(P_N);
+    let ab = strided(bi, {{NB}}u, P_BATCH, P_A_BS, p(P_A_OFF)) + m * p(P_A_RS);
+    let bb = strided(bi, {{NB}}u, P_BATCH, P_B_BS, p(P_B_OFF)) + n * p(P_B_CS);
     var acc = T(0);
-    for (var k = 0u; k < p(2u); k++) {
-        acc += T(A[ab + k * p(9u)]) * T(B[bb + k * p(10u)]);
+    for (var k = 0u; k < p(P_K); k++) {
+        acc = add_t(acc, mul_t(T(A[ab + k * p(P_A_CS)]), T(B[bb + k * p(P_B_RS)])));
     }
-    let o = strided(bi, {{NB}}u, 16u, 16u + 3u * {{NB}}u, p(6u)) + m * p(12u) + n;
-    if (p(7u) != 0u) { acc += T(O[o]); }
+    let o = strided(bi, {{NB}}u, P_BATCH, P_O_BS, p(P_O_OFF)) + m * p(P_O_RS) + n;
+    if (p(P_ACC) != 0u) { acc = add_t(acc, T(O[o])); }
     if (epilogue_on()) { acc = epilogue(acc, m, n); }
     O[o] = {{S}}({{ROUND}}(acc));
 }

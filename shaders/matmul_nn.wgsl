@@ -6,9 +6,7 @@
 // Placeholders: {{S}} storage type (f32 or f16; math in f32), {{ROUND}} a vec4 rounding
 // (bf16 kept in f32), {{TM}} rows and {{TC}} vec4 columns per invocation, {{WGX}}, {{WGY}}
 // workgroup shape, {{NB}}, EPILOGUE (epilogue.py; epilogue4 takes a vec4 of columns).
-// P: 0 M, 1 N/4, 2 K/4, 4 a offset/4, 5 b offset/4, 6 out offset/4, 7 accumulate,
-// 8 a row stride/4, 10 b row stride/4, 12 out row stride/4,
-// 16.. batch shape, a, b and out batch strides (/4 where the operand is vec4)
+// Parameters: the "matmul_nn" block of core/backends/webgpu/params.py.
 @group(0) @binding(1) var<storage, read> A: array<vec4<{{S}}>>;
 @group(0) @binding(2) var<storage, read> B: array<vec4<{{S}}>>;
 @group(0) @binding(3) var<storage, read_write> O: array<vec4<{{S}}>>;
@@ -19,20 +17,20 @@
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let c0 = gid.x * {{TC}}u;
     let m0 = gid.y * {{TM}}u;
-    let m_total = p(0u);
-    let c_total = p(1u);
+    let m_total = p(P_M);
+    let c_total = p(P_N);
     if (c0 >= c_total || m0 >= m_total) { return; }
     let bi = gid.z;
-    let ab = strided(bi, {{NB}}u, 16u, 16u + {{NB}}u, p(4u));
-    let bb = strided(bi, {{NB}}u, 16u, 16u + 2u * {{NB}}u, p(5u));
-    let lda = p(8u);
-    let ldb = p(10u);
+    let ab = strided(bi, {{NB}}u, P_BATCH, P_A_BS, p(P_A_OFF));
+    let bb = strided(bi, {{NB}}u, P_BATCH, P_B_BS, p(P_B_OFF));
+    let lda = p(P_A_RS);
+    let ldb = p(P_B_RS);
     var rows: array<u32, {{TM}}>;
     for (var r = 0u; r < {{TM}}u; r++) { rows[r] = ab + min(m0 + r, m_total - 1u) * lda; }
     var cols: array<u32, {{TC}}>;
     for (var c = 0u; c < {{TC}}u; c++) { cols[c] = bb + min(c0 + c, c_total - 1u); }
     var acc: array<array<vec4<f32>, {{TC}}>, {{TM}}>;
-    let k4 = p(2u);
+    let k4 = p(P_K);
     for (var k = 0u; k < k4; k++) {
         let kb = 4u * k * ldb;
         var b: array<array<vec4<f32>, 4>, {{TC}}>;
@@ -49,13 +47,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
             }
         }
     }
-    let ob = strided(bi, {{NB}}u, 16u, 16u + 3u * {{NB}}u, p(6u));
+    let ob = strided(bi, {{NB}}u, P_BATCH, P_O_BS, p(P_O_OFF));
     for (var r = 0u; r < {{TM}}u; r++) {
         for (var c = 0u; c < {{TC}}u; c++) {
             if (m0 + r < m_total && c0 + c < c_total) {
-                let o = ob + (m0 + r) * p(12u) + c0 + c;
+                let o = ob + (m0 + r) * p(P_O_RS) + c0 + c;
                 var v = acc[r][c];
-                if (p(7u) != 0u) { v += vec4<f32>(O[o]); }
+                if (p(P_ACC) != 0u) { v += vec4<f32>(O[o]); }
                 O[o] = vec4<{{S}}>({{ROUND}}(v));
             }
         }
@@ -67,7 +65,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         for (var r = 0u; r < {{TM}}u; r++) {
             for (var c = 0u; c < {{TC}}u; c++) {
                 if (m0 + r < m_total && c0 + c < c_total) {
-                    let o = ob + (m0 + r) * p(12u) + c0 + c;
+                    let o = ob + (m0 + r) * p(P_O_RS) + c0 + c;
                     let v = epilogue4(vec4<f32>(O[o]), m0 + r, 4u * (c0 + c));
                     O[o] = vec4<{{S}}>({{ROUND}}(v));
                 }

@@ -7,8 +7,9 @@
 // subgroup size of at least 8, else only the plain loop at the end runs. Invocations never
 // return early: a broadcast from an inactive lane is undefined.
 // Placeholders: as matmul_nt, EPILOGUE included (workgroup 1-D: {{WG}} invocations
-// along N). P: as matmul_nt,
-// except that A's offset, row stride and batch strides are in elements (A is read scalar).
+// along N). Parameters: the "matmul_nt_sg" block of core/backends/webgpu/params.py (as
+// matmul_nt's, except that A's offset, row stride and batch strides are in elements: A is
+// read scalar).
 @group(0) @binding(1) var<storage, read> A: array<{{S}}>;
 @group(0) @binding(2) var<storage, read> B: array<vec4<{{S}}>>;
 @group(0) @binding(3) var<storage, read_write> O: array<{{S}}>;
@@ -33,20 +34,20 @@ fn madd(acc: Tile, a: vec4<f32>, b: BRuns) -> Tile {
 @compute @workgroup_size({{WG}})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(subgroup_invocation_id) sid: u32, @builtin(subgroup_size) sgs: u32) {
-    let m_total = p(0u);
-    let n_total = p(1u);
+    let m_total = p(P_M);
+    let n_total = p(P_N);
     let n0 = gid.x * {{TN}}u;
     let m0 = wid.y * {{TM}}u;
     let bi = wid.z;
-    let ab = strided(bi, {{NB}}u, 16u, 16u + {{NB}}u, p(4u));
-    let bb = strided(bi, {{NB}}u, 16u, 16u + 2u * {{NB}}u, p(5u));
+    let ab = strided(bi, {{NB}}u, P_BATCH, P_A_BS, p(P_A_OFF));
+    let bb = strided(bi, {{NB}}u, P_BATCH, P_B_BS, p(P_B_OFF));
     let lane = sid & 7u;
     var arow: array<u32, {{TM}}>;
     var brow: array<u32, {{TN}}>;
-    for (var r = 0u; r < {{TM}}u; r++) { arow[r] = ab + min(m0 + r, m_total - 1u) * p(8u); }
-    for (var c = 0u; c < {{TN}}u; c++) { brow[c] = bb + min(n0 + c, n_total - 1u) * p(11u); }
+    for (var r = 0u; r < {{TM}}u; r++) { arow[r] = ab + min(m0 + r, m_total - 1u) * p(P_A_RS); }
+    for (var c = 0u; c < {{TN}}u; c++) { brow[c] = bb + min(n0 + c, n_total - 1u) * p(P_B_CS); }
     var acc: array<Tile, {{TM}}>;
-    let k4 = p(2u);
+    let k4 = p(P_K);
     let blocks = select(0u, k4 / 2u, sgs >= 8u);
     for (var kk = 0u; kk < blocks; kk++) {
         var av: array<f32, {{TM}}>;

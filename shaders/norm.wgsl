@@ -3,9 +3,7 @@
 // accuracy), then the scaled write. {{LANES}} invocations share a row through
 // a workgroup tree; with LANES = 1 (CPU adapters) an invocation owns a row, no barriers.
 // Placeholders: {{S}} storage type, {{ROUND}}, {{NK}} kept dims, {{WG}}, {{LANES}}.
-// P: 0 rows, 1 length, 2 x offset, 3 eps (f32), 4 x stride of the last dim, 5 flags
-// (1 weight, 2 bias, 4 rms, 8 residual), 6 w offset, 7 b offset, 8 w stride, 9 b stride,
-// 10 out offset, 11 residual offset, 12.. kept shape, kept x strides
+// Parameters: the "norm" block of core/backends/webgpu/params.py.
 @group(0) @binding(1) var<storage, read> X: array<{{S}}>;
 @group(0) @binding(2) var<storage, read> Wt: array<{{S}}>;
 @group(0) @binding(3) var<storage, read> Bs: array<{{S}}>;
@@ -29,7 +27,7 @@ fn tree_sum(lid: u32, lane: u32, v: f32) -> f32 {
 
 // Element j of the row at x offset xb (residual offset rb), residual added when flagged.
 fn load(xb: u32, rb: u32, j: u32, res: bool) -> f32 {
-    let o = j * p(4u);
+    let o = j * p(P_X_STRIDE);
     if (res) { return f32(X[xb + o]) + f32(R[rb + o]); }
     return f32(X[xb + o]);
 }
@@ -39,14 +37,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         @builtin(num_workgroups) nwg: vec3<u32>) {
     let row = (wid.x + wid.y * nwg.x) * ({{WG}}u / {{LANES}}u) + lid.x / {{LANES}}u;
     let lane = lid.x % {{LANES}}u;
-    let valid = row < p(0u);
-    let n = select(0u, p(1u), valid);
-    let nf = f32(p(1u));
-    let r = min(row, max(p(0u), 1u) - 1u);
-    let xb = strided(r, {{NK}}u, 12u, 12u + {{NK}}u, p(2u));
+    let valid = row < p(P_ROWS);
+    let n = select(0u, p(P_N), valid);
+    let nf = f32(p(P_N));
+    let r = min(row, max(p(P_ROWS), 1u) - 1u);
+    let xb = strided(r, {{NK}}u, P_KEPT_SHAPE, P_KEPT_X_STRIDES, p(P_X_OFF));
     // The residual's rows lie where x's do, from its own offset.
-    let rb = xb - p(2u) + p(11u);
-    let flags = p(5u);
+    let rb = xb - p(P_X_OFF) + p(P_RES_OFF);
+    let flags = p(P_FLAGS);
     let rms = (flags & 4u) != 0u;
     let res = (flags & 8u) != 0u;
     var mean = 0.0;
@@ -60,11 +58,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         let d = load(xb, rb, j, res) - mean;
         q += d * d;
     }
-    let inv = inverseSqrt(tree_sum(lid.x, lane, q) / nf + pf(3u));
+    let inv = inverseSqrt(tree_sum(lid.x, lane, q) / nf + pf(P_EPS));
     for (var j = lane; j < n; j += {{LANES}}u) {
         var y = (load(xb, rb, j, res) - mean) * inv;
-        if ((flags & 1u) != 0u) { y = y * f32(Wt[p(6u) + j * p(8u)]); }
-        if ((flags & 2u) != 0u) { y = y + f32(Bs[p(7u) + j * p(9u)]); }
-        O[p(10u) + r * p(1u) + j] = {{S}}({{ROUND}}(y));
+        if ((flags & 1u) != 0u) { y = y * f32(Wt[p(P_W_OFF) + j * p(P_W_STRIDE)]); }
+        if ((flags & 2u) != 0u) { y = y + f32(Bs[p(P_B_OFF) + j * p(P_B_STRIDE)]); }
+        O[p(P_OUT_OFF) + r * p(P_N) + j] = {{S}}({{ROUND}}(y));
     }
 }

@@ -11,9 +11,7 @@
 // Placeholders: {{MODE}} (matmul or dequant), {{QTYPE}} (q8_0, q4_0, q4_k, q6_k: the
 // block decoder called), {{TS}} bytes per block, {{QK4}} weights per block / 4, {{TM}},
 // {{WG}}.
-// P: 0 M, 1 N, 2 blocks per row (this part of K), 3 x offset/4, 4 x row stride/4,
-// 5 byte offset of W's row 0 in the binding, 6 W row stride in bytes, 7 out offset,
-// 8 out row stride, 9 accumulate into out
+// Parameters: the "qmatmul" block of core/backends/webgpu/params.py.
 @group(0) @binding(1) var<storage, read> X: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> W: array<u32>;
 @group(0) @binding(3) var<storage, read_write> O: array<f32>;
@@ -151,31 +149,31 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>,
 // go to O at P7 + n * P8. X is bound but not read.
 fn main_dequant(gid: vec3<u32>, nwg: vec3<u32>) {
     let i = flat_index(gid, nwg, {{WG}}u);
-    let nblocks = p(2u);
+    let nblocks = p(P_BLOCKS);
     let n = i / nblocks;
-    if (n >= p(1u)) { return; }
+    if (n >= p(P_N)) { return; }
     let b = i % nblocks;
-    obase = p(7u) + n * p(8u);
-    {{QTYPE}}_block(p(5u) + n * p(6u) + b * {{TS}}u, b * {{QK4}}u);
+    obase = p(P_O_OFF) + n * p(P_O_RS);
+    {{QTYPE}}_block(p(P_W_OFF) + n * p(P_W_ROW) + b * {{TS}}u, b * {{QK4}}u);
 }
 
 fn main_matmul(gid: vec3<u32>, nwg: vec3<u32>) {
     let n = gid.x;
     let m0 = gid.y * {{TM}}u;
-    let m_total = p(0u);
-    if (n >= p(1u) || m0 >= m_total) { return; }
+    let m_total = p(P_M);
+    if (n >= p(P_N) || m0 >= m_total) { return; }
     for (var r = 0u; r < {{TM}}u; r++) {
-        xrow[r] = p(3u) + min(m0 + r, m_total - 1u) * p(4u);
+        xrow[r] = p(P_X_OFF) + min(m0 + r, m_total - 1u) * p(P_X_RS);
         acc[r] = 0.0;
     }
-    let row = p(5u) + n * p(6u);
-    let nblocks = p(2u);
+    let row = p(P_W_OFF) + n * p(P_W_ROW);
+    let nblocks = p(P_BLOCKS);
     for (var b = 0u; b < nblocks; b++) { {{QTYPE}}_block(row + b * {{TS}}u, b * {{QK4}}u); }
     for (var r = 0u; r < {{TM}}u; r++) {
         if (m0 + r < m_total) {
-            let o = p(7u) + (m0 + r) * p(8u) + n;
+            let o = p(P_O_OFF) + (m0 + r) * p(P_O_RS) + n;
             var v = acc[r];
-            if (p(9u) != 0u) { v += O[o]; }
+            if (p(P_ACC) != 0u) { v += O[o]; }
             O[o] = v;
         }
     }

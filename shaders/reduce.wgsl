@@ -6,12 +6,11 @@
 // {{NR}} reduced dims, {{COMBINE}} fold of (acc, ai) with (v, vi) -> keeps in acc/ai,
 // {{INIT}} the initial accumulator (may read `first`), {{RESULT}} stored value from acc, ai,
 // {{ISNAN}} a NaN test of v (`false` for integers), {{WG}}, {{LANES}}.
-// P: 0 rows (outputs x chunks), 1 k (reduced count), 2 x offset, 3 scale (f32), 4 chunk
-// length, 5 chunks per output, 6 out offset, 7 index base (added by RESULT of argmax/argmin:
-// a part of a split reduction reports global indices), 8.. kept shape, kept strides,
-// reduced shape, reduced strides
+// The OVERFLOW placeholder: the i64 overflow flag and checked arithmetic (overflow.py), or nothing.
+// Parameters: the "reduce" block of core/backends/webgpu/params.py.
 @group(0) @binding(1) var<storage, read> X: array<{{S}}>;
 @group(0) @binding(2) var<storage, read_write> O: array<{{SO}}>;
+{{OVERFLOW}}
 
 var<workgroup> sv: array<T, {{WG}}>;
 var<workgroup> si: array<u32, {{WG}}>;
@@ -41,18 +40,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     // each invocation owns a slot and no barrier runs.
     let slot = (wid.x + wid.y * nwg.x) * ({{WG}}u / {{LANES}}u) + lid.x / {{LANES}}u;
     let lane = lid.x % {{LANES}}u;
-    let valid = slot < p(0u);
-    let row = min(slot, p(0u) - 1u);
-    let chunks = p(5u);
-    let k0 = (row % chunks) * p(4u);
-    let k1 = select(k0, min(p(1u), k0 + p(4u)), valid);
-    let base = strided(row / chunks, {{NK}}u, 8u, 8u + {{NK}}u, p(2u));
-    let rs = 8u + 2u * {{NK}}u;
-    let first = T(X[strided(k0, {{NR}}u, rs, rs + {{NR}}u, base)]);
+    let valid = slot < p(P_SLOTS);
+    let row = min(slot, p(P_SLOTS) - 1u);
+    let chunks = p(P_CHUNKS);
+    let k0 = (row % chunks) * p(P_CHUNK);
+    let k1 = select(k0, min(p(P_K), k0 + p(P_CHUNK)), valid);
+    let base = strided(row / chunks, {{NK}}u, P_KEPT_SHAPE, P_KEPT_STRIDES, p(P_X_OFF));
+    let first = T(X[strided(k0, {{NR}}u, P_RED_SHAPE, P_RED_STRIDES, base)]);
     var acc: T = {{INIT}};
     var ai: u32 = k0;
     for (var k = k0 + lane; k < k1; k += {{LANES}}u) {
-        fold(&acc, &ai, T(X[strided(k, {{NR}}u, rs, rs + {{NR}}u, base)]), k);
+        fold(&acc, &ai, T(X[strided(k, {{NR}}u, P_RED_SHAPE, P_RED_STRIDES, base)]), k);
     }
     if ({{LANES}}u > 1u) {
         sv[lid.x] = acc;
@@ -74,6 +72,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     if (lane == 0u && valid) {
         let acc_final = acc;
         let ai_final = ai;
-        O[p(6u) + row] = {{SO}}({{RESULT}});
+        O[p(P_OUT_OFF) + row] = {{SO}}({{RESULT}});
     }
 }

@@ -2,8 +2,7 @@
 // (2i, 2i+1) when interleaved, else (i, i + D/2) (half-split, as in Llama).
 //   out_first = a * cos - b * sin,  out_second = b * cos + a * sin
 // Placeholders: {{S}} storage type, {{ROUND}}, {{ND}} dims of x (>= 2), {{INTERLEAVED}}, {{WG}}.
-// P: 0 n, 1 D, 2 T, 3 x offset, 4 cos offset, 5 sin offset, 6 cos t-stride, 7 cos i-stride,
-// 8 sin t-stride, 9 sin i-stride, 12.. x shape, x strides
+// Parameters: the "rope" block of core/backends/webgpu/params.py.
 @group(0) @binding(1) var<storage, read> X: array<{{S}}>;
 @group(0) @binding(2) var<storage, read> Cs: array<{{S}}>;
 @group(0) @binding(3) var<storage, read> Sn: array<{{S}}>;
@@ -12,12 +11,12 @@
 @compute @workgroup_size({{WG}})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = flat_index(gid, nwg, {{WG}}u);
-    if (i >= p(0u)) { return; }
-    let dd = p(1u);
+    if (i >= p(P_N)) { return; }
+    let dd = p(P_D);
     let d = i % dd;
-    let t = (i / dd) % p(2u);
-    let off = strided(i, {{ND}}u, 12u, 12u + {{ND}}u, p(3u));
-    let ls = p(12u + 2u * {{ND}}u - 1u);
+    let t = (i / dd) % p(P_T);
+    let off = strided(i, {{ND}}u, P_X_SHAPE, P_X_STRIDES, p(P_X_OFF));
+    let ls = p(P_X_STRIDES + {{ND}}u - 1u);
     var pair: u32;
     var first: bool;
     var k: u32;
@@ -33,8 +32,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     }
     let x = f32(X[off]);
     let y = f32(X[off - d * ls + pair * ls]);
-    let c = f32(Cs[p(4u) + t * p(6u) + k * p(7u)]);
-    let s = f32(Sn[p(5u) + t * p(8u) + k * p(9u)]);
+    let c = f32(Cs[p(P_COS_OFF) + t * p(P_COS_TS) + k * p(P_COS_IS)]);
+    let s = f32(Sn[p(P_SIN_OFF) + t * p(P_SIN_TS) + k * p(P_SIN_IS)]);
     var r: f32;
     if (first) { r = x * c - y * s; } else { r = x * c + y * s; }
     O[i] = {{S}}({{ROUND}}(r));

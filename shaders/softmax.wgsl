@@ -3,8 +3,7 @@
 // with LANES = 1 (CPU adapters) each invocation owns a row and no barrier runs, since
 // barriers cost more than they save there.
 // Placeholders: {{S}} storage type, {{ROUND}}, {{NK}} kept dims, {{WG}}, {{LANES}}.
-// P: 0 rows, 1 length, 2 x offset, 3 log flag, 4 x stride of dim, 5 out stride of dim,
-// 6 out offset, 8.. kept shape, kept x strides, kept out strides
+// Parameters: the "softmax" block of core/backends/webgpu/params.py.
 @group(0) @binding(1) var<storage, read> X: array<{{S}}>;
 @group(0) @binding(2) var<storage, read_write> O: array<{{S}}>;
 
@@ -34,14 +33,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         @builtin(num_workgroups) nwg: vec3<u32>) {
     let row = (wid.x + wid.y * nwg.x) * ({{WG}}u / {{LANES}}u) + lid.x / {{LANES}}u;
     let lane = lid.x % {{LANES}}u;
-    let valid = row < p(0u);
+    let valid = row < p(P_ROWS);
     // Invalid rows still reach every barrier (uniform control flow); they just do no work.
-    let n = select(0u, p(1u), valid);
-    let r = min(row, max(p(0u), 1u) - 1u);
-    let xb = strided(r, {{NK}}u, 8u, 8u + {{NK}}u, p(2u));
-    let ob = strided(r, {{NK}}u, 8u, 8u + 2u * {{NK}}u, p(6u));
-    let xs = p(4u);
-    let os = p(5u);
+    let n = select(0u, p(P_N), valid);
+    let r = min(row, max(p(P_ROWS), 1u) - 1u);
+    let xb = strided(r, {{NK}}u, P_KEPT_SHAPE, P_KEPT_X_STRIDES, p(P_X_OFF));
+    let ob = strided(r, {{NK}}u, P_KEPT_SHAPE, P_KEPT_OUT_STRIDES, p(P_OUT_OFF));
+    let xs = p(P_X_STRIDE);
+    let os = p(P_OUT_STRIDE);
     var m = bitcast<f32>(0xff7fffffu);   // -FLT_MAX; Tint rejects -3.4028235e38
     for (var j = lane; j < n; j += {{LANES}}u) { m = max(m, f32(X[xb + j * xs])); }
     m = tree(lid.x, lane, m, true);
@@ -50,7 +49,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     s = tree(lid.x, lane, s, false);
     let log_s = log(s);
     let inv_s = 1.0 / s;
-    let as_log = p(3u) != 0u;
+    let as_log = p(P_LOG) != 0u;
     for (var j = lane; j < n; j += {{LANES}}u) {
         let d = f32(X[xb + j * xs]) - m;
         var y = exp(d) * inv_s;

@@ -123,7 +123,7 @@ def test_shader_failure_is_a_device_error_naming_the_kernel(wgpu):
     backend = wgpu.backend
     t = backend.types["f32"]
     spec = {"S": "f32", "OP": "no_such_function(x)", "PARAM": "pf", "ROUND": "", "ND": 1,
-            "WG": 64, "EPT": 1}
+            "WG": 64, "EPT": 1, "OVERFLOW": ""}
     with pytest.raises(ember.DeviceError) as info:
         backend.runtime.kernel("unary", t, spec, op="broken_op")
     assert "unary" in str(info.value) and "broken_op" in str(info.value)

@@ -11,9 +11,10 @@ from ...errors import UnsupportedOp
 from ...intmath import ceil_div
 from ...layout import Layout
 from ...ops import BINARY, COMPARE, INT_DIV, UNARY
-from . import split
+from . import overflow, split
 from .dtypes import convert_expr
 from .index import storage_dtype_of
+from .params import ELEMENTWISE_INPUTS
 from .scalars import param_bits
 from .shapes import collapse, contiguous_strides, span
 
@@ -22,11 +23,14 @@ EPT = 8                    # elements per invocation
 MAX_DIMS = 10
 
 
-def launch(be, name, t, spec, op, shape, inputs, out, out_strides=None, scalars=(0, 0)):
+def launch(be, name, t, spec, op, shape, inputs, out, out_strides=None, scalars=None):
     """Launch elementwise kernel `name` over `shape`.
 
-    inputs: list of (storage, strides, offset, device type); out: (storage, offset, size)
-    written contiguously, or at `out_strides` (a strided destination)."""
+    inputs: list of (storage, strides, offset, device type), in the order of the kernel's
+    ELEMENTWISE_INPUTS (params.py); out: (storage, offset, size) written contiguously, or
+    at `out_strides` (a strided destination); scalars: the kernel's scalar parameters by
+    name (unary's p0 and p1, binary's b)."""
+    scalars = scalars or {}
     rt = be.runtime
     n = 1
     for d in shape:
@@ -62,6 +66,7 @@ def launch(be, name, t, spec, op, shape, inputs, out, out_strides=None, scalars=
         boxes = split.row_boxes(cshape, *plan)
     spec = dict(spec, ND=nd, WG=WG, EPT=EPT)
     pipe = rt.kernel(name, t, spec, op)
+    inputs_of = ELEMENTWISE_INPUTS[name]
     for starts, sub in boxes:
         ranges, offs = [], []
         for st, cs, off, size in operands:
@@ -69,19 +74,18 @@ def launch(be, name, t, spec, op, shape, inputs, out, out_strides=None, scalars=
             rng, rel = rt.bind(st, lo, lo + span(sub, cs), size, op)
             ranges.append(rng)
             offs.append(rel)
+        if spec.get("OVERFLOW"):
+            ranges.append(rt.overflow_binding())
         count = 1
         for d in sub:
             count *= d
-        params = [0] * (8 + nd * (1 + len(operands)))
-        params[0] = count
-        params[1], params[2] = scalars
-        params[3] = offs[-1]
-        for j, o in enumerate(offs[:-1]):
-            params[4 + j] = o
-        params[8:8 + nd] = sub
-        for j, (_, cs, _, _) in enumerate(operands[:-1] if not strided_out else operands):
-            params[8 + nd * (1 + j):8 + nd * (2 + j)] = cs
-        rt.launch(pipe, params, ranges, rt.grid(ceil_div(count, EPT)))
+        values = dict(scalars, n=count, out_off=offs[-1], shape=sub)
+        for x, o, (_, cs, _, _) in zip(inputs_of, offs, operands, strict=False):
+            values[f"{x}_off"] = o
+            values[f"{x}_strides"] = cs
+        if strided_out:
+            values["out_strides"] = operands[-1][1]
+        rt.launch(pipe, values, ranges, rt.grid(ceil_div(count, EPT)))
 
 
 def _contiguous_input(be, shape, inp, cstrides, cshape, limit):
@@ -132,9 +136,11 @@ def unary(be, op, storage, layout, dtype, params=()):
     row = UNARY[op]
     out = rt.alloc(layout.numel, dtype, op)
     bits = [param_bits(p, t, dtype, op, saturate=op == "clamp") for p in params] + [0, 0]
-    spec = {"S": t.storage, "OP": row.wgsl, "PARAM": t.param, "ROUND": t.round}
+    expr = overflow.EXPR[op] if overflow.checked(op, dtype) else row.wgsl
+    spec = {"S": t.storage, "OP": expr, "PARAM": t.param, "ROUND": t.round,
+            **overflow.spec("unary", op, dtype)}
     launch(be, "unary", t, spec, op, layout.shape, [operand(storage, layout, t)],
-           (out, 0, t.size), scalars=(bits[0], bits[1]))
+           (out, 0, t.size), scalars={"p0": bits[0], "p1": bits[1]})
     return out
 
 
@@ -144,23 +150,25 @@ def _binary_like(be, op, expr, result, so, a, la, b, lb, dtype, out_dtype):
     out = rt.alloc(la.numel, out_dtype, op)
     ot = rt.type_of(out_dtype, op)
     if lb is None:
-        load_b = f"T({t.param}(1u))"
+        load_b = f"T({t.param}(P_B))"
         scalar = param_bits(b, t, dtype, op)
         inputs = [operand(a, la, t), operand(a, la, t)]
     else:
-        load_b = "T(B[strided(i, {{ND}}u, 8u, 8u + 2u * {{ND}}u, p(5u))])"
+        load_b = "T(B[strided(i, {{ND}}u, P_SHAPE, P_B_STRIDES, p(P_B_OFF))])"
         scalar = 0
         inputs = [operand(a, la, t), operand(b, lb, t)]
     spec = {"S": t.storage, "SO": so, "RESULT": result.replace("{{OP}}", expr),
-            "LOAD_B": load_b}
+            "LOAD_B": load_b, **overflow.spec("binary", op, out_dtype)}
     launch(be, "binary", t, spec, op, la.shape, inputs, (out, 0, ot.size),
-           scalars=(scalar, 0))
+           scalars={"b": scalar})
     return out
 
 
 def binary(be, op, a, la, b, lb, dtype):
     t = be.runtime.type_of(dtype, op)
     expr = INT_DIV.wgsl if (op == "div" and dtype.is_int) else BINARY[op].wgsl
+    if overflow.checked(op, dtype):
+        expr = overflow.EXPR[op]
     return _binary_like(be, op, expr, f"{t.round}({{{{OP}}}})", t.storage, a, la, b, lb,
                         dtype, dtype)
 

@@ -8,11 +8,10 @@ false (the pass compiles away); a fused linear with an epilogue that adds the bi
 applies the activation (core/ops.py's UNARY WGSL, an expression in x) and adds the
 residual, reading bias and residual from two extra read-only bindings after O (4, 5).
 
-The epilogue's parameters follow the batch block, at E = 16 + 4 * NB: E on (0 for the
-partial products of a split K before the last, which must store the bare sum), E+1 bias
-offset, E+2 bias stride, E+3 residual offset, E+4 and E+5 residual row and column
-strides (elements; the kernel adds row and col of the launch, so split launches move the
-offsets with O).
+The epilogue's parameters close every matmul block (params.py): epi_on (0 for the
+partial products of a split K before the last, which must store the bare sum), the bias
+offset and stride, the residual offset and its row and column strides (elements; the
+kernel adds row and col of the launch, so split launches move the offsets with O).
 """
 from ...ops import UNARY
 from .shapes import span
@@ -25,6 +24,10 @@ _VEC4 = """fn epilogue4(v: vec4<f32>, row: u32, col: u32) -> vec4<f32> {
     return vec4<f32>(epilogue(v.x, row, col), epilogue(v.y, row, col + 1u),
                      epilogue(v.z, row, col + 2u), epilogue(v.w, row, col + 3u));
 }"""
+
+
+# The epilogue's parameters of a plain matmul (whose epilogue_on is false) or a bare one.
+OFF = {"epi_on": 0, "bias_off": 0, "bias_stride": 0, "res_off": 0, "res_rs": 0, "res_cs": 0}
 
 
 class Epilogue:
@@ -71,20 +74,20 @@ class Epilogue:
 
     def wgsl(self):
         """The {{EPILOGUE}} text: extra bindings and the functions the templates call."""
-        lines = ["fn epilogue_on() -> bool { return p(16u + 4u * {{NB}}u) != 0u; }"]
-        body = ["    let e = 16u + 4u * {{NB}}u;", "    var x = v;"]
+        lines = ["fn epilogue_on() -> bool { return p(P_EPI_ON) != 0u; }"]
+        body = ["    var x = v;"]
         binding = 4
         if self.bias is not None:
             lines.append(f"@group(0) @binding({binding}) var<storage, read> BIAS: "
                          "array<{{S}}>;")
-            body.append("    x += f32(BIAS[p(e + 1u) + col * p(e + 2u)]);")
+            body.append("    x += f32(BIAS[p(P_BIAS_OFF) + col * p(P_BIAS_STRIDE)]);")
             binding += 1
         if self.act is not None:
             body.append(f"    x = {UNARY[self.act].wgsl};")
         if self.res is not None:
             lines.append(f"@group(0) @binding({binding}) var<storage, read> RES: "
                          "array<{{S}}>;")
-            body.append("    x += f32(RES[p(e + 3u) + row * p(e + 4u) + col * p(e + 5u)]);")
+            body.append("    x += f32(RES[p(P_RES_OFF) + row * p(P_RES_RS) + col * p(P_RES_CS)]);")
         body.append("    return x;")
         return "\n".join(lines + ["fn epilogue(v: f32, row: u32, col: u32) -> f32 {"] + body +
                          ["}", _VEC4])
@@ -93,18 +96,18 @@ class Epilogue:
         return int(self.bias is not None) + int(self.res is not None)
 
     def bind(self, be, t, rows, cols):
-        """Binding ranges and the parameter block tail for a rows x cols launch."""
-        ranges, params = [], [0, 0, 0, 0, 0, 0]
+        """Binding ranges and the epilogue's parameters for a rows x cols launch."""
+        ranges, params = [], dict(OFF)
         if self.bias is not None:
             st, off, s = self.bias
             r, rel = be.runtime.bind(st, off, off + span([cols], [s]), t.size, "linear")
             ranges.append(r)
-            params[1:3] = [rel, s]
+            params.update(bias_off=rel, bias_stride=s)
         if self.res is not None:
             st, off, rs, cs = self.res
             r, rel = be.runtime.bind(st, off, off + span([rows, cols], [rs, cs]), t.size, "linear")
             ranges.append(r)
-            params[3:6] = [rel, rs, cs]
+            params.update(res_off=rel, res_rs=rs, res_cs=cs)
         return ranges, params
 
 

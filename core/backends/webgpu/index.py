@@ -138,12 +138,12 @@ def _launch(be, kernel, op, t, shape, dim, src, layout, ids, ioff, istrides, out
             r1 = min(size, r0 + rows)
             x0 = base + r0 * xs
             rng, rel = be.runtime.bind(src, x0, x0 + own + (r1 - r0 - 1) * xs, t.size, op)
+            params = {"n": count, "size": size, "ids_off": irel, "x_off": rel, "lo": r0,
+                      "hi": r1, "out_off": orel, "x_strides": layout.strides}
             if kernel == "index_select":
-                params = [count, size, irel, istrides[dim], rel, r0, r1, orel] + list(sub) + \
-                    list(layout.strides)
+                params.update(ids_stride=istrides[dim], out_shape=sub)
             else:
-                params = [count, size, irel, 0, rel, r0, r1, orel] + list(sub) + \
-                    list(layout.strides) + list(istrides)
+                params.update(ids_shape=sub, ids_strides=istrides)
             be.runtime.launch(pipe, params, [rng, irng, orng], be.runtime.grid(count))
 
 
@@ -186,9 +186,11 @@ def _scatter_add(be, dst, ldst, ids, lids, src, lsrc, dim, dtype):
     srng, srel = be.runtime.bind(src, lsrc.offset, lsrc.offset + span(lsrc.shape, lsrc.strides),
                           t.size, op)
     orng, _ = be.runtime.bind(out, 0, n, t.size, op)
-    params = [n, lids.shape[dim], irel, srel, drel, 0, 0, 0] + list(ldst.shape) + \
-        list(ldst.strides) + list(lids.shape) + list(lids.strides) + list(lsrc.strides)
-    if len(params) > 64:
+    if 5 + 5 * nd > 64:
         raise UnsupportedOp(f"{op}: too many dims ({nd}) for the WebGPU kernel", op=op)
+    params = {"n": n, "ids_len": lids.shape[dim], "ids_off": irel, "src_off": srel,
+              "dst_off": drel, "dst_shape": ldst.shape, "dst_strides": ldst.strides,
+              "ids_shape": lids.shape, "ids_strides": lids.strides,
+              "src_strides": lsrc.strides}
     be.runtime.launch(pipe, params, [drng, irng, srng, orng], be.runtime.grid(n))
     return out

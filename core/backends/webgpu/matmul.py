@@ -21,7 +21,7 @@ and columns, and of a split K only the last partial product applies it.
 from ...errors import UnsupportedOp
 from ...intmath import ceil_div
 from .epilogue import Epilogue
-from . import epilogue as _epilogue
+from . import epilogue as _epilogue, overflow as _overflow
 from .shapes import collapse, contiguous_strides, span
 
 
@@ -40,13 +40,13 @@ class _Operand:
 # TM x TN tile of sums, then, for a fused linear, apply the epilogue in a second pass over
 # those outputs. The templates name it {{STORE_TILE}}; its own placeholders are filled in
 # render's second pass.
-STORE_TILE = """    let ob = strided(bi, {{NB}}u, 16u, 16u + 3u * {{NB}}u, p(6u));
+STORE_TILE = """    let ob = strided(bi, {{NB}}u, P_BATCH, P_O_BS, p(P_O_OFF));
     for (var r = 0u; r < {{TM}}u; r++) {
         for (var c = 0u; c < {{TN}}u; c++) {
             if (m0 + r < m_total && n0 + c < n_total) {
-                let o = ob + (m0 + r) * p(12u) + n0 + c;
+                let o = ob + (m0 + r) * p(P_O_RS) + n0 + c;
                 var v = acc[r][c];
-                if (p(7u) != 0u) { v += f32(O[o]); }
+                if (p(P_ACC) != 0u) { v += f32(O[o]); }
                 O[o] = {{S}}({{ROUND}}(v));
             }
         }
@@ -58,7 +58,7 @@ STORE_TILE = """    let ob = strided(bi, {{NB}}u, 16u, 16u + 3u * {{NB}}u, p(6u)
         for (var r = 0u; r < {{TM}}u; r++) {
             for (var c = 0u; c < {{TN}}u; c++) {
                 if (m0 + r < m_total && n0 + c < n_total) {
-                    let o = ob + (m0 + r) * p(12u) + n0 + c;
+                    let o = ob + (m0 + r) * p(P_O_RS) + n0 + c;
                     O[o] = {{S}}({{ROUND}}(epilogue(f32(O[o]), m0 + r, n0 + c)));
                 }
             }
@@ -249,8 +249,8 @@ def _launch_transposed(be, t, dtype, A, B, O, m, n, k, bshape, acc, epi, last):
     cstr = contiguous_strides(cshape)
     spec = {"S": t.storage, "NB": len(cshape), "WG": 64}
     pipe = be.runtime.kernel("matmul_transpose", t, spec, "matmul")
-    params = [k // 4, n, rel, B.rs, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] + list(cshape) + \
-        list(B.bs) + [s * n * k // 4 for s in cstr]
+    params = {"k4": k // 4, "n": n, "w_off": rel, "w_rs": B.rs, "batch": cshape, "w_bs": B.bs,
+              "o_bs": [s * n * k // 4 for s in cstr]}
     be.runtime.launch(pipe, params, [src, dst], (ceil_div(n, 64), k // 4, nc))
     bs = [c * n * k if s else 0 for c, s in zip(cstr, B.bs)]
     Bt = _Operand(bt, 0, bs, 1, k)
@@ -266,11 +266,11 @@ def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc, epi=None, last=True):
         r, o = be.runtime.bind(op.st, op.off, op.off + _span(op, bshape, rows, cols), t.size, "matmul")
         ranges.append(r)
         rel.append(o)
-    tail = []
+    tail = _epilogue.OFF
     if epi is not None:
         extra, tail = epi.bind(be, t, m, n)
         ranges += extra
-        tail[0] = int(last)
+        tail["epi_on"] = int(last)
     epi_spec = _epilogue.spec(epi)
     nbd = len(bshape)
     fast = dtype.is_float and nb <= be.runtime.max_groups
@@ -290,9 +290,10 @@ def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc, epi=None, last=True):
             spec = {"TM": tm, "TN": tn, "WGX": wgx, "WGY": wgy, "NB": nbd, "S": t.storage,
                     "ROUND": t.round, "STORE_TILE": STORE_TILE, **epi_spec}
             pipe = be.runtime.kernel("matmul_nt", t, spec, "matmul")
-        params = [m, n, k // 4, 0, rel[0] // a4, rel[1] // 4, rel[2], int(acc),
-                  A.rs // a4, 0, 0, B.cs // 4, O.rs, 0, 0, 0] + list(bshape) + \
-            [s // a4 for s in A.bs] + [s // 4 for s in B.bs] + list(O.bs)
+        params = {"m": m, "n": n, "k": k // 4, "a_off": rel[0] // a4, "b_off": rel[1] // 4,
+                  "o_off": rel[2], "acc": int(acc), "a_rs": A.rs // a4, "b_cs": B.cs // 4,
+                  "o_rs": O.rs, "batch": bshape, "a_bs": [s // a4 for s in A.bs],
+                  "b_bs": [s // 4 for s in B.bs], "o_bs": O.bs}
         groups = (ceil_div(ceil_div(n, tn), wgx), ceil_div(ceil_div(m, tm), wgy), nb)
     elif fast and A.cs == 1 and B.cs == 1 and _all4(n, k, rel[0], A.rs, rel[1], B.rs, rel[2],
                                                    O.rs) and batch4:
@@ -303,15 +304,24 @@ def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc, epi=None, last=True):
         spec = {"TM": tm, "TC": tc, "WGX": wgx, "WGY": wgy, "NB": nbd, "S": t.storage,
                 "ROUND": t.round + "_4" if t.round else "", **epi_spec}
         pipe = be.runtime.kernel("matmul_nn", t, spec, "matmul")
-        params = [m, n // 4, k // 4, 0, rel[0] // 4, rel[1] // 4, rel[2] // 4, int(acc),
-                  A.rs // 4, 0, B.rs // 4, 0, O.rs // 4, 0, 0, 0] + list(bshape) + \
-            [s // 4 for s in A.bs + B.bs + O.bs]
+        params = {"m": m, "n": n // 4, "k": k // 4, "a_off": rel[0] // 4,
+                  "b_off": rel[1] // 4, "o_off": rel[2] // 4, "acc": int(acc),
+                  "a_rs": A.rs // 4, "b_rs": B.rs // 4, "o_rs": O.rs // 4, "batch": bshape,
+                  "a_bs": [s // 4 for s in A.bs], "b_bs": [s // 4 for s in B.bs],
+                  "o_bs": [s // 4 for s in O.bs]}
         groups = (ceil_div(ceil_div(n // 4, tc), wgx), ceil_div(ceil_div(m, tm), wgy), nb)
     else:
-        spec = {"S": t.storage, "ROUND": t.round, "NB": nbd, "WG": 64, **epi_spec}
+        checked = _overflow.checked("matmul", dtype)
+        spec = {"S": t.storage, "ROUND": t.round, "NB": nbd, "WG": 64, **epi_spec,
+                **_overflow.MATMUL[0 if checked else 1],
+                **_overflow.spec("matmul", "matmul", dtype, epi_spec.get("EPI_READS", 0))}
         pipe = be.runtime.kernel("matmul", t, spec, "matmul")
+        if checked:
+            ranges.append(be.runtime.overflow_binding())
         total = nb * m * n
-        params = [m, n, k, total, rel[0], rel[1], rel[2], int(acc),
-                  A.rs, A.cs, B.rs, B.cs, O.rs, 0, 0, 0] + list(bshape) + A.bs + B.bs + O.bs
+        params = {"m": m, "n": n, "k": k, "total": total, "a_off": rel[0], "b_off": rel[1],
+                  "o_off": rel[2], "acc": int(acc), "a_rs": A.rs, "a_cs": A.cs, "b_rs": B.rs,
+                  "b_cs": B.cs, "o_rs": O.rs, "batch": bshape, "a_bs": A.bs, "b_bs": B.bs,
+                  "o_bs": O.bs}
         groups = be.runtime.grid(total, 64)
-    be.runtime.launch(pipe, params + tail, ranges, groups)
+    be.runtime.launch(pipe, {**params, **tail}, ranges, groups)

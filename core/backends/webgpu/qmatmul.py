@@ -149,8 +149,9 @@ def qmatmul(be, x, lx, qw, dtype=dt.f32):
                 o0 = m0 * n + n0
                 orng, orel = be.runtime.bind(out, o0, o0 + (m1 - m0 - 1) * n + (n1 - n0), 4,
                                       "qmatmul")
-                params = [m1 - m0, n1 - n0, b1 - b0, xrel // 4, k // 4,
-                          wrel * 4 + first % 4, qw.row_bytes, orel, n, int(b0 > 0)]
+                params = {"m": m1 - m0, "n": n1 - n0, "blocks": b1 - b0, "x_off": xrel // 4,
+                          "x_rs": k // 4, "w_off": wrel * 4 + first % 4,
+                          "w_row": qw.row_bytes, "o_off": orel, "o_rs": n, "acc": int(b0 > 0)}
                 groups = (ceil_div(n1 - n0, _WG), ceil_div(m1 - m0, tm), 1)
                 be.runtime.launch(pipe, params, [xr, wr, orng], groups)
     return out, lead + (n,)
@@ -178,7 +179,9 @@ def _dequantized_matmul(be, x, lx, qw, out, m):
         first, last = n0 * qw.row_bytes, (n0 + rows) * qw.row_bytes
         wr, wrel = be.runtime.bind_words(qw.storage.buf, first // 4, ceil_div(last, 4) + 1)
         orng, orel = be.runtime.bind(scratch, 0, rows * k, 4, "qmatmul")
-        params = [0, rows, blocks, 0, 0, wrel * 4 + first % 4, qw.row_bytes, orel, k, 0]
+        params = {"m": 0, "n": rows, "blocks": blocks, "x_off": 0, "x_rs": 0,
+                  "w_off": wrel * 4 + first % 4, "w_row": qw.row_bytes, "o_off": orel,
+                  "o_rs": k, "acc": 0}
         be.runtime.launch(pipe, params, [xr, wr, orng], be.runtime.grid(rows * blocks, _WG))
         # out[:, n0:n0 + rows] = x @ scratch[:rows].T (scratch read along K: the nt kernels)
         _split_or_launch(be, t, dt.f32, A, _Operand(scratch, 0, [0], 1, k),

@@ -25,7 +25,7 @@ from ...errors import UnsupportedOp
 from ...layout import Layout
 from ...intmath import ceil_div
 from .index import gather
-from . import rows as row_kernels
+from . import overflow, rows as row_kernels
 from .shapes import collapse, contiguous_strides, span
 
 CHUNK = 1 << 16   # reduced elements per workgroup before a second pass
@@ -243,22 +243,27 @@ def _pass(be, job, source, geometry, chunks, out, out_off, base):
     init = {"sum": "T(0)", "mean": "T(0)", "prod": "T(1)"}.get(op, "first")
     rnd = tcomp.round if job.round_out else ""
     if op in _EXTREME:
-        result = "i32(ai_final + p(7u))"
+        result = "i32(ai_final + p(P_INDEX_BASE))"
     elif op == "mean":
-        result = f"{rnd}(acc_final * T(pf(3u)))"
+        result = f"{rnd}(acc_final * T(pf(P_SCALE)))"
     else:
         result = f"{rnd}(acc_final)"
+    checked = overflow.checked(op, tcomp.dtype)
     chunk = ceil_div(k_total, chunks)
     wg, lanes = row_kernels.row_split(be.runtime, n_out * chunks, chunk, 1)
     spec = {"S": tin.storage, "SO": tout.storage, "NK": len(kshape), "NR": len(rshape),
-            "COMBINE": _COMBINE[op], "INIT": init, "RESULT": result, "WG": wg, "LANES": lanes,
-            "ISNAN": "nan_f(f32(v))" if tcomp.compute == "f32" else "false"}
+            "COMBINE": overflow.EXPR[op] if checked else _COMBINE[op], "INIT": init, "RESULT": result, "WG": wg, "LANES": lanes,
+            "ISNAN": "nan_f(f32(v))" if tcomp.compute == "f32" else "false",
+            **overflow.spec("reduce", op, tcomp.dtype)}
     pipe = be.runtime.kernel("reduce", tcomp, spec, op)
+    checks = [be.runtime.overflow_binding()] if checked else []
     st, off, extent = source
     rng, rel = be.runtime.bind(st, off, off + extent, tin.size, op)
     orng, orel = be.runtime.bind(out, out_off, out_off + n_out * chunks, tout.size, op)
     count = job.mean_count
     scale = struct.unpack("<I", struct.pack("<f", 1.0 / count if count else float("inf")))[0]
-    params = [n_out * chunks, k_total, rel, scale, chunk, chunks, orel, base] + list(kshape) + \
-        list(kstr) + list(rshape) + list(rstr)
-    be.runtime.launch(pipe, params, [rng, orng], be.runtime.grid(n_out * chunks, wg // lanes))
+    params = {"slots": n_out * chunks, "k": k_total, "x_off": rel, "scale": scale,
+              "chunk": chunk, "chunks": chunks, "out_off": orel, "index_base": base,
+              "kept_shape": kshape, "kept_strides": kstr, "red_shape": rshape,
+              "red_strides": rstr}
+    be.runtime.launch(pipe, params, [rng, orng] + checks, be.runtime.grid(n_out * chunks, wg // lanes))

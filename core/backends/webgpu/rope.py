@@ -24,7 +24,8 @@ def rope(be, storage, layout, cos, lcos, sin, lsin, dtype, interleaved=False):
                        t.size, op)
     orng, _ = rt.bind(out, 0, layout.numel, t.size, op)
     n = layout.numel
-    params = [n, d_model, t_len, rel, co, so, lcos.strides[0], lcos.strides[1],
-              lsin.strides[0], lsin.strides[1], 0, 0] + list(shape) + list(layout.strides)
+    params = {"n": n, "d": d_model, "t": t_len, "x_off": rel, "cos_off": co, "sin_off": so,
+              "cos_ts": lcos.strides[0], "cos_is": lcos.strides[1], "sin_ts": lsin.strides[0],
+              "sin_is": lsin.strides[1], "x_shape": shape, "x_strides": layout.strides}
     rt.launch(pipe, params, [rng, crng, srng, orng], rt.grid(n))
     return out

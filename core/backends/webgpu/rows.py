@@ -69,7 +69,9 @@ def softmax(be, storage, layout, dim, dtype, log=False):
     for rows, sub, pipe, (rng, rel), (orng, orel), grid in _row_launches(
             rt, "softmax", t, op, storage, layout.offset, out, kshape, kx, ko, plan, n, xs,
             os_, 3):
-        params = [rows, n, rel, int(log), xs, os_, orel, 0] + sub + kx + ko
+        params = {"rows": rows, "n": n, "x_off": rel, "log": int(log), "x_stride": xs,
+                  "out_stride": os_, "out_off": orel, "kept_shape": sub, "kept_x_strides": kx,
+                  "kept_out_strides": ko}
         rt.launch(pipe, params, [rng, orng], grid)
     return out
 
@@ -171,7 +173,9 @@ def layer_norm(be, storage, layout, w, lw, b, lb, eps, dtype, rms=False, residua
         # Without a residual, binding 5 repeats x (read-only, never read).
         (rrng, rrel), = bind_r or [(rng, 0)]
         ranges = [rng] + [r or rng for r in affine] + [orng, rrng]
-        params = [rows, n, rel, eps_bits, xs, flags, extra[0][0], extra[1][0], extra[0][1],
-                  extra[1][1], orel, rrel] + sub + kx
+        params = {"rows": rows, "n": n, "x_off": rel, "eps": eps_bits, "x_stride": xs,
+                  "flags": flags, "w_off": extra[0][0], "b_off": extra[1][0],
+                  "w_stride": extra[0][1], "b_stride": extra[1][1], "out_off": orel,
+                  "res_off": rrel, "kept_shape": sub, "kept_x_strides": kx}
         rt.launch(pipe, params, ranges, grid)
     return out

@@ -10,8 +10,11 @@ One `Runtime` per device, over a driver (native.py or browser.py). Its public AP
 - kernels: `kernel(name, t, spec, op)` / `pipeline(name, compute, spec, op, f16)` (cached
   per (file, compute type, specialisation)), `bind(storage, lo, hi, size, op)` (a binding
   of elements [lo, hi)), `bind_words(buf, w0, w1)` (a binding of 32-bit words),
-  `launch(pipe, params, ranges, groups)`, `grid(n, wg)`;
+  `launch(pipe, values, ranges, groups)` (parameter `values` by name, as the kernel's block in
+  params.py declares them), `grid(n, wg)`;
 - batches: `flush()`, `read(buf, offset, length)`, `read_async(...)`, `synchronize()`;
+- i64 results: `overflow_binding()`, the binding of the flag word that the checked i64
+  kernels set (overflow.py); every read raises, and clears them, when one was set;
 - `lock`: a re-entrant lock. Recording, submitting and reading are done under it, and the
   backend holds it for the whole of each op, so threads may share one device: one op's
   dispatches never interleave with another's, and no thread ends an encoder another one
@@ -27,7 +30,7 @@ import struct
 import threading
 
 from ...errors import DeviceError, EmberError, UnsupportedOp
-from . import kernels
+from . import kernels, overflow, params
 from .dtypes import device_types, unsupported
 from ...intmath import ceil_div
 from .pool import Pool, Storage
@@ -55,6 +58,9 @@ class Runtime:
         self.batch = 0
         self.pipelines = {}
         self.labels = {}
+        self.slots = {}           # pipeline -> its parameter block's slots (params.py)
+        self.overflow = None      # the i64 overflow flag word, made on first use
+        self.overflow_armed = False   # a checked kernel ran since the flags were last read
         self.bind_groups = {}
         self.counters = {"pipeline_hits": 0, "pipeline_misses": 0, "submits": 0,
                          "dispatches": 0, "readbacks": 0}
@@ -139,6 +145,7 @@ class Runtime:
             pipe = self.driver.create_pipeline(code, label, len(ro), ro)
             self.pipelines[key] = pipe
             self.labels[id(pipe[0])] = label
+            self.slots[id(pipe[0])] = params.BLOCKS[name].slots(spec)
             return pipe
 
     def kernel(self, name, t, spec, op=None):
@@ -179,9 +186,11 @@ class Runtime:
             raise UnsupportedOp(f"wgpu: {n} invocations exceed the adapter's grid", op="grid")
         return (self.max_groups, y, 1)
 
-    def launch(self, pipe, params, ranges, groups):
-        """Record one dispatch of `pipe`: `params` (32-bit values: see ParamBlock.pack) as
-        its uniform block, `ranges` from `bind`/`bind_words` as its storage bindings."""
+    def launch(self, pipe, values, ranges, groups):
+        """Record one dispatch of `pipe`: `values` ({name: value}, packed by the kernel's
+        block: params.py) as its uniform block, `ranges` from `bind`/`bind_words` as its
+        storage bindings."""
+        params = self.slots[id(pipe[0])].pack(values)
         if len(params) > BLOCK // 4:
             raise UnsupportedOp(f"wgpu: {len(params)} kernel parameters exceed one uniform "
                                 f"block (too many dims)", op="launch")
@@ -189,7 +198,8 @@ class Runtime:
             if not -2 ** 31 <= v < 2 ** 32:
                 label = self.labels.get(id(pipe[0]), "?")
                 raise UnsupportedOp(
-                    f"wgpu: kernel {label}: parameter {i} is {v}, which does not fit the "
+                    f"wgpu: kernel {label}: parameter {self.slots[id(pipe[0])].name_of(i)} "
+                    f"is {v}, which does not fit the "
                     f"32 bits WGSL indexes with (an operand of more than 2^32 elements?)",
                     op=label)
         data = struct.pack(f"<{len(params)}I", *[v & 0xFFFFFFFF for v in params])
@@ -222,6 +232,25 @@ class Runtime:
                                   kernel=label, device="wgpu") from None
             self.arena_used += self.block
             self.counters["dispatches"] += 1
+
+    # --- i64 overflow flags (overflow.py) ----------------------------------------------------
+    def overflow_binding(self):
+        """The binding of the flag word, for a kernel whose i64 arithmetic is checked."""
+        with self.lock:
+            if self.overflow is None:
+                self.overflow = self.pool.take(256, "i64 overflow flags")
+                self.driver.write_buffer(self.overflow.handle, 0, bytes(4))
+            self.overflow_armed = True
+            rng, _ = self.bind_words(self.overflow, 0, 1)
+            return rng
+
+    def _overflow_word(self, raw):
+        """After the flag word `raw` was read: clear it, and raise if an op set it."""
+        self.overflow_armed = False
+        word = int.from_bytes(bytes(raw[:4]), "little")
+        if word:
+            self.driver.write_buffer(self.overflow.handle, 0, bytes(4))
+            raise overflow.error(word)
 
     # --- batches -----------------------------------------------------------------------------
     def flush(self):
@@ -256,6 +285,8 @@ class Runtime:
         """Bytes of `buf` after all recorded work (flushed first), blocking."""
         with self.lock:
             self.flush()
+            if self.overflow_armed:
+                self._overflow_word(self.driver.read(self.overflow.handle, 0, 4))
             self.counters["readbacks"] += 1
             return self.driver.read(buf.handle, offset, length)
 
@@ -264,6 +295,8 @@ class Runtime:
         # record into the driver meanwhile (in a page there is one thread).
         with self.lock:
             self.flush()
+            if self.overflow_armed:
+                self._overflow_word(await self.driver.read_async(self.overflow.handle, 0, 4))
             self.counters["readbacks"] += 1
             return await self.driver.read_async(buf.handle, offset, length)
 

@@ -2,6 +2,7 @@
 loopcap.py), then the scan of each row's chunk totals added to the chunks after them."""
 from ...intmath import ceil_div
 from ...layout import Layout
+from . import overflow
 from .rows import kept_dims
 from .shapes import contiguous_strides, span
 
@@ -18,14 +19,20 @@ def cumsum(be, storage, layout, dim, dtype):
     kshape, kx, ko, os_ = kept_dims(layout, dim)
     rows = layout.numel // length
     chunks = ceil_div(length, CHUNK)
-    spec = {"S": t.storage, "ROUND": t.round, "NK": len(kshape), "WG": 64}
+    checked = overflow.checked("cumsum", dtype)
+    spec = {"S": t.storage, "ROUND": t.round, "NK": len(kshape), "WG": 64,
+            "ADD": overflow.EXPR["cumsum"] if checked else "a + b",
+            **overflow.spec("cumsum", "cumsum", dtype)}
     pipe = rt.kernel("cumsum", t, spec, "cumsum")
     rng, rel = rt.bind(storage, layout.offset,
                        layout.offset + span(layout.shape, layout.strides), t.size, "cumsum")
     orng, _ = rt.bind(out, 0, layout.numel, t.size, "cumsum")
-    params = [rows * chunks, length, rel, 0, layout.strides[dim], os_, CHUNK, chunks] \
-        + kshape + kx + ko
-    rt.launch(pipe, params, [rng, rng, orng], rt.grid(rows * chunks, 64))
+    params = {"slots": rows * chunks, "n": length, "x_off": rel, "mode": 0,
+              "x_stride": layout.strides[dim], "out_stride": os_, "chunk": CHUNK,
+              "chunks": chunks, "kept_shape": kshape, "kept_x_strides": kx,
+              "kept_out_strides": ko}
+    checks = [rt.overflow_binding()] if checked else []
+    rt.launch(pipe, params, [rng, rng, orng] + checks, rt.grid(rows * chunks, 64))
     if chunks > 1:
         # Carries: the scan of each row's chunk totals (the last element of every chunk
         # but the final one), then added to the chunks after them.
@@ -36,6 +43,5 @@ def cumsum(be, storage, layout, dim, dtype):
                         (CHUNK - 1) * os_)
         carries = cumsum(be, out, totals, len(kept), dtype)
         crng, _ = rt.bind(carries, 0, rows * (chunks - 1), t.size, "cumsum")
-        params[3] = 1
-        rt.launch(pipe, params, [crng, crng, orng], rt.grid(rows * chunks, 64))
+        rt.launch(pipe, dict(params, mode=1), [crng, crng, orng] + checks, rt.grid(rows * chunks, 64))
     return out

@@ -70,7 +70,8 @@ def from_host(be, data, dtype, shape):
         e = min(n, s + per)
         wrng, wrel = rt.bind_words(tmp, s * hs // 4, ceil_div(e * hs, 4))
         orng, orel = rt.bind(out, s, e, t.size, op)
-        rt.launch(pipe, [e - s, 0, 0, orel, wrel], [wrng, orng], rt.grid(e - s))
+        rt.launch(pipe, {"n": e - s, "out_off": orel, "first_word": wrel}, [wrng, orng],
+                  rt.grid(e - s))
     rt.give(tmp)   # reused only after this batch (see Runtime.write)
     return out
 
@@ -93,7 +94,8 @@ def full(be, shape, value, dtype):
     for s in range(0, n, per):
         e = min(n, s + per)
         rng, rel = rt.bind(out, s, e, t.size, "full")
-        rt.launch(pipe, [e - s, bits, 0, rel], [rng], rt.grid(ceil_div(e - s, EPT)))
+        rt.launch(pipe, {"n": e - s, "value": bits, "out_off": rel}, [rng],
+                  rt.grid(ceil_div(e - s, EPT)))
     if dtype.is_int:
         out.known_range = (int(value), int(value))
     return out
@@ -122,7 +124,8 @@ def _read_plan(be, storage, layout, dtype, op):
             w0, w1 = s * dtype.itemsize // 4, host_words(dtype, e)
             rng, rel = rt.bind(storage, off + s, off + e, t.size, op)
             wrng, wrel = rt.bind_words(out, w0, w1)
-            rt.launch(pipe, [w1 - w0, e - s, 0, wrel, rel], [rng, wrng], rt.grid(w1 - w0))
+            rt.launch(pipe, {"words": w1 - w0, "n": e - s, "out_off": wrel, "x_off": rel},
+                      [rng, wrng], rt.grid(w1 - w0))
         return out, 0, words * 4, n * dtype.itemsize, storage
     if not layout.is_contiguous():
         storage = be.copy_strided(storage, layout, dtype)
