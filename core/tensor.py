@@ -15,6 +15,7 @@ from .errors import (DeviceError, DeviceMismatch, DimOutOfRange, DTypeMismatch, 
                      OutOfMemory, ShapeMismatch, UnsupportedDType, UnsupportedOp, fmt_shape)
 from .hostdata import bf16_to_f32, f32_to_bf16
 from .layout import Layout
+from .intmath import ceil_div
 from .ops import KIND_NAMES, UNARY
 from .shape import broadcast_shapes, normalize_dim, normalize_dims, numel
 
@@ -275,7 +276,7 @@ class Tensor:
     def chunk(self, chunks, dim=0):
         dim = normalize_dim(dim, self.ndim, "chunk", self.shape)
         chunks = _count_arg("chunk", "chunks", chunks, minimum=1)
-        size = -(-self.shape[dim] // chunks)
+        size = ceil_div(self.shape[dim], chunks)
         if size == 0:
             return [self]  # an empty dim: one empty chunk, as in PyTorch
         return self.split(size, dim)

@@ -17,6 +17,8 @@ EMBER_CPU_THREADS=N sets the number of threads (1 turns the split off).
 import os
 import threading
 
+from ..intmath import ceil_div
+
 # Below this many elements a task hand-off (~20-50 us) costs more than it saves.
 MIN_PARALLEL_ELEMENTS = 1 << 16
 # The largest OPENBLAS_THREAD_TIMEOUT (log2 of cycles spun) under which BLAS workers sleep
@@ -83,14 +85,13 @@ def run_rows(fn, rows, elements_per_row, align=1):
     Range ends are multiples of `align`. Exceptions reach the caller."""
     n = workers()
     if n > 1 and not getattr(_in_worker, "active", False):
-        n = min(n, rows * elements_per_row // MIN_PARALLEL_ELEMENTS, -(-rows // align))
+        n = min(n, rows * elements_per_row // MIN_PARALLEL_ELEMENTS, ceil_div(rows, align))
     else:
         n = 1
     if n <= 1:
         fn(0, rows)
         return
-    step = -(-rows // n)
-    step = -(-step // align) * align
+    step = ceil_div(ceil_div(rows, n), align) * align
     bounds = [(s, min(s + step, rows)) for s in range(0, rows, step)]
     pool = _pool()
     futures = [pool.submit(_run_marked, fn, s, e) for s, e in bounds[1:]]

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import FormatError
+from ..intmath import ceil_div
 from .files import open_regular
 from .quant import BLOCK_SIZES, GGMLType, QTensor, dequantize as _dequantize
 
@@ -366,7 +367,7 @@ class GGUFFile:
                                           f"alignment {alignment}", offset=off)
             infos.append((name, tuple(reversed(ne)), gt, off, n // block * tsize, field))
 
-        data_offset = -(-r.pos // alignment) * alignment
+        data_offset = ceil_div(r.pos, alignment) * alignment
         self.data_offset = data_offset
         tensors = {}
         for name, shape, gt, off, nbytes, field in infos:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import FormatError, fmt_shape
+from ..intmath import ceil_div
 from .gguf import DEFAULT_ALIGNMENT, GGUFValueType
 from .quant import tensor_nbytes
 
@@ -97,7 +98,7 @@ def _element_of(v):
 
 
 def _align(n, alignment):
-    return -(-n // alignment) * alignment
+    return ceil_div(n, alignment) * alignment
 
 
 def write_gguf(fh, metadata, tensors, alignment=DEFAULT_ALIGNMENT, progress=None):

@@ -13,7 +13,7 @@ QuantEmbedding dequantizes only the looked-up rows, on the host, and uploads the
 import numpy as np
 
 from .. import dtype as dt
-from ..errors import DeviceError, ShapeMismatch, fmt_shape
+from ..errors import DeviceError, DimOutOfRange, ShapeMismatch, fmt_shape
 from ..layout import Layout
 from ..nn import Module
 from ..tensor import Tensor, from_numpy
@@ -131,7 +131,7 @@ class QuantEmbedding(Module):
         flat = host.reshape(-1)
         if flat.size and (flat.min() < 0 or flat.max() >= self.num_embeddings):
             bad = int(flat.min() if flat.min() < 0 else flat.max())
-            raise ShapeMismatch(f"embedding: token id {bad} out of range for a vocabulary of "
+            raise DimOutOfRange(f"embedding: token id {bad} out of range for a vocabulary of "
                                 f"{self.num_embeddings}", op="embedding", index=bad)
         out = np.empty((flat.size, self.embedding_dim), np.float32)
         for i, r in enumerate(flat):

@@ -13,6 +13,8 @@ WebGPU reports validation and memory errors asynchronously; the driver catches t
 error scopes where it can block (pipeline creation) and records uncaptured ones, raising
 them as a DeviceError at the next submit or readback instead of losing them.
 """
+import contextlib
+
 import js
 from pyodide.ffi import JsProxy, create_proxy, to_js
 
@@ -355,19 +357,22 @@ class BrowserDriver:
                 "False); use the async form: `await t.tolist_async()`, "
                 "`await t.numpy_async()` or `await t.item_async()`", device="webgpu")
         staging = self._start_read(buf, offset, size)
-        try:
+        with self._mapping(size):
             run_sync(staging.mapAsync(js.GPUMapMode.READ, 0, int(size)))
-        except Exception as exc:
-            raise DeviceError(f"webgpu: reading back {size} bytes failed on {self.name}: "
-                              f"{exc}", device="webgpu") from None
         return self._finish_read(staging, size)
 
     async def read_async(self, buf, offset, size):
         staging = self._start_read(buf, offset, size)
-        try:
+        with self._mapping(size):
             await staging.mapAsync(js.GPUMapMode.READ, 0, int(size))
+        return self._finish_read(staging, size)
+
+    @contextlib.contextmanager
+    def _mapping(self, size):
+        """The one place a failed map becomes a DeviceError (sync and async alike)."""
+        try:
+            yield
         except Exception as exc:
             raise DeviceError(f"webgpu: reading back {size} bytes failed on {self.name}: "
                               f"{exc}", device="webgpu") from None
-        return self._finish_read(staging, size)
 

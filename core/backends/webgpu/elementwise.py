@@ -11,12 +11,13 @@ from ...errors import UnsupportedOp
 from ...intmath import ceil_div
 from ...layout import Layout
 from ...ops import BINARY, COMPARE, INT_DIV, UNARY
+from ...shape import contiguous_strides
 from . import overflow, split
 from .dtypes import convert_expr
 from .index import storage_dtype_of
 from .params import ELEMENTWISE_INPUTS
 from .scalars import param_bits
-from .shapes import collapse, contiguous_strides, span
+from .shapes import collapse, span
 
 WG = 256                   # invocations per workgroup
 EPT = 8                    # elements per invocation

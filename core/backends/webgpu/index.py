@@ -15,8 +15,9 @@ from ... import dtype as dt
 from ...errors import DimOutOfRange, UnsupportedOp, fmt_shape
 from ...layout import Layout
 from ...intmath import ceil_div
+from ...shape import contiguous_strides
 from . import loopcap, split
-from .shapes import contiguous_strides, span
+from .shapes import span
 
 _WG = 256
 _MAX_RANGES = 4096   # source ranges per output box before the split is not worth it

@@ -11,7 +11,7 @@ this path is for rare, long rows, not for speed.
 """
 from ... import dtype as dt
 from ...layout import Layout
-from .shapes import contiguous_strides
+from ...shape import contiguous_strides
 
 _F32 = dt.f32
 

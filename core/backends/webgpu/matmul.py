@@ -20,9 +20,10 @@ and columns, and of a split K only the last partial product applies it.
 """
 from ...errors import UnsupportedOp
 from ...intmath import ceil_div
+from ...shape import contiguous_strides
 from .epilogue import Epilogue
 from . import epilogue as _epilogue, overflow as _overflow
-from .shapes import collapse, contiguous_strides, span
+from .shapes import collapse, span
 
 
 class _Operand:

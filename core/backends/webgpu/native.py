@@ -5,6 +5,7 @@ implements the same calls over `pyodide.ffi` and reuses everything else. Every w
 exception becomes a DeviceError that names what was being built, so a bad shader never
 crashes the interpreter.
 """
+import contextlib
 import os
 
 from ...errors import DeviceError, OutOfMemory
@@ -206,24 +207,27 @@ class NativeDriver:
     def read(self, buf, offset, size):
         """Bytes of buf[offset:offset+size] (offset and size multiples of 4)."""
         staging = self._start_read(buf, offset, size)
-        try:
+        with self._mapping(size):
             staging.map_sync(wgpu.MapMode.READ, 0, size)
-            data = staging.read_mapped(0, size)
-        except Exception as exc:
-            raise DeviceError(f"wgpu: reading back {size} bytes failed on {self.name}: {exc}",
-                              device="wgpu") from None
-        staging.unmap()
-        self._give_back(staging)
-        return data
+        return self._finish_read(staging, size)
 
     async def read_async(self, buf, offset, size):
         staging = self._start_read(buf, offset, size)
-        try:
+        with self._mapping(size):
             await staging.map_async(wgpu.MapMode.READ, 0, size)
-            data = staging.read_mapped(0, size)
+        return self._finish_read(staging, size)
+
+    @contextlib.contextmanager
+    def _mapping(self, size):
+        """The one place a failed map becomes a DeviceError (sync and async alike)."""
+        try:
+            yield
         except Exception as exc:
             raise DeviceError(f"wgpu: reading back {size} bytes failed on {self.name}: {exc}",
                               device="wgpu") from None
+
+    def _finish_read(self, staging, size):
+        data = staging.read_mapped(0, size)
         staging.unmap()
         self._give_back(staging)
         return data

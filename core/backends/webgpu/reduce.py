@@ -24,9 +24,10 @@ from ... import dtype as dt
 from ...errors import UnsupportedOp
 from ...layout import Layout
 from ...intmath import ceil_div
+from ...shape import contiguous_strides
 from .index import gather
 from . import overflow, rows as row_kernels
-from .shapes import collapse, contiguous_strides, span
+from .shapes import collapse, span
 
 CHUNK = 1 << 16   # reduced elements per workgroup before a second pass
 

@@ -10,9 +10,9 @@ import struct
 
 from ...errors import UnsupportedOp, fmt_shape
 from ...layout import Layout
-from ...shape import numel
+from ...shape import contiguous_strides, numel
 from . import longrows, loopcap, split
-from .shapes import collapse, contiguous_strides, span
+from .shapes import collapse, span
 
 
 def row_split(rt, rows, length, passes):

@@ -2,9 +2,10 @@
 loopcap.py), then the scan of each row's chunk totals added to the chunks after them."""
 from ...intmath import ceil_div
 from ...layout import Layout
+from ...shape import contiguous_strides
 from . import overflow
 from .rows import kept_dims
-from .shapes import contiguous_strides, span
+from .shapes import span
 
 CHUNK = 4096         # prefix-sum elements per invocation before carries
 

@@ -1,15 +1,6 @@
 """Shape arithmetic for kernel launches (pure Python)."""
 
 
-def contiguous_strides(shape):
-    strides = []
-    acc = 1
-    for d in reversed(list(shape)):
-        strides.append(acc)
-        acc *= d
-    return list(reversed(strides))
-
-
 def span(shape, strides):
     """Elements from a view's first to its last element, inclusive (0 when empty)."""
     total = 1

@@ -5,7 +5,7 @@ uploaded as the host's words and widened by the unpack kernel, and packed back b
 pack kernel before readback; both run by ranges that fit one storage binding.
 """
 from ... import dtype as dt
-from ...errors import UnsupportedDType, UnsupportedOp, fmt_shape
+from ...errors import ShapeMismatch, UnsupportedDType, UnsupportedOp, fmt_shape
 from ...intmath import ceil_div
 from .dtypes import host_words
 from .elementwise import EPT, WG
@@ -44,9 +44,9 @@ def from_host(be, data, dtype, shape):
         mv = memoryview(mv.tobytes())      # one C-order copy of a strided host view
     raw = mv.cast("B") if mv.nbytes and (mv.format != "B" or mv.ndim != 1) else mv
     if raw.nbytes != n * dtype.itemsize:
-        raise UnsupportedOp(
+        raise ShapeMismatch(
             f"from_host: {raw.nbytes} bytes for shape {fmt_shape(shape)} of {dtype.name} "
-            f"(expected {n * dtype.itemsize})", op=op)
+            f"(expected {n * dtype.itemsize})", op=op, shapes=(tuple(shape),))
     known = int_range(data, raw, dtype) if dtype.is_int and n else None
     if dtype is dt.i64 and known and (known[0] < I32_MIN or known[1] > I32_MAX):
         raise UnsupportedDType(
