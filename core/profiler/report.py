@@ -76,16 +76,17 @@ class Profile:
             width = min(72, max(len(r["name"]) for r in rows))
             lines.append(f"{title}: {total / 1e6:.3f} ms in {sum(r['calls'] for r in rows)} "
                          f"calls")
+            dev = max(6, *(len(r["device"]) for r in rows))
             # A kernel's bytes are those of its bindings (read and written alike).
-            moved = f"{'MB in':>9} {'MB out':>9}" if kind == "op" else f"{'MB bound':>9}"
-            lines.append(f"  {'name':<{width}} {'device':<7} {'calls':>6} {'ms':>9} "
+            moved = f"{'in':>9} {'out':>9}" if kind == "op" else f"{'bound':>9}"
+            lines.append(f"  {'name':<{width}} {'device':<{dev}} {'calls':>6} {'ms':>9} "
                          f"{'%':>5} {'us/call':>9} {moved}")
             for r in rows[:limit]:
                 name = r["name"] if len(r["name"]) <= width else r["name"][:width - 1] + "…"
-                moved = f"{r['bytes_in'] / 1e6:>9.3f}" + (
-                    f" {r['bytes_out'] / 1e6:>9.3f}" if kind == "op" else "")
+                moved = f"{_size(r['bytes_in']):>9}" + (
+                    f" {_size(r['bytes_out']):>9}" if kind == "op" else "")
                 lines.append(
-                    f"  {name:<{width}} {r['device']:<7} {r['calls']:>6} "
+                    f"  {name:<{width}} {r['device']:<{dev}} {r['calls']:>6} "
                     f"{r['time_ns'] / 1e6:>9.3f} {100 * r['time_ns'] / total:>5.1f} "
                     f"{r['time_ns'] / 1e3 / r['calls']:>9.1f} {moved}")
             if limit is not None and len(rows) > limit:
@@ -134,6 +135,13 @@ class Profile:
         with atomic_file(path, "w") as fh:
             json.dump(self.trace(), fh)
         return path
+
+
+def _size(nbytes):
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} B"
 
 
 def _complete(name, cat, ts_ns, dur_ns, pid, tid, args):
