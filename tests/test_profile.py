@@ -148,3 +148,24 @@ def test_profile_flag_and_verb_keep_stdout_and_write_the_table_and_trace(capsys,
     assert main(["profile"] + argv) == 0
     out, err = capsys.readouterr()
     assert out == plain and "host ops" in err
+
+
+def test_a_device_opened_while_profiling_is_watched_too():
+    from ember.backends.base import Backend
+
+    class Tiny(Backend):
+        name = "tiny"
+
+        def full(self, shape, value, dtype):
+            return bytes(4 * len(shape))
+
+    key = ("tiny-profile-test", 0)
+    try:
+        with profile() as prof:
+            device = ember.Device._get(*key, Tiny)
+            device.backend.full((2, 3), 0.0, ember.f32)
+        assert "full" not in vars(device.backend)   # unwrapped once the block ended
+    finally:
+        ember.Device._cache.pop(key, None)
+    assert [(e["name"], e["device"], e["bytes_out"]) for e in prof.events] == [
+        ("full", "tiny-profile-test:0", 8)]

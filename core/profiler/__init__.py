@@ -38,9 +38,14 @@ class Profiler:
         self.ops = OpRecorder(self.origin)
         self.timers = []          # (device name, runtime, GpuTimer)
         self.devices = []
-        for device in list(Device._cache.values()):
-            self._watch(device)
         self._open_device = Device.__dict__["_get"]
+        try:
+            for device in list(Device._cache.values()):
+                self._watch(device)
+        except BaseException:     # leave nothing wrapped behind
+            self._detach()
+            self._release()
+            raise
         profiler = self
 
         def watched_get(cls, kind, index, make):
