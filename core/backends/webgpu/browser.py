@@ -45,7 +45,7 @@ _LIMITS = (
     "maxBindGroups", "maxBindingsPerBindGroup", "maxDynamicUniformBuffersPerPipelineLayout",
     "maxUniformBuffersPerShaderStage",
 )
-_WANTED_FEATURES = ("shader-f16",)
+_WANTED_FEATURES = ("shader-f16", "timestamp-query")  # the latter: profiling only
 
 
 def _hyphenated(name):
@@ -68,6 +68,15 @@ _DISPATCH_JS = """(pass, pipeline, bindGroup, offset, x, y, z) => {
   pass.dispatchWorkgroups(x, y, z);
 }"""
 _dispatch_fn = []
+
+
+def _timed_pass(query_set, begin, end):
+    writes = {"querySet": query_set}
+    if begin is not None:
+        writes["beginningOfPassWriteIndex"] = int(begin)
+    if end is not None:
+        writes["endOfPassWriteIndex"] = int(end)
+    return _js({"timestampWrites": writes})
 
 
 def _dispatch_js():
@@ -209,7 +218,9 @@ class BrowserDriver:
 
     # --- resources ------------------------------------------------------------------------
     def create_buffer(self, size, kind="storage"):
-        usage = self._uniform_usage if kind == "uniform" else self._storage_usage
+        usage = self._uniform_usage if kind == "uniform" else (
+            self._usage.QUERY_RESOLVE | self._usage.COPY_SRC) if kind == "query" else \
+            self._storage_usage
         max_size = self.limits.get("max-buffer-size")
         if max_size and size > max_size and kind != "uniform":
             raise OutOfMemory(f"webgpu: cannot allocate a buffer of {size} bytes on {self.name}"
@@ -290,13 +301,31 @@ class BrowserDriver:
             self._encoder = self.device.createCommandEncoder()
         return self._encoder
 
-    def dispatch(self, pipeline, bind_group, uniform_offset, groups):
+    def dispatch(self, pipeline, bind_group, uniform_offset, groups, timestamps=None):
+        if timestamps is not None:  # profiling: a pass of its own, timed (timestamps.py)
+            self._end_pass()
+            self._pass = self._enc().beginComputePass(_timed_pass(*timestamps))
         if self._pass is None:
             self._pass = self._enc().beginComputePass()
         x, y, z = (tuple(groups) + (1, 1))[:3]
         # One crossing into JS instead of three (about 3 µs instead of 24 in Chromium).
         _dispatch_js()(self._pass, pipeline[0], bind_group, int(uniform_offset),
                        int(x), int(y), int(z))
+        if timestamps is not None:
+            self._end_pass()
+
+    # --- timestamp queries (used only while profiling: timestamps.py) -------------------------
+    def create_query_set(self, count):
+        return self.device.createQuerySet(_js({"type": "timestamp", "count": int(count)}))
+
+    def timestamp_pass(self, query_set, begin, end):
+        """Record an empty compute pass writing timestamps `begin` and/or `end`."""
+        self._end_pass()
+        self._enc().beginComputePass(_timed_pass(query_set, begin, end)).end()
+
+    def resolve_queries(self, query_set, count, buf):
+        self._end_pass()
+        self._enc().resolveQuerySet(query_set, 0, int(count), buf, 0)
 
     def copy(self, src, src_off, dst, dst_off, size):
         self._end_pass()

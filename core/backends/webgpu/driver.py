@@ -19,8 +19,9 @@ class Driver:
         raise NotImplementedError
 
     def create_buffer(self, size, kind="storage"):
-        """A buffer of `size` bytes: "storage" (STORAGE | COPY_SRC | COPY_DST) or
-        "uniform" (UNIFORM | COPY_DST). Raises OutOfMemory when it cannot."""
+        """A buffer of `size` bytes: "storage" (STORAGE | COPY_SRC | COPY_DST),
+        "uniform" (UNIFORM | COPY_DST) or "query" (QUERY_RESOLVE | COPY_SRC, for
+        timestamps). Raises OutOfMemory when it cannot."""
         raise NotImplementedError
 
     def destroy_buffer(self, buf):
@@ -43,8 +44,25 @@ class Driver:
         storage binding."""
         raise NotImplementedError
 
-    def dispatch(self, pipeline, bind_group, uniform_offset, groups):
-        """Record a dispatch of `groups` (x, y, z) into the open command encoder."""
+    def dispatch(self, pipeline, bind_group, uniform_offset, groups, timestamps=None):
+        """Record a dispatch of `groups` (x, y, z) into the open command encoder. With
+        `timestamps` (query set, begin index, end index), as while profiling, it runs in a
+        compute pass of its own whose beginning and end write those timestamps."""
+        raise NotImplementedError
+
+    # Timestamp queries, used only while a profiler watches the device (timestamps.py) and
+    # only where `features` has "timestamp-query".
+    def create_query_set(self, count):
+        """A timestamp query set of `count` queries."""
+        raise NotImplementedError
+
+    def timestamp_pass(self, query_set, begin, end):
+        """Record an empty compute pass writing timestamp `begin` and/or `end` (None: no
+        write) of `query_set`."""
+        raise NotImplementedError
+
+    def resolve_queries(self, query_set, count, buf):
+        """Record the resolve of queries [0, count) into `buf` (a "query" buffer)."""
         raise NotImplementedError
 
     def copy(self, src, src_off, dst, dst_off, size):

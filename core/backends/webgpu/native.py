@@ -63,6 +63,15 @@ def open_native_backend(index=0):
     return WebGPUBackend(NativeDriver(adapters[index]), f"wgpu:{index}")
 
 
+def _timestamp_writes(query_set, begin, end):
+    writes = {"query_set": query_set}
+    if begin is not None:
+        writes["beginning_of_pass_write_index"] = begin
+    if end is not None:
+        writes["end_of_pass_write_index"] = end
+    return writes
+
+
 class NativeDriver:
     """Buffers, pipelines, one open command encoder and a queue, on wgpu-py."""
 
@@ -77,6 +86,8 @@ class NativeDriver:
             features.append("shader-f16")
         if "subgroup" in adapter.features:
             features.append("subgroup")     # matmul on CPU adapters broadcasts A across lanes
+        if "timestamp-query" in adapter.features:
+            features.append("timestamp-query")  # per-kernel GPU times while profiling
         try:
             self.device = adapter.request_device_sync(
                 label="ember", required_features=features, required_limits=wanted)
@@ -97,6 +108,7 @@ class NativeDriver:
     # --- resources ------------------------------------------------------------------------
     def create_buffer(self, size, kind="storage"):
         usage = (wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST) if kind == "uniform" else (
+            wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC) if kind == "query" else (
             wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST)
         try:
             return self.device.create_buffer(size=size, usage=usage)
@@ -147,13 +159,33 @@ class NativeDriver:
             self._encoder = self.device.create_command_encoder()
         return self._encoder
 
-    def dispatch(self, pipeline, bind_group, uniform_offset, groups):
+    def dispatch(self, pipeline, bind_group, uniform_offset, groups, timestamps=None):
+        if timestamps is not None:  # profiling: a pass of its own, timed (timestamps.py)
+            self._end_pass()
+            self._pass = self._enc().begin_compute_pass(
+                timestamp_writes=_timestamp_writes(*timestamps))
         if self._pass is None:
             self._pass = self._enc().begin_compute_pass()
         p = self._pass
         p.set_pipeline(pipeline[0])
         p.set_bind_group(0, bind_group, [uniform_offset])
         p.dispatch_workgroups(*groups)
+        if timestamps is not None:
+            self._end_pass()
+
+    # --- timestamp queries (used only while profiling: timestamps.py) -------------------------
+    def create_query_set(self, count):
+        return self.device.create_query_set(type=wgpu.QueryType.timestamp, count=count)
+
+    def timestamp_pass(self, query_set, begin, end):
+        """Record an empty compute pass writing timestamps `begin` and/or `end`."""
+        self._end_pass()
+        self._enc().begin_compute_pass(
+            timestamp_writes=_timestamp_writes(query_set, begin, end)).end()
+
+    def resolve_queries(self, query_set, count, buf):
+        self._end_pass()
+        self._enc().resolve_query_set(query_set, 0, count, buf, 0)
 
     def copy(self, src, src_off, dst, dst_off, size):
         self._end_pass()

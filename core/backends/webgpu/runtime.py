@@ -62,6 +62,7 @@ class Runtime:
         self.overflow = None      # the i64 overflow flag word, made on first use
         self.overflow_armed = False   # a checked kernel ran since the flags were last read
         self.bind_groups = {}
+        self.timer = None         # a timestamps.GpuTimer while a profiler watches this device
         self.counters = {"pipeline_hits": 0, "pipeline_misses": 0, "submits": 0,
                          "dispatches": 0, "readbacks": 0}
 
@@ -221,7 +222,11 @@ class Runtime:
                     bg = self.driver.create_bind_group(
                         pipe, self.arena, BLOCK, [(b.handle, o, n) for b, o, n in ranges])
                     self.bind_groups[key] = bg
-                self.driver.dispatch(pipe, bg, off, groups)
+                if self.timer is None:
+                    self.driver.dispatch(pipe, bg, off, groups)
+                else:  # profiling: the dispatch timed in a pass of its own
+                    self.timer.dispatch(pipe, bg, off, groups,
+                                        self.labels.get(id(pipe[0]), "?"), ranges)
             except EmberError:
                 raise
             except Exception as exc:  # a validation error from the driver: name the kernel
@@ -260,6 +265,8 @@ class Runtime:
                 self.driver.write_buffer(self.arena, 0,
                                          memoryview(self.arena_host)[:self.arena_used])
             self.arena_used = 0
+            if self.timer is not None:
+                self.timer.close_batch()
             try:
                 submitted = self.driver.submit()
             except Exception:
@@ -278,6 +285,8 @@ class Runtime:
             self.driver.submit()
         except Exception:
             self.driver.discard()
+        if self.timer is not None:
+            self.timer.drop_batch()
         self.arena_used = 0
         self.batch += 1
 
