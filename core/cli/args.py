@@ -25,57 +25,21 @@ def _number(text, what):
     return value
 
 
-def port(text):
-    """A TCP port, 0..65535 (0: the system picks a free one)."""
-    value = _integer(text, "a port number 0..65535")
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a port number 0..65535, got {value}")
-    return value
+def _checked(parse, what, ok):
+    """An argparse type: `parse(text, what)`, then `ok(value)` or the usage error."""
+    def check(text):
+        value = parse(text, what)
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {value}")
+        return value
+    return check
 
 
-def seed(text):
-    """A random seed: a non-negative integer (what ember.manual_seed accepts)."""
-    value = _integer(text, "a non-negative integer")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {value}")
-    return value
-
-
-def positive_int(text):
-    """An integer of at least 1 (a count, a size)."""
-    value = _integer(text, "a positive integer")
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
-
-
-def non_negative_int(text):
-    """An integer of at least 0 (a count where 0 means none or off)."""
-    value = _integer(text, "a non-negative integer")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {value}")
-    return value
-
-
-def probability(text):
-    """A finite number in [0, 1]."""
-    value = _number(text, "a probability between 0 and 1")
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be a probability between 0 and 1, got {value}")
-    return value
-
-
-def non_negative_float(text):
-    """A finite number of at least 0 (NaN and inf are refused)."""
-    value = _number(text, "a finite number of at least 0")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number of at least 0, got {value}")
-    return value
-
-
-def positive_float(text):
-    """A finite number greater than 0 (NaN and inf are refused)."""
-    value = _number(text, "a finite number greater than 0")
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number greater than 0, got {value}")
-    return value
+# One line each: the parser, the words of the error, the accepted range.
+port = _checked(_integer, "a port number 0..65535", lambda v: 0 <= v <= 65535)
+seed = _checked(_integer, "a non-negative integer", lambda v: v >= 0)
+positive_int = _checked(_integer, "a positive integer", lambda v: v >= 1)
+non_negative_int = _checked(_integer, "a non-negative integer", lambda v: v >= 0)
+probability = _checked(_number, "a probability between 0 and 1", lambda v: 0.0 <= v <= 1.0)
+non_negative_float = _checked(_number, "a finite number of at least 0", lambda v: v >= 0)
+positive_float = _checked(_number, "a finite number greater than 0", lambda v: v > 0)
