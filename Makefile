@@ -9,21 +9,31 @@ STAMP := $(VENV)/.ember-installed
 export XDG_RUNTIME_DIR ?= /tmp/ember-xdg-$(shell id -u)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo test setup system-deps web-deps models web bench wheel clean
+.PHONY: demo test lint setup system-deps web-deps models web bench wheel clean
 
 demo: setup models
 	$(PY) -m ember.cli demo
 
-test: setup web-deps
+test: lint web-deps
 	@mkdir -p $(XDG_RUNTIME_DIR) && chmod 700 $(XDG_RUNTIME_DIR)
 	$(PY) -m pytest -q
+
+# Lint everything, check the formatting of all but tests (their diff stays moves and
+# additions), type-check the base layers and the backend contract, check the import layers.
+# The configuration of each is in pyproject.toml.
+FORMATTED := core web build_scripts benchmarks
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check $(FORMATTED)
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 setup: system-deps $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,bench]'
+	$(PY) -m pip install -q -e '.[test,bench,lint]'
 	touch $(STAMP)
 
 # Root on a Debian machine without lavapipe or chromium: install them. Elsewhere, say
