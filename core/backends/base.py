@@ -14,14 +14,25 @@ quantized matmul, async readback) have default bodies that compose the primitive
 misspelled override is a method no one calls rather than a silent slow path. Device
 facts (`info`, `is_software_adapter`, `kernel_set`) are declared properties too.
 """
+from collections.abc import Sequence
+from typing import Any
+
+from ..dtype import DType
 from ..errors import UnsupportedOp
+from ..layout import Layout
 from . import composites
+
+# What a backend keeps for a tensor's elements (a flat numpy/cupy array, a GPU buffer):
+# opaque to every caller, so typed as Any.
+Storage = Any
+Shape = tuple[int, ...]
 
 
 class Backend:
-    name = "abstract"
+    name: str = "abstract"
 
-    def lacks(self, primitive, op=None, dtype=None):
+    def lacks(self, primitive: str, op: str | None = None,
+              dtype: DType | None = None) -> UnsupportedOp:
         """The error for a primitive this backend does not provide: it names the
         primitive, the op and dtype asked for, and the backend."""
         what = primitive if op is None else f"{primitive} {op}"
@@ -31,114 +42,131 @@ class Backend:
             f"device (e.g. .to('cpu'))", op=op or primitive, backend=self.name)
 
     # --- memory ----------------------------------------------------------------------
-    def from_host(self, data, dtype, shape):
+    def from_host(self, data: Any, dtype: DType, shape: Shape) -> Storage:
         """Upload host data: a numpy array of dtype's storage type, or little-endian bytes."""
         raise self.lacks("from_host")
 
-    def to_numpy(self, storage, layout, dtype):
+    def to_numpy(self, storage: Storage, layout: Layout, dtype: DType) -> Any:
         """A numpy array of the tensor (bf16 comes back as f32)."""
         raise self.lacks("to_numpy")
 
-    def to_bytes(self, storage, layout, dtype):
+    def to_bytes(self, storage: Storage, layout: Layout, dtype: DType) -> bytes:
         """The tensor's elements, contiguous, as little-endian bytes."""
         raise self.lacks("to_bytes")
 
-    async def to_bytes_async(self, storage, layout, dtype):
+    async def to_bytes_async(self, storage: Storage, layout: Layout, dtype: DType) -> bytes:
         """to_bytes without blocking the event loop (a browser page may not block); the
         default reads synchronously."""
         return self.to_bytes(storage, layout, dtype)
 
-    def host_bytes(self, storage, layout, dtype):
+    def host_bytes(self, storage: Storage, layout: Layout, dtype: DType) -> bytes | memoryview:
         """The tensor's elements, contiguous and little-endian, as a bytes-like object:
         a view of the storage without a copy where it already is host memory in that
         form (the numpy backend), else to_bytes."""
         return self.to_bytes(storage, layout, dtype)
 
-    def full(self, shape, value, dtype):
+    def full(self, shape: Shape, value: float, dtype: DType) -> Storage:
         raise self.lacks("full")
 
-    def empty(self, shape, dtype):
+    def empty(self, shape: Shape, dtype: DType) -> Storage:
         """Storage whose every element the caller will overwrite (cat): no fill pass where
         the backend can skip it."""
         return self.full(shape, 0, dtype)
 
-    def copy_strided(self, storage, layout, dtype):
+    def copy_strided(self, storage: Storage, layout: Layout, dtype: DType) -> Storage:
         """A contiguous copy of the strided view."""
         raise self.lacks("copy_strided")
 
-    def copy_into(self, dst, dst_layout, src, src_layout, dtype):
+    def copy_into(self, dst: Storage, dst_layout: Layout, src: Storage, src_layout: Layout,
+                  dtype: DType) -> None:
         """Write src (read through src_layout) into dst's view dst_layout, in place."""
         raise self.lacks("copy_into")
 
-    def cast(self, storage, layout, src_dtype, dst_dtype):
+    def cast(self, storage: Storage, layout: Layout, src_dtype: DType,
+             dst_dtype: DType) -> Storage:
         raise self.lacks("cast")
 
     # --- elementwise -----------------------------------------------------------------
-    def unary(self, op, storage, layout, dtype, params=()):
+    def unary(self, op: str, storage: Storage, layout: Layout, dtype: DType,
+              params: Sequence[float] = ()) -> Storage:
         raise self.lacks("unary", op, dtype)
 
-    def binary(self, op, a, la, b, lb, dtype):
+    def binary(self, op: str, a: Storage, la: Layout, b: Storage | float, lb: Layout | None,
+               dtype: DType) -> Storage:
         """`b` may be a Python scalar (then lb is None): it takes the tensor's dtype."""
         raise self.lacks("binary", op, dtype)
 
-    def compare(self, op, a, la, b, lb, dtype):
+    def compare(self, op: str, a: Storage, la: Layout, b: Storage | float, lb: Layout | None,
+                dtype: DType) -> Storage:
         """Result is u8 (1 where true)."""
         raise self.lacks("compare", op, dtype)
 
-    def where(self, cond, lc, a, la, b, lb, dtype):
+    def where(self, cond: Storage, lc: Layout, a: Storage, la: Layout, b: Storage, lb: Layout,
+              dtype: DType) -> Storage:
         raise self.lacks("where")
 
     # --- reductions and scans -----------------------------------------------------------
-    def reduce(self, op, storage, layout, dims, dtype):
+    def reduce(self, op: str, storage: Storage, layout: Layout, dims: Sequence[int],
+               dtype: DType) -> Storage:
         """Reduce over `dims` (sorted); the result keeps them as size-1 dims."""
         raise self.lacks("reduce", op, dtype)
 
-    def cumsum(self, storage, layout, dim, dtype):
+    def cumsum(self, storage: Storage, layout: Layout, dim: int, dtype: DType) -> Storage:
         raise self.lacks("cumsum")
 
     # --- linear algebra and indexing -------------------------------------------------------
-    def matmul(self, a, la, b, lb, dtype):
+    def matmul(self, a: Storage, la: Layout, b: Storage, lb: Layout, dtype: DType) -> Storage:
         """la (..., M, K) and lb (..., K, N) with equal batch shapes (broadcast strides)."""
         raise self.lacks("matmul")
 
-    def index_select(self, storage, layout, ids, lids, dim, dtype):
+    def index_select(self, storage: Storage, layout: Layout, ids: Storage, lids: Layout, dim: int,
+                     dtype: DType) -> Storage:
         raise self.lacks("index_select")
 
-    def gather(self, storage, layout, ids, lids, dim, dtype):
+    def gather(self, storage: Storage, layout: Layout, ids: Storage, lids: Layout, dim: int,
+               dtype: DType) -> Storage:
         raise self.lacks("gather")
 
-    def scatter_add(self, dst, ldst, ids, lids, src, lsrc, dim, dtype):
+    def scatter_add(self, dst: Storage, ldst: Layout, ids: Storage, lids: Layout, src: Storage,
+                    lsrc: Layout, dim: int, dtype: DType) -> Storage:
         """A new tensor: dst with src added at ids along dim."""
         raise self.lacks("scatter_add")
 
     # --- fused ops: defaults composed from the primitives (composites.py) -----------------
-    def softmax(self, storage, layout, dim, dtype, log=False):
+    def softmax(self, storage: Storage, layout: Layout, dim: int, dtype: DType,
+                log: bool = False) -> Storage:
         """Softmax along `dim` (log-softmax with `log`), for a non-empty float tensor."""
         return composites.softmax(self, storage, layout, dim, dtype, log)
 
-    def log_softmax(self, storage, layout, dim, dtype):
+    def log_softmax(self, storage: Storage, layout: Layout, dim: int, dtype: DType) -> Storage:
         return self.softmax(storage, layout, dim, dtype, log=True)
 
-    def layer_norm(self, storage, layout, w, lw, b, lb, eps, dtype, rms=False, residual=None,
-                   lres=None):
+    def layer_norm(self, storage: Storage, layout: Layout, w: Storage | None, lw: Layout | None,
+                   b: Storage | None, lb: Layout | None, eps: float, dtype: DType,
+                   rms: bool = False, residual: Storage | None = None,
+                   lres: Layout | None = None) -> Storage:
         """Layer norm over the last dim of x (+ residual, same shape, when given); w and b
         are 1-D or None. With `rms`, RMS norm (b unused)."""
         return composites.layer_norm(self, storage, layout, w, lw, b, lb, eps, dtype, rms,
                                      residual, lres)
 
-    def rms_norm(self, storage, layout, w, lw, eps, dtype, residual=None, lres=None):
+    def rms_norm(self, storage: Storage, layout: Layout, w: Storage | None, lw: Layout | None,
+                 eps: float, dtype: DType, residual: Storage | None = None,
+                 lres: Layout | None = None) -> Storage:
         return self.layer_norm(storage, layout, w, lw, None, None, eps, dtype, rms=True,
                                residual=residual, lres=lres)
 
-    def linear(self, a, la, b, lb, bias, lbias, dtype, activation=None, residual=None,
-               lres=None):
+    def linear(self, a: Storage, la: Layout, b: Storage, lb: Layout, bias: Storage | None,
+               lbias: Layout | None, dtype: DType, activation: str | None = None,
+               residual: Storage | None = None, lres: Layout | None = None) -> Storage:
         """activation(a @ b + bias) + residual for a 2-D `a` (rows, in) and `b` (in, out);
         bias (out,) and residual (rows, out) may be None; activation is a parameterless
         unary op name (functional.LINEAR_ACTIVATIONS) or None."""
         return composites.linear(self, a, la, b, lb, bias, lbias, dtype, activation, residual,
                                  lres)
 
-    def rope(self, storage, layout, cos, lcos, sin, lsin, dtype, interleaved=False):
+    def rope(self, storage: Storage, layout: Layout, cos: Storage, lcos: Layout, sin: Storage,
+             lsin: Layout, dtype: DType, interleaved: bool = False) -> Storage:
         """Rotary embedding of x [..., T, D] (read through `layout`) with cos and sin tables
         [T, D/2], or [B, T, D/2] for an x [B, ..., T, D] whose rows have positions of their
         own (a left-padded batch); table layouts may be strided or broadcast. Pairs are
@@ -149,8 +177,10 @@ class Backend:
         The result is contiguous."""
         return composites.rope(self, storage, layout, cos, lcos, sin, lsin, dtype, interleaved)
 
-    def scaled_dot_product_attention(self, q, lq, k, lk, v, lv, mask, lmask, scale, dtype,
-                                     causal=False):
+    def scaled_dot_product_attention(self, q: Storage, lq: Layout, k: Storage, lk: Layout,
+                                     v: Storage, lv: Layout, mask: Storage | None,
+                                     lmask: Layout | None, scale: float, dtype: DType,
+                                     causal: bool = False) -> Storage:
         """softmax(q @ k^T * scale + mask) @ v: q [..., Tq, D], k [..., Tk, D], v [..., Tk,
         Dv] with equal batch dims (broadcast strides), mask (or None) laid out as [...,
         Tq, Tk] and added to the scores; `causal` hides the keys after each query's
@@ -159,17 +189,17 @@ class Backend:
                                                        scale, dtype, causal)
 
     # --- quantized weights ------------------------------------------------------------------
-    def keeps_quantized(self, ggml_type):
+    def keeps_quantized(self, ggml_type: int) -> bool:
         """Whether upload_quantized keeps weights of this ggml type quantized here (a kernel
         decodes its blocks inside the matmul)."""
         return False
 
-    def upload_quantized(self, raw, ggml_type, shape):
+    def upload_quantized(self, raw: Any, ggml_type: int, shape: Shape) -> Any:
         """The raw ggml blocks of a 2-D weight (out, in) as this backend's quantized weight,
         for qmatmul; only for types `keeps_quantized` accepts."""
         raise self.lacks("upload_quantized")
 
-    def place_quantized(self, weight):
+    def place_quantized(self, weight: Any) -> Any:
         """What qmatmul takes for the host weight `weight` (an object with `ggml_type`,
         `shape` (N, K), `raw` and `dequantize_rows(start, stop)`: ember.io.quant.QTensor).
         Where `keeps_quantized` accepts its type: the raw blocks on the device
@@ -181,7 +211,8 @@ class Backend:
             return self.upload_quantized(weight.raw, weight.ggml_type, weight.shape)
         return composites.dense_weight(self, weight)
 
-    def qmatmul(self, x, lx, qweight, dtype):
+    def qmatmul(self, x: Storage, lx: Layout, qweight: Any,
+                dtype: DType) -> tuple[Storage, Shape]:
         """x [..., K] @ dequantize(qweight).T -> (storage, shape [..., N]). `qweight` is
         what place_quantized returned: a dense weight (a matmul), or a host weight, which
         the default dequantizes a chunk of rows at a time and multiplies (composites.py)."""
@@ -191,29 +222,29 @@ class Backend:
 
     # --- device facts -----------------------------------------------------------------------
     @property
-    def info(self):
+    def info(self) -> dict[str, Any]:
         """What the device is, for people and for choosing kernels: a dict with at least
         "name"; WebGPU adds the adapter's (device, description, backend_type,
         adapter_type, vendor)."""
         return {"name": self.name}
 
     @property
-    def is_software_adapter(self):
+    def is_software_adapter(self) -> bool:
         """True for a GPU API running on the CPU (lavapipe, SwiftShader): the same kernels
         run far slower there than the numpy backend."""
         return self.info.get("adapter_type") == "CPU"
 
     @property
-    def kernel_set(self):
+    def kernel_set(self) -> str:
         """The kernel family this backend runs for the device: "cpu-adapter" (one
         invocation per short row, no shared-memory tiles) on a software adapter, "gpu"
         otherwise; array backends name their array module."""
         return "cpu-adapter" if self.is_software_adapter else "gpu"
 
-    def memory_stats(self):
+    def memory_stats(self) -> dict[str, int]:
         """Device memory bookkeeping where the backend keeps it (WebGPU: bytes_in_use,
         bytes_pooled, buffers_created); empty elsewhere."""
         return {}
 
-    def synchronize(self):
+    def synchronize(self) -> None:
         """Wait for queued work (a no-op on synchronous backends)."""

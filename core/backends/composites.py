@@ -5,17 +5,22 @@ backend has every op: a new backend writes the primitives and overrides a fused 
 where it has something faster. Operands are (storage, layout) pairs of one dtype; every
 function returns a new contiguous storage.
 """
+from typing import TYPE_CHECKING
+
 from .. import dtype as dt
 from ..hostdata import pack
 from ..layout import Layout
 from ..shape import broadcast_shapes, numel
+
+if TYPE_CHECKING:   # base.py imports this module: the name is for the type checker only
+    from .base import Backend
 
 # Elements of one tile of attention scores: a long sequence's (Tq, Tk) score matrix is
 # computed this many at a time (whole rows of queries), never all at once.
 ATTENTION_TILE_ELEMENTS = 1 << 20
 
 
-def _binary(be, op, x, y, dtype):
+def _binary(be: "Backend", op, x, y, dtype):
     """x op y for (storage, layout) operands broadcast against each other; y may be a
     Python scalar."""
     if not isinstance(y, tuple):
@@ -25,16 +30,16 @@ def _binary(be, op, x, y, dtype):
             Layout(shape))
 
 
-def _reduce(be, op, x, dim, dtype):
+def _reduce(be: "Backend", op, x, dim, dtype):
     kept = tuple(1 if d == dim else n for d, n in enumerate(x[1].shape))
     return be.reduce(op, x[0], x[1], [dim], dtype), Layout(kept)
 
 
-def _unary(be, op, x, dtype):
+def _unary(be: "Backend", op, x, dtype):
     return be.unary(op, x[0], x[1], dtype), Layout(x[1].shape)
 
 
-def softmax(be, storage, layout, dim, dtype, log=False):
+def softmax(be: "Backend", storage, layout, dim, dtype, log=False):
     """exp(x - max) / sum, or (x - max) - log(sum), along dim."""
     x = (storage, layout)
     shifted = _binary(be, "sub", x, _reduce(be, "max", x, dim, dtype), dtype)
@@ -45,7 +50,7 @@ def softmax(be, storage, layout, dim, dtype, log=False):
     return _binary(be, "div", e, total, dtype)[0]
 
 
-def layer_norm(be, storage, layout, w, lw, b, lb, eps, dtype, rms=False, residual=None,
+def layer_norm(be: "Backend", storage, layout, w, lw, b, lb, eps, dtype, rms=False, residual=None,
                lres=None):
     """(x - mean) / sqrt(var + eps) * w + b over the last dim (RMS: x / sqrt(mean(x^2) +
     eps) * w), of x + residual when given."""
@@ -65,7 +70,7 @@ def layer_norm(be, storage, layout, w, lw, b, lb, eps, dtype, rms=False, residua
     return y[0]
 
 
-def linear(be, a, la, b, lb, bias, lbias, dtype, activation=None, residual=None, lres=None):
+def linear(be: "Backend", a, la, b, lb, bias, lbias, dtype, activation=None, residual=None, lres=None):
     """activation(a @ b + bias) + residual, for a (rows, in) and b (in, out)."""
     y = (be.matmul(a, la, b, lb, dtype), Layout((la.shape[0], lb.shape[1])))
     if bias is not None:
@@ -77,7 +82,7 @@ def linear(be, a, la, b, lb, bias, lbias, dtype, activation=None, residual=None,
     return y[0]
 
 
-def rope(be, storage, layout, cos, lcos, sin, lsin, dtype, interleaved=False):
+def rope(be: "Backend", storage, layout, cos, lcos, sin, lsin, dtype, interleaved=False):
     """Rotary embedding (see Backend.rope): the pair halves a and b of every D become
     a*cos - b*sin and b*cos + a*sin, written into their places in a new storage."""
     shape = layout.shape
@@ -119,7 +124,7 @@ def _table_layout(table, shape):
     return table.broadcast_to(target)
 
 
-def scaled_dot_product_attention(be, q, lq, k, lk, v, lv, mask, lmask, scale, dtype,
+def scaled_dot_product_attention(be: "Backend", q, lq, k, lk, v, lv, mask, lmask, scale, dtype,
                                  causal=False):
     """softmax(q @ k^T * scale + mask) @ v over q [..., Tq, D], k [..., Tk, D], v [...,
     Tk, Dv], with `mask` (or None) laid out as [..., Tq, Tk] and `causal` hiding keys
@@ -149,7 +154,7 @@ def scaled_dot_product_attention(be, q, lq, k, lk, v, lv, mask, lmask, scale, dt
     return out
 
 
-def _causal_tile(be, q0, n, tq, tk, dtype):
+def _causal_tile(be: "Backend", q0, n, tq, tk, dtype):
     """(storage, layout) of an additive (n, tk) mask for queries q0..q0+n: -inf on keys
     after each query's position (queries are the last tq of tk positions)."""
     shift = tk - tq
@@ -171,7 +176,7 @@ class DenseWeight:
         self.nbytes = 4 * self.shape[0] * self.shape[1]
 
 
-def dense_weight(be, weight):
+def dense_weight(be: "Backend", weight):
     """`weight` (a QTensor) dequantized a chunk of rows at a time into one f32 storage on
     `be`: the dense form is never whole in host memory."""
     n_out, n_in = weight.shape
@@ -185,7 +190,7 @@ def dense_weight(be, weight):
     return DenseWeight(out, (n_out, n_in))
 
 
-def qmatmul_dense(be, x, lx, weight, dtype):
+def qmatmul_dense(be: "Backend", x, lx, weight, dtype):
     """x [..., K] @ weight.T for a DenseWeight; returns (storage, shape)."""
     n_out, n_in = weight.shape
     lead = lx.shape[:-1]
@@ -199,7 +204,7 @@ def qmatmul_dense(be, x, lx, weight, dtype):
     return be.matmul(x, x2, w, lw.transpose(0, 1), dtype), lead + (n_out,)
 
 
-def qmatmul_host_weight(be, x, lx, weight, dtype):
+def qmatmul_host_weight(be: "Backend", x, lx, weight, dtype):
     """x [..., K] @ dequantize(weight).T for a host weight (an object with `shape` (N, K)
     and `dequantize_rows(start, stop)`, such as ember.io.quant.QTensor): rows of the
     weight are dequantized a chunk at a time, uploaded and multiplied, so the weight is
