@@ -6,6 +6,7 @@ import operator
 
 from . import dtype as dt
 from .errors import InvalidArgument, OutOfMemory, fmt_shape
+from .hostmem import host_memory_bytes, human_bytes
 from .tensor import _device, _new_shape, _scalar_value, tensor
 
 
@@ -93,15 +94,14 @@ def manual_seed(seed):
 def _check_size(op, shape, itemsize=8):
     """Random numbers are drawn on the host: refuse a draw larger than its memory, naming
     the shape and bytes, before numpy tries (and, with overcommit, kills the process)."""
-    from .backends.array import _host_memory_bytes, _human
     n = 1
     for d in shape:
         n *= d
-    limit = _host_memory_bytes()
+    limit = host_memory_bytes()
     if limit is not None and n * itemsize > limit:
         raise OutOfMemory(
             f"{op}: out of memory drawing {fmt_shape(shape)} random values on the host "
-            f"({n * itemsize} bytes, {_human(n * itemsize)}; this host has {_human(limit)})",
+            f"({n * itemsize} bytes, {human_bytes(n * itemsize)}; this host has {human_bytes(limit)})",
             op=op, shape=tuple(shape), nbytes=n * itemsize, device="host")
 
 

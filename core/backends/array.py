@@ -8,6 +8,7 @@ are slow and bf16 does not exist there.
 from .. import dtype as dt
 from ..errors import DimOutOfRange, OutOfMemory, ShapeMismatch, fmt_shape
 from ..hostdata import bf16_to_f32, f32_to_bf16
+from ..hostmem import host_memory_bytes, human_bytes
 from ..ops import BINARY, COMPARE, INT_DIV, UNARY
 from .array_fast import UNARY_INPLACE
 from .array_rows import linear_epilogue, norm_last_dim, softmax_last_dim
@@ -126,7 +127,7 @@ class ArrayBackend(Backend):
         n = 1
         for d in shape:
             n *= d
-        limit = _host_memory_bytes() if self._is_numpy else None
+        limit = host_memory_bytes() if self._is_numpy else None
         if limit is not None and n * dtype.itemsize > limit:
             raise self.out_of_memory(op, shape, dtype, limit)
 
@@ -135,10 +136,10 @@ class ArrayBackend(Backend):
         for d in shape:
             n *= d
         nbytes = n * dtype.itemsize
-        have = f"; this host has {_human(limit)} of memory" if limit else ""
+        have = f"; this host has {human_bytes(limit)} of memory" if limit else ""
         return OutOfMemory(
             f"{op}: out of memory allocating {fmt_shape(shape)} {dtype.name} "
-            f"({nbytes} bytes, {_human(nbytes)}) on {self.name}{have}",
+            f"({nbytes} bytes, {human_bytes(nbytes)}) on {self.name}{have}",
             op=op, shape=tuple(shape), dtype=dtype, nbytes=nbytes, device=self.name)
 
     def copy_strided(self, storage, layout, dtype):
@@ -230,7 +231,7 @@ class ArrayBackend(Backend):
         x = self.load(a, la, dtype)
         w = self.load(b, lb, dtype)
         batch = la.shape[:-2]
-        shared = batch and all(s == 0 or n == 1 for s, n in zip(lb.strides[:-2], batch))
+        shared = batch and all(s == 0 or n == 1 for s, n in zip(lb.strides[:-2], batch, strict=True))
         rows = la.numel // max(la.shape[-1], 1) if shared else la.shape[-2]
         with self._gemm_threads(rows * la.shape[-1] * lb.shape[-1]):
             if shared:
@@ -284,8 +285,7 @@ class ArrayBackend(Backend):
         values = self.load(src, lsrc, dtype)[tuple(slice(0, n) for n in lids.shape)]
         coords = list(xp.indices(lids.shape, sparse=True))
         coords[dim] = idx
-        add_at = getattr(xp, "add").at if self._is_numpy else xp.add.at
-        add_at(out, tuple(coords), values)
+        xp.add.at(out, tuple(coords), values)
         return self.store(out, dtype)
 
     # --- fused ops (Backend's declarations) ---------------------------------------------
@@ -365,24 +365,6 @@ class ArrayBackend(Backend):
 
 
 _QMATMUL_CHUNK_BYTES = 1 << 20
-
-
-def _host_memory_bytes():
-    """Physical memory of this host, or None where the platform does not say."""
-    import os
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):
-        return None
-
-
-def _human(nbytes):
-    value = float(nbytes)
-    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.1f} {unit}" if unit != "bytes" else f"{int(value)} bytes"
-        value /= 1024
-    return f"{nbytes} bytes"
 
 
 class _Null:
