@@ -20,8 +20,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "browser"))
 
-from page_harness import (CHROMIUM, EmberPage, chromium_problem, launch,  # noqa: E402,F401
-                          load_build_web)
+from page_harness import CHROMIUM, EmberPage, chromium_problem, launch, load_build_web  # noqa: E402
 
 
 class BrowserUnavailable(Exception):
@@ -66,9 +65,8 @@ def open_browser():
     except Exception as exc:  # no npm pyodide, no wheel build: say why, don't fail
         raise BrowserUnavailable(f"the web bundle could not be built (make web): "
                                  f"{type(exc).__name__}: {exc}") from exc
-    from playwright.sync_api import sync_playwright
-
     from ember.web.server import serve_in_thread
+    from playwright.sync_api import sync_playwright
     server, url = serve_in_thread(bundle)
     try:
         with sync_playwright() as pw:

@@ -20,7 +20,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from browser_common import CHROMIUM, BrowserUnavailable, EmberPage, open_browser  # noqa: E402
+from browser_common import CHROMIUM, BrowserUnavailable, EmberPage, open_browser
 
 SETUP = """
 import time
@@ -76,6 +76,7 @@ SENTENCES = [f"Sentence number {i} talks about {topic} in a few more words than 
 def embed_figures(browser, url, native):
     """The embedding demo: open -> model ready, and sentences/s in the page vs native."""
     import json
+
     from ember.pipelines.sentence_embedder import SentenceEmbedder
     demo = EmberPage(browser.new_page(), url + "embed.html")
     t0 = time.perf_counter()
@@ -156,7 +157,7 @@ def main():
             page_t = page.run(code)
             native_t = run_native(code, ns) if native is not None else [float("nan")] * 3
             cells = ""
-            for p_, n_, w in zip(page_t, native_t, (9, 10, 12)):
+            for p_, n_, w in zip(page_t, native_t, (9, 10, 12), strict=True):
                 cells += f"{p_ * 1e6:>{w}.1f}{n_ * 1e6:>8.1f}{p_ / n_:>7.2f}"
             print(f"{name:<20}{cells}")
         if page.info["manifest"].get("models", {}).get("all-MiniLM-L6-v2"):

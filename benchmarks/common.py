@@ -46,7 +46,7 @@ def paired_ratio(a, b):
     a ratio of two medians keeps."""
     if a is None or b is None:
         return None
-    return statistics.median(x / y for x, y in zip(a.samples, b.samples))
+    return statistics.median(x / y for x, y in zip(a.samples, b.samples, strict=True))
 
 
 def compare_times(fns, repeats=7, warmup=2, min_time=0.0):
@@ -121,7 +121,7 @@ def print_table(headers, rows):
     cells = [list(map(str, headers))] + [[str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     for n, row in enumerate(cells):
-        print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))))
         if n == 0:
             print("  ".join("-" * w for w in widths))
 

@@ -19,7 +19,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from browser_common import CHROMIUM, BrowserUnavailable, EmberPage, open_browser  # noqa: E402
+from browser_common import CHROMIUM, BrowserUnavailable, EmberPage, open_browser
 
 PROMPT = "Once upon a time"
 MODEL = "tiny-llama-random"

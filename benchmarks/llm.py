@@ -24,9 +24,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
-CONFIG = dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=8, num_attention_heads=12,
-              num_key_value_heads=4, vocab_size=32000, max_position_embeddings=1024,
-              tie_word_embeddings=False, rms_norm_eps=1e-5)
+CONFIG = {"hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 8, "num_attention_heads": 12,
+              "num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 1024,
+              "tie_word_embeddings": False, "rms_norm_eps": 1e-5}
 
 
 def peak_rss_mb():
@@ -78,12 +78,12 @@ def worker_torch(hf_dir, n_prompt, n_decode):
     run(4)
     prompt_s, decode_s = run(n_decode)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    return dict(load_s=load, prompt_s=prompt_s, decode_s=decode_s, weights=weights)
+    return {"load_s": load, "prompt_s": prompt_s, "decode_s": decode_s, "weights": weights}
 
 
 def worker_ember(path, device, n_prompt, n_decode, gguf):
-    import numpy as np
     import ember
+    import numpy as np
     from ember.models.gguf_llama import load_gguf_model
     from ember.models.llama import LlamaForCausalLM
     dev = ember.Device.parse(device)
@@ -109,7 +109,7 @@ def worker_ember(path, device, n_prompt, n_decode, gguf):
     run(4)
     before = stats()["buffers_created"] if stats else None
     prompt_s, decode_s = run(n_decode)
-    out = dict(load_s=load, prompt_s=prompt_s, decode_s=decode_s, weights=model.weight_bytes())
+    out = {"load_s": load, "prompt_s": prompt_s, "decode_s": decode_s, "weights": model.weight_bytes()}
     if stats:
         out["gpu_buffers_created_in_run"] = stats()["buffers_created"] - before
         out["gpu_bytes_after_load"] = on_device

@@ -16,7 +16,7 @@ import textwrap
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import print_table, run_python  # noqa: E402
+from common import print_table, run_python
 
 TENSOR_SHAPE = (1024, 4096)  # f32: 16 MiB each
 

@@ -16,9 +16,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import compare_times, machine_report, ms, paired_ratio, print_table, ratio, times  # noqa: E402
-
-import ember  # noqa: E402
+import ember
+from common import compare_times, machine_report, ms, paired_ratio, print_table, ratio, times
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 INV_SQRT_2 = 1.0 / math.sqrt(2.0)

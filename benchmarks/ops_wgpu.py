@@ -19,13 +19,12 @@ import sys
 # own GEMM speed stays the same). Read when OpenBLAS loads, so before numpy is imported.
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from common import compare_times, machine_report, paired_ratio, print_table  # noqa: E402
-
-import ember  # noqa: E402
+import ember
+from common import compare_times, machine_report, paired_ratio, print_table
 
 
 def numpy_softmax(x):
@@ -98,13 +97,15 @@ def main():
             print(f"  warning: matmul {n} max abs error {err:.3g}")
         reps = max(2, args.repeats - 2) if n >= 2048 else args.repeats
 
-        def run(w=tb):
+        # Each size's operands are bound as defaults: the closures never see the next size's.
+        def run(w=tb, ta=ta):
             ta.matmul(w)
             sync()
         measure(f"matmul f32 {n}^3 x @ W", "GFLOP/s", 2.0 * n ** 3,
-                {"wgpu": run, "numpy": lambda: a @ b}, reps, rows)
+                {"wgpu": run, "numpy": lambda a=a, b=b: a @ b}, reps, rows)
         measure(f"matmul f32 {n}^3 x @ W.T", "GFLOP/s", 2.0 * n ** 3,
-                {"wgpu": lambda: run(tbt), "numpy": lambda: a @ b}, reps, rows)
+                {"wgpu": lambda w=tbt, run=run: run(w), "numpy": lambda a=a, b=b: a @ b},
+                reps, rows)
         if torch is not None:
             measure_cuda(torch, run, n, reps, rows)
 

@@ -12,7 +12,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import compare_times, machine_report, ms, paired_ratio, print_table  # noqa: E402
+from common import compare_times, machine_report, ms, paired_ratio, print_table
 
 # The 64 sentences the tokenizer tests once timed (mixed scripts, emoji, numbers).
 SENTENCES = [

@@ -25,10 +25,10 @@ FILES = ["config.json", "generation_config.json", "model.safetensors", "tokenize
 SEED = 0
 # Small enough for SwiftShader (a page decodes a token in tens of milliseconds), large
 # enough to exercise grouped-query attention, rope and a two-layer cache.
-MODEL = dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2,
-             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-             rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
-             initializer_range=0.08)
+MODEL = {"hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
+             "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+             "initializer_range": 0.08}
 VOCAB_SIZE = 512
 SPECIAL = "<|endoftext|>"
 TRAIN_STEPS = 300

@@ -5,24 +5,98 @@
     y = (x @ x.T).softmax(-1)
 """
 from . import dtype as _dtype_module
-from . import errors
+from . import (
+                    errors,
+                    functional,
+                    io,  # safetensors needs no numpy at import time
+)
 from .device import Device
-from .dtype import (DType, bf16, bfloat16, bool_, f16, f32, f64, float16, float32, float64,
-                    i32, i64, int32, int64, u8, u32, uint8, uint32)
-from .errors import (DeviceError, DeviceMismatch, DimOutOfRange, DTypeMismatch, EmberError,
-                     FormatError, InvalidArgument, OutOfMemory,
-                     ShapeMismatch, UnsupportedDType, UnsupportedOp)
+from .dtype import (
+                    DType,
+                    bf16,
+                    bfloat16,
+                    bool_,
+                    f16,
+                    f32,
+                    f64,
+                    float16,
+                    float32,
+                    float64,
+                    i32,
+                    i64,
+                    int32,
+                    int64,
+                    u8,
+                    u32,
+                    uint8,
+                    uint32,
+)
+from .errors import (
+                    DeviceError,
+                    DeviceMismatch,
+                    DimOutOfRange,
+                    DTypeMismatch,
+                    EmberError,
+                    FormatError,
+                    InvalidArgument,
+                    OutOfMemory,
+                    ShapeMismatch,
+                    UnsupportedDType,
+                    UnsupportedOp,
+)
+from .functional import (
+                    avg_pool2d,
+                    conv1d,
+                    conv2d,
+                    conv_transpose1d,
+                    conv_transpose2d,
+                    embedding,
+                    interpolate,
+                    linear,
+                    max_pool2d,
+                    pad,
+                    upsample_nearest2d,
+)
 from .layout import Layout
-from .tensor import (Tensor, arange, cat, default_device, eye, from_numpy, full, full_like,
-                     matmul, ones, ones_like, set_default_device, softmax, stack, tensor, where,
-                     zeros, zeros_like)
 from .random import Generator, manual_seed, rand, rand_like, randint, randn, randn_like
-from . import functional
-from . import io  # safetensors needs no numpy at import time
-from .functional import (avg_pool2d, conv1d, conv2d, conv_transpose1d, conv_transpose2d,
-                         embedding, interpolate, linear, max_pool2d, pad, upsample_nearest2d)
+from .tensor import (
+                    Tensor,
+                    arange,
+                    cat,
+                    default_device,
+                    eye,
+                    from_numpy,
+                    full,
+                    full_like,
+                    matmul,
+                    ones,
+                    ones_like,
+                    set_default_device,
+                    softmax,
+                    stack,
+                    tensor,
+                    where,
+                    zeros,
+                    zeros_like,
+)
 
 __version__ = "0.1.0"
 as_dtype = _dtype_module.as_dtype
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+# Written out so that linters and type checkers see the public names (a computed list hid
+# them and exported every submodule imported along the way).
+__all__ = [
+    "errors", "functional", "io",
+    "Device", "Layout", "Tensor", "Generator",
+    "DType", "as_dtype", "bf16", "bfloat16", "bool_", "f16", "f32", "f64", "float16",
+    "float32", "float64", "i32", "i64", "int32", "int64", "u8", "u32", "uint8", "uint32",
+    "DeviceError", "DeviceMismatch", "DimOutOfRange", "DTypeMismatch", "EmberError",
+    "FormatError", "InvalidArgument", "OutOfMemory", "ShapeMismatch", "UnsupportedDType",
+    "UnsupportedOp",
+    "arange", "cat", "default_device", "eye", "from_numpy", "full", "full_like", "matmul",
+    "ones", "ones_like", "set_default_device", "softmax", "stack", "tensor", "where", "zeros",
+    "zeros_like",
+    "manual_seed", "rand", "rand_like", "randint", "randn", "randn_like",
+    "avg_pool2d", "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "embedding",
+    "interpolate", "linear", "max_pool2d", "pad", "upsample_nearest2d",
+]

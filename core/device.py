@@ -1,11 +1,13 @@
 """Devices are explicit: an op on tensors of two devices raises DeviceMismatch."""
+from typing import ClassVar
+
 from .errors import DeviceError
 
 
 class Device:
     """A place tensors live: a kind ('cpu', 'wgpu', 'webgpu', 'cuda'), an index and its backend."""
 
-    _cache = {}
+    _cache: ClassVar[dict] = {}
 
     def __init__(self, kind, index, backend):
         self.kind = kind

@@ -241,7 +241,7 @@ def _out_size(x, size, scale_factor, op):
                 raise InvalidArgument(
                     f"{op}: scale_factor must be a positive finite number (or a pair), "
                     f"got {scale_factor!r}", op=op, value=scale_factor)
-        oh, ow = int(math.floor(h * fh)), int(math.floor(w * fw))
+        oh, ow = math.floor(h * fh), math.floor(w * fw)
         if oh < 1 or ow < 1:
             raise InvalidArgument(
                 f"{op}: scale_factor {scale_factor!r} makes an empty output {oh}x{ow} from "
@@ -259,7 +259,7 @@ def upsample_nearest2d(x, size=None, scale_factor=None):
     (oh, ow), (rh, rw) = _out_size(x, size, scale_factor, "upsample_nearest2d")
     for d, (out, ratio) in ((2, (oh, rh)), (3, (ow, rw))):
         n = x.shape[d]
-        ids = [min(int(math.floor(i * ratio)), n - 1) for i in range(out)]
+        ids = [min(math.floor(i * ratio), n - 1) for i in range(out)]
         x = x.index_select(d, tensor(ids, dtype=dt.i64, device=x.device))
     return x
 
@@ -283,7 +283,7 @@ def interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=F
                 src = i * (n - 1) / (out - 1) if out > 1 else 0.0
             else:
                 src = max((i + 0.5) * ratio - 0.5, 0.0)
-            i0 = min(int(math.floor(src)), n - 1)
+            i0 = min(math.floor(src), n - 1)
             lo.append(i0)
             hi.append(min(i0 + 1, n - 1))
             frac.append(src - i0)

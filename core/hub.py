@@ -265,6 +265,7 @@ def fetch_default_model(dest=None, force=False, log=print):
     config.json is extracted next to `dest`, then renamed into place in one step.
     """
     import tempfile
+
     from . import owned
     dest = dest or default_model_dir()
     if not force and not _missing_files(dest, DEFAULT_MODEL_FILES):

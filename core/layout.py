@@ -32,7 +32,7 @@ class Layout:
     def is_contiguous(self):
         """Row-major with no gaps (dims of size 1 may have any stride)."""
         expected = 1
-        for d, s in zip(reversed(self.shape), reversed(self.strides)):
+        for d, s in zip(reversed(self.shape), reversed(self.strides), strict=True):
             if d != 1 and s != expected:
                 return False
             expected *= d
@@ -115,7 +115,7 @@ class Layout:
                 f"{op}: cannot broadcast shape {fmt_shape(self.shape)} to fewer dims "
                 f"{fmt_shape(shape)}", op=op, shape=self.shape, target=shape)
         strides = [0] * extra
-        for i, (d, s) in enumerate(zip(self.shape, self.strides)):
+        for i, (d, s) in enumerate(zip(self.shape, self.strides, strict=True)):
             target = shape[extra + i]
             if d == target:
                 strides.append(s)
@@ -139,7 +139,7 @@ class Layout:
             return None
         if self.is_contiguous() or self.numel == 0:
             return Layout(shape, None, self.offset)
-        old = [(d, s) for d, s in zip(self.shape, self.strides) if d != 1]
+        old = [(d, s) for d, s in zip(self.shape, self.strides, strict=True) if d != 1]
         old_dims = [d for d, _ in old]
         old_strides = [s for _, s in old]
         new_strides = [1] * len(shape)

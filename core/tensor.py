@@ -11,8 +11,18 @@ import operator
 
 from . import dtype as dt
 from .device import Device, as_device
-from .errors import (DeviceError, DeviceMismatch, DimOutOfRange, DTypeMismatch, InvalidArgument,
-                     OutOfMemory, ShapeMismatch, UnsupportedDType, UnsupportedOp, fmt_shape)
+from .errors import (
+    DeviceError,
+    DeviceMismatch,
+    DimOutOfRange,
+    DTypeMismatch,
+    InvalidArgument,
+    OutOfMemory,
+    ShapeMismatch,
+    UnsupportedDType,
+    UnsupportedOp,
+    fmt_shape,
+)
 from .hostdata import bf16_to_f32, f32_to_bf16
 from .layout import Layout
 from .intmath import ceil_div
@@ -858,7 +868,7 @@ def _overlaps(layout):
     if layout.numel == 0:
         return False
     reach = 0
-    for stride, size in sorted((s, d) for d, s in zip(layout.shape, layout.strides) if d > 1):
+    for stride, size in sorted((s, d) for d, s in zip(layout.shape, layout.strides, strict=True) if d > 1):
         if stride <= reach:
             return True
         reach += stride * (size - 1)
@@ -892,7 +902,7 @@ def _transfer(t, device):
     src = t.backend
     dst = device.backend
     try:
-        import numpy  # noqa: F401
+        import numpy
         host = src.to_numpy(t.storage, t.layout, t.dtype)
         if t.dtype is dt.bf16:
             host = f32_to_bf16(numpy, host)

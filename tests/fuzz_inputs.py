@@ -199,7 +199,7 @@ def gguf_bytes(kvs, tensors, alignment=32):
     for _, _, _, data in tensors:
         offsets.append(offset)
         offset += -(-len(data) // alignment) * alignment
-    for (name, ne, gtype, _), off in zip(tensors, offsets):
+    for (name, ne, gtype, _), off in zip(tensors, offsets, strict=True):
         out += gguf_value(STRING, name) + struct.pack(f"<I{len(ne)}QIQ", len(ne), *ne, gtype, off)
     out += bytes(-len(out) % alignment)
     for i, (_, _, _, data) in enumerate(tensors):

@@ -110,7 +110,7 @@ def test_default_softmax_norms_and_linear_match_the_fused_ones(both):
                      tx.layer_norm(tw, tb, residual=tr), tx.rms_norm(tw, residual=tr),
                      tx.layer_norm(tw, tb),
                      F.linear(tx, tl, _on(dev, b[:7]), "gelu", _on(dev, r[..., :7].copy()))])
-    for got, want in zip(outs[1], outs[0]):
+    for got, want in zip(outs[1], outs[0], strict=True):
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=2e-6)
 
 

@@ -77,7 +77,7 @@ def test_linear_does_not_write_its_inputs(cpu):
     b, r = ember.ones(512), ember.ones(300, 512)
     before = [t.numpy().copy() for t in (x, w, b, r)]
     F.linear(x, w, b, activation="gelu", residual=r)
-    for t, saved in zip((x, w, b, r), before):
+    for t, saved in zip((x, w, b, r), before, strict=True):
         np.testing.assert_array_equal(t.numpy(), saved)
 
 

@@ -89,7 +89,7 @@ def test_mutated_chat_templates_give_only_ember_errors():
     for i in range(count):
         source = mutate_template(rng.choice(ORDINARY), rng)
         _count(outcomes, failures, f"case {i} {source[:200]!r}",
-               lambda: render(ChatTemplate(source, "<s>", "</s>", source="fuzz/chat_template.jinja"), rng))
+               lambda source=source: render(ChatTemplate(source, "<s>", "</s>", source="fuzz/chat_template.jinja"), rng))
     print(f"chat templates: {count} cases: {dict(sorted(outcomes.items()))}")
     assert not failures, "\n".join(failures[:5])
     assert outcomes["ok"] > count // 10

@@ -435,7 +435,7 @@ class Builder:
         for _, _, _, data in self.tensors:
             offs.append(pos)
             pos += -(-len(data) // self.alignment) * self.alignment
-        for i, ((name, ne, t, _), off) in enumerate(zip(self.tensors, offs)):
+        for i, ((name, ne, t, _), off) in enumerate(zip(self.tensors, offs, strict=True)):
             at[f"t{i}.name"] = len(out)
             out += _enc_value(8, name)
             at[f"t{i}.n_dims"] = len(out)
@@ -602,7 +602,7 @@ def test_random_corruption_never_crashes_or_hangs(tmp_path):
     rng = np.random.default_rng(1234)
     path = tmp_path / "fuzz.gguf"
     outcomes = {"ok": 0, "format": 0}
-    for i in range(400):
+    for _ in range(400):
         b = bytearray(data)
         for _ in range(int(rng.integers(1, 5))):
             pos = int(rng.integers(0, head))

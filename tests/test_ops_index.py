@@ -71,7 +71,7 @@ def test_scatter_add(device, dtype_name, kind, dim):
     ids = rng.integers(0, SHAPE[dim], size=ishape)
     src_shape = [4, 5, 3]
     src = sample(tuple(src_shape), dtype_name, rng, 0, 4) if ishape[dim] <= SHAPE[dim] else \
-        sample(tuple(max(a, b) for a, b in zip(src_shape, ishape)), dtype_name, rng, 0, 4)
+        sample(tuple(max(a, b) for a, b in zip(src_shape, ishape, strict=True)), dtype_name, rng, 0, 4)
     expected = torch.from_numpy(np.array(x, np.float64)).scatter_add(
         dim, torch.from_numpy(ids), torch.from_numpy(np.array(src, np.float64))).numpy()
     s = on_device(src, dtype_name, device)

@@ -393,7 +393,7 @@ def test_minilm_honours_stored_padding_and_truncation(pair_of):
     assert len(mine.encode(long_text).ids) == 128
     assert mine.encode(long_text).ids[-1] == mine.token_to_id("[SEP]")
     batch = ["a", "b c", long_text]
-    for m, r in zip(mine.encode_batch(batch), ref.encode_batch(batch)):
+    for m, r in zip(mine.encode_batch(batch), ref.encode_batch(batch), strict=True):
         assert_same_encoding(m, r, "batch")
 
 
@@ -432,7 +432,7 @@ def test_batch_padding_and_truncation(pair_of, name, strategy, trunc_dir):
                 continue
             got = mine.encode_batch(items, add_special_tokens=special)
             assert len(got) == len(want)
-            for g, w, x in zip(got, want, items):
+            for g, w, x in zip(got, want, items, strict=True):
                 assert_same_encoding(g, w, (x, cfg, special))
 
 
@@ -457,7 +457,7 @@ def test_offsets_point_into_the_input(pair_of):
     mine, _ = pair_of("minilm_json")
     text = "Héllo, Wörld! 中文"
     enc = mine.encode(text)
-    pieces = [text[s:e] for (s, e), sp in zip(enc.offsets, enc.special_tokens_mask) if not sp]
+    pieces = [text[s:e] for (s, e), sp in zip(enc.offsets, enc.special_tokens_mask, strict=True) if not sp]
     assert pieces == ["Héllo", ",", "Wörld", "!", "中", "文"]
 
 
@@ -492,7 +492,7 @@ def test_decode_accepts_integer_like_ids(pair_of):
 def test_encode_batch_mixes_singles_and_pairs(pair_of):
     mine, ref = pair_of("gpt2_bpe_json")
     items = ["a b", ("first", "second"), ["x", "y z"], ""]
-    for g, w in zip(mine.encode_batch(items), ref.encode_batch(items)):
+    for g, w in zip(mine.encode_batch(items), ref.encode_batch(items), strict=True):
         assert_same_encoding(g, w, items)
 
 
@@ -814,7 +814,7 @@ if given is not None:
             return
         got = mine.encode_batch(items, add_special_tokens=special)
         assert len(got) == len(want)
-        for g, w in zip(got, want):
+        for g, w in zip(got, want, strict=True):
             assert_same_encoding(g, w, items)
 
     @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

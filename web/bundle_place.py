@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from ember import owned
-from ember.owned import NotOurs as BundlePlaceError  # noqa: F401  (what callers catch)
+from ember.owned import NotOurs as BundlePlaceError  # what callers catch
 
 MARKER = ".ember-bundle"
 _LEGACY_MANIFEST_KEYS = {"wheel", "pyodide", "sources", "models"}
@@ -30,7 +30,7 @@ def _legacy_bundle_at(default):
             manifest = json.loads((path / "manifest.json").read_text())
         except (OSError, ValueError):
             return False
-        return isinstance(manifest, dict) and _LEGACY_MANIFEST_KEYS <= set(manifest)
+        return isinstance(manifest, dict) and set(manifest) >= _LEGACY_MANIFEST_KEYS
     return accept
 
 

@@ -48,7 +48,7 @@ async def _fetch_array_buffer(url, size, name):
         _progress("model", 0.8 * done / size,
                   f"Downloading {name} weights ({done / 1e6:.1f} / {size / 1e6:.1f} MB)")
     if done != size:
-        raise IOError(f"fetching {url}: got {done} bytes, the manifest says {size}")
+        raise OSError(f"fetching {url}: got {done} bytes, the manifest says {size}")
     return target.buffer
 
 

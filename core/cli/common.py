@@ -1,6 +1,7 @@
 """Pieces the model commands share: opening a device, loading the embedder."""
 import sys
 
+
 def add_device_argument(p, default="best"):
     p.add_argument("--device", default=default,
                    help=f"cpu, wgpu[:N], webgpu, cuda[:N] or best (default {default})")

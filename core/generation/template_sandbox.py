@@ -124,7 +124,7 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
         return "".join(texts)
 
     # -- calls, filters and operators ---------------------------------------------------
-    def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (jinja's own signature)
+    def call(__self, __context, __obj, *args, **kwargs):  # jinja's own signature
         __self.step()
         _check_args(args, kwargs)
         method = getattr(__obj, "__wrapped__", __obj)  # the sandbox wraps str.format

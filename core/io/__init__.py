@@ -3,8 +3,15 @@
 Only readers that import without numpy are imported here, so `ember.io` works in a
 browser; numpy-backed readers (gguf) are imported from their own modules.
 """
-from .safetensors import (SafetensorsFile, TensorInfo, load_safetensors, load_safetensors_bytes,
-                          load_safetensors_metadata, save_safetensors, save_safetensors_bytes)
+from .safetensors import (
+    SafetensorsFile,
+    TensorInfo,
+    load_safetensors,
+    load_safetensors_bytes,
+    load_safetensors_metadata,
+    save_safetensors,
+    save_safetensors_bytes,
+)
 
 __all__ = [
     "SafetensorsFile", "TensorInfo", "load_safetensors", "load_safetensors_bytes",

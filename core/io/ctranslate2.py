@@ -10,6 +10,7 @@ A string is a u16 byte length then that many bytes, the last one a NUL. Variable
 are memory-mapped; every count and length is checked against the file first, so a
 malformed file raises FormatError naming the file and field.
 """
+import contextlib
 import mmap
 import os
 import struct
@@ -147,10 +148,8 @@ class CTranslate2File:
         _drop_pages(self._mm, v.offset, v.offset + v.nbytes)
 
     def close(self):
-        try:
+        with contextlib.suppress(BufferError):
             self._mm.close()
-        except BufferError:
-            pass
 
     def __enter__(self):
         return self

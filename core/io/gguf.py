@@ -17,6 +17,7 @@ byte), so a malformed file raises ``FormatError`` naming the file and field,
 and never makes the reader loop or allocate without end.
 """
 
+import contextlib
 import enum
 import mmap
 import os
@@ -28,7 +29,8 @@ import numpy as np
 from ..errors import FormatError
 from ..intmath import ceil_div
 from .files import open_regular
-from .quant import BLOCK_SIZES, GGMLType, QTensor, dequantize as _dequantize
+from .quant import BLOCK_SIZES, GGMLType, QTensor
+from .quant import dequantize as _dequantize
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -407,10 +409,9 @@ class GGUFFile:
         """Release the memory map. Arrays still viewing it keep it mapped until they are freed."""
         mm, self._mm = self._mm, None
         if mm is not None:
-            try:
+            # views from raw() may be alive; the map goes when they do
+            with contextlib.suppress(BufferError):
                 mm.close()
-            except BufferError:
-                pass  # views from raw() are alive; the map goes when they do
 
     @property
     def closed(self):

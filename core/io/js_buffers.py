@@ -11,10 +11,10 @@ import js
 from pyodide.ffi import JsProxy
 
 from .. import dtype as dt
+from ..backends.webgpu.transfer import upload_js_view
 from ..device import Device
 from ..errors import ShapeMismatch
 from ..layout import Layout
-from ..backends.webgpu.transfer import upload_js_view
 from ..tensor import Tensor
 from .safetensors import _check_supported, parse_header
 

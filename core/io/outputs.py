@@ -67,7 +67,7 @@ class StagedOutputs:
         for _, _, fh in self._staged:
             fh.close()
         if kind is None:
-            for tmp, path, _ in self._staged:
+            for _, path, _ in self._staged:
                 check_target(path, self.force)   # again: something may have appeared since
             for tmp, path, _ in self._staged:
                 os.replace(tmp, path)

@@ -20,6 +20,7 @@ Every number read from the file is checked against the file's size before it is 
 so a malformed file raises `FormatError` naming the file, the tensor and the field; it
 never makes the reader allocate without bound, loop, or crash.
 """
+import contextlib
 import json
 import os
 import struct
@@ -147,8 +148,8 @@ def parse_header(buf, size, source):
     data_start = 8 + n
     data_size = size - data_start
     metadata = header.pop("__metadata__", None)
-    if metadata is not None:
-        if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+    if metadata is not None and (
+            not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values())):
             raise _fail(source, "must be an object of string values", field="__metadata__")
 
     tensors = {}
@@ -379,10 +380,9 @@ class SafetensorsFile:
     def close(self):
         if self._map is None:
             return
-        try:
+        # CPU tensors may still view the mapping; it unmaps when the last one dies
+        with contextlib.suppress(BufferError):
             self._map.close()
-        except BufferError:
-            pass  # CPU tensors still view the mapping; it unmaps when the last one dies
         self._map = None
 
     def __enter__(self):
@@ -423,7 +423,7 @@ def load_safetensors_bytes(buf, device=None, dtype=None, name="<bytes>"):
 def load_safetensors_metadata(path):
     """Only the header: (metadata or None, {name: TensorInfo})."""
     with SafetensorsFile(path) as f:
-        return f.metadata, {name: f.info(name) for name in f.keys()}
+        return f.metadata, {name: f.info(name) for name in f}
 
 
 # --- writing ------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ Two container layouts:
 Storage bytes are memory-mapped; a tensor is read (and made contiguous) only when asked.
 """
 import collections
+import contextlib
 import io
 import mmap
 import os
@@ -312,7 +313,7 @@ class TorchCheckpoint:
                 or any(s < 0 for s in ref.stride):
             raise FormatError(f"{self.path}: tensor {name!r} has shape {fmt_shape(ref.shape)} "
                               f"and strides {list(ref.stride)}", path=self.path, tensor=name)
-        last = ref.offset + sum((d - 1) * s for d, s in zip(ref.shape, ref.stride) if d > 0)
+        last = ref.offset + sum((d - 1) * s for d, s in zip(ref.shape, ref.stride, strict=True) if d > 0)
         if ref.offset < 0 or (all(d > 0 for d in ref.shape) and last >= st.numel):
             raise FormatError(f"{self.path}: tensor {name!r} reaches element {last} of a "
                               f"storage of {st.numel}", path=self.path, tensor=name)
@@ -349,10 +350,9 @@ class TorchCheckpoint:
             _drop_pages(self._mm, begin, begin + st.numel * np.dtype(st.numpy_dtype).itemsize)
 
     def close(self):
-        try:
+        # arrays may still view the map; it goes when they do
+        with contextlib.suppress(BufferError):
             self._mm.close()
-        except BufferError:
-            pass   # arrays still view the map; it goes when they do
 
     def __enter__(self):
         return self

@@ -7,6 +7,7 @@ Each entry reads its tensor only when asked, so walking a model holds one tensor
 time. `dtype` is a safetensors dtype name (F32, BF16, I64, ...) or, for GGUF, the ggml
 type name (Q4_K, ...).
 """
+import contextlib
 import json
 import mmap
 import os
@@ -44,8 +45,8 @@ class Entry:
 
     @property
     def is_float(self):
-        return self.dtype in FLOAT_DTYPES or self.dtype in GGMLType.__members__ and \
-            self.dtype not in ("I8", "I16", "I32", "I64")
+        return self.dtype in FLOAT_DTYPES or (self.dtype in GGMLType.__members__ and \
+            self.dtype not in ("I8", "I16", "I32", "I64"))
 
 
 @dataclass
@@ -181,10 +182,9 @@ def _safetensors_dir(path):
 
 
 def _close(mm):
-    try:
+    # arrays may still view it; it unmaps when they go
+    with contextlib.suppress(BufferError):
         mm.close()
-    except BufferError:
-        pass   # arrays still view it; it unmaps when they go
 
 
 def _gguf(path):

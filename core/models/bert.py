@@ -9,14 +9,22 @@ Linear is one GEMM; Q, K and V are one fused GEMM whose weight is built once aft
 import dataclasses
 import math
 
+from .. import dtype as dt
+from .. import functional as F
 from ..errors import FormatError, ShapeMismatch, fmt_shape
 from ..io.files import read_json
-from . import config_fields as cf
-from .. import functional as F
-from ..nn import (Dropout, Embedding, LayerNorm, Linear, Module, ModuleList, activation_op,
-                  get_activation)
-from .. import dtype as dt
+from ..nn import (
+    Dropout,
+    Embedding,
+    LayerNorm,
+    Linear,
+    Module,
+    ModuleList,
+    activation_op,
+    get_activation,
+)
 from ..tensor import cat, tensor, zeros
+from . import config_fields as cf
 
 
 @dataclasses.dataclass
@@ -100,7 +108,7 @@ class BertEmbeddings(Module):
         self.max_positions = cfg.max_position_embeddings
 
     def forward(self, input_ids, token_type_ids=None):
-        b, t = input_ids.shape
+        _, t = input_ids.shape
         if t > self.max_positions:
             raise ShapeMismatch(
                 f"BertEmbeddings: {t} tokens exceed max_position_embeddings {self.max_positions}; "
@@ -182,7 +190,7 @@ class BertSelfOutput(Module):
 class BertAttention(Module):
     def __init__(self, cfg, vb=None):
         super().__init__()
-        setattr(self, "self", BertSelfAttention(cfg, _sub(vb, "self")))
+        self.self = BertSelfAttention(cfg, _sub(vb, "self"))
         self.output = BertSelfOutput(cfg, _sub(vb, "output"))
 
     def forward(self, x2d, batch, tokens, mask_bias=None, packing=None):

@@ -80,7 +80,7 @@ def tokenizer_json_from_metadata(md, path="a GGUF file"):
         vocab.setdefault(t, i)
     added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
               "normalized": False, "special": ty == CONTROL}
-             for i, (t, ty) in enumerate(zip(tokens, types)) if ty in (CONTROL, USER_DEFINED)]
+             for i, (t, ty) in enumerate(zip(tokens, types, strict=True)) if ty in (CONTROL, USER_DEFINED)]
     merges = md.get("tokenizer.ggml.merges")
     bos = _token_id(md, "tokenizer.ggml.bos_token_id", len(tokens), path)
     eos = _token_id(md, "tokenizer.ggml.eos_token_id", len(tokens), path)
@@ -148,7 +148,7 @@ def _merges_from_scores(tokens, types, scores, vocab):
     if scores is None:
         scores = [-float(i) for i in range(len(tokens))]
     found = []
-    for i, (piece, ty) in enumerate(zip(tokens, types)):
+    for i, (piece, ty) in enumerate(zip(tokens, types, strict=True)):
         if ty != NORMAL or len(piece) < 2:
             continue
         for k in range(1, len(piece)):

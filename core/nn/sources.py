@@ -55,7 +55,8 @@ class SafetensorsSource:
                                                 f"weight_map[{name!r}]")
         else:
             for path in self.paths:
-                for name in self._open(path).keys():
+                names = self._open(path).keys()   # a reader declares keys(), not iteration
+                for name in names:
                     self._owner[name] = path
 
     def _open(self, path):

@@ -68,7 +68,8 @@ class VarBuilder:
         if not self.prefix:
             return sorted(self.source.keys())
         head = self.prefix + "."
-        return sorted(k[len(head):] for k in self.source.keys() if k.startswith(head))
+        names = self.source.keys()   # a weight source declares keys(), not iteration
+        return sorted(k[len(head):] for k in names if k.startswith(head))
 
     def shape(self, name):
         full = self.path(name)

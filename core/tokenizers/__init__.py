@@ -9,8 +9,8 @@ No native code and no numpy: it runs wherever Python does (Pyodide included).
 Ids, tokens, type ids and attention masks match the `tokenizers` package.
 """
 
-from . import decoders, models, normalizers, post_processors, pre_tokenizers
 from ..errors import FormatError
+from . import decoders, models, normalizers, post_processors, pre_tokenizers
 from .added_vocabulary import AddedToken
 from .encoding import Encoding
 from .tokenizer import Tokenizer

@@ -17,7 +17,7 @@ def _byte_chars():
 BYTE_TO_CHAR = _byte_chars()
 CHAR_TO_BYTE = {c: b for b, c in BYTE_TO_CHAR.items()}
 # str.translate table from latin-1 decoded bytes to the byte-level alphabet
-_LATIN1_TO_BYTE_CHAR = {b: c for b, c in BYTE_TO_CHAR.items()}
+_LATIN1_TO_BYTE_CHAR = dict(BYTE_TO_CHAR)
 
 
 def utf8_len(ch):
@@ -40,7 +40,7 @@ def to_byte_chars(ns):
         return
     al = ns.aligns()
     new_align = []
-    for ch, a in zip(t, al):
+    for ch, a in zip(t, al, strict=True):
         n = utf8_len(ch)
         if n == 1:
             new_align.append(a)

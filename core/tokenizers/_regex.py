@@ -176,7 +176,7 @@ class _Parser:
             # one item: an escape or a literal, possibly starting a range
             self.i += 1
             if c == "\\":
-                kind, r = self._escape(in_class=True)
+                _, r = self._escape(in_class=True)
                 lo = r[0][0] if len(r) == 1 and r[0][0] == r[0][1] else None
                 if lo is None:
                     ranges.extend(r)
@@ -188,7 +188,7 @@ class _Parser:
                 c2 = p[self.i]
                 self.i += 1
                 if c2 == "\\":
-                    kind, r = self._escape(in_class=True)
+                    _, r = self._escape(in_class=True)
                     if not (len(r) == 1 and r[0][0] == r[0][1]):
                         self.error("bad range end")
                     hi = r[0][0]

@@ -147,7 +147,7 @@ def lower_char(ch):
     return _LOWER_EXTRA.get(ch) or ch.lower()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _category_ranges():
     """{general category: ranges} over the whole code space (built once)."""
     cat = unicodedata.category
@@ -190,7 +190,7 @@ _LONG_NAMES = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def property_ranges(name):
     """Ranges of a Unicode property name as written in `\\p{...}`; None if unknown."""
     cats = _category_ranges()
@@ -216,7 +216,7 @@ def property_ranges(name):
     return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def word_ranges(flavor):
     """`\\w` of Oniguruma ('onig') or of Rust's regex crate ('rust')."""
     base = []

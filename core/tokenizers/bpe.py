@@ -2,8 +2,8 @@
 
 from .bpe_merge import merge_symbols
 from .dict_vocab import DictVocab
-from .word_cache import WordCache
 from .errors import EncodeError
+from .word_cache import WordCache
 
 
 class BPE(DictVocab, WordCache):

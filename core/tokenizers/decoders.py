@@ -42,10 +42,7 @@ class WordPiece(Decoder):
         prefix = self.prefix
         for i, tok in enumerate(tokens):
             if i:
-                if tok.startswith(prefix):
-                    tok = tok.replace(prefix, "", 1)
-                else:
-                    tok = " " + tok
+                tok = tok.replace(prefix, "", 1) if tok.startswith(prefix) else " " + tok
             if self.cleanup:
                 tok = cleanup(tok)
             out.append(tok)

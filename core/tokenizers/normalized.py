@@ -8,6 +8,7 @@ costs nothing.
 """
 
 import unicodedata
+from itertools import pairwise
 
 from . import _unicode as U
 from . import _unicode_tables as _t
@@ -72,7 +73,7 @@ class NormalizedString:
         """Replace every char c by fn(c) (a string, maybe empty or longer)."""
         out = []
         new_align = []
-        for ch, a in zip(self.text, self.aligns()):
+        for ch, a in zip(self.text, self.aligns(), strict=True):
             r = fn(ch)
             if not r:
                 continue
@@ -85,13 +86,10 @@ class NormalizedString:
         self.align = new_align
 
     def filter(self, keep):
-        if self.align is None:
-            al = self.aligns()
-        else:
-            al = self.align
+        al = self.aligns() if self.align is None else self.align
         out = []
         new_align = []
-        for ch, a in zip(self.text, al):
+        for ch, a in zip(self.text, al, strict=True):
             if keep(ch):
                 out.append(ch)
                 new_align.append(a)
@@ -217,7 +215,7 @@ class NormalizedString:
                 bounds.append(k)
         bounds.append(len(t))
         out, new_align = [], []
-        for s, e in zip(bounds, bounds[1:]):
+        for s, e in pairwise(bounds):
             seg = t[s:e]
             norm = unicodedata.normalize(form, seg)
             out.append(norm)
@@ -226,7 +224,7 @@ class NormalizedString:
                 continue
             per_char = [unicodedata.normalize(form, ch) for ch in seg]
             if "".join(per_char) == norm:
-                for piece, a in zip(per_char, al[s:e]):
+                for piece, a in zip(per_char, al[s:e], strict=True):
                     new_align.extend([a] * len(piece))
             else:
                 # composition or reordering: output char k comes from input char k

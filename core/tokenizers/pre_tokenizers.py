@@ -7,8 +7,14 @@ from ._bytes import to_byte_chars
 from ._config import build, compile_pattern_of
 from ._regex import compile_pattern
 from .normalized import (
-    CONTIGUOUS, ISOLATED, MERGED_WITH_NEXT, REMOVED, BEHAVIORS, find_char_matches,
-    find_regex_matches, split_normalized,
+    BEHAVIORS,
+    CONTIGUOUS,
+    ISOLATED,
+    MERGED_WITH_NEXT,
+    REMOVED,
+    find_char_matches,
+    find_regex_matches,
+    split_normalized,
 )
 from .pretokenized import PreTokenizedString
 
@@ -226,9 +232,9 @@ class Metaspace(PreTokenizer):
         if " " in t:
             ns.set_same_length(t.replace(" ", r))
         scheme = self.prepend_scheme
-        if scheme == "always" or (scheme == "first" and ns.start == 0):
-            if not ns.text.startswith(r):
-                ns.prepend(r)
+        if (scheme == "always" or (scheme == "first" and ns.start == 0)) \
+                and not ns.text.startswith(r):
+            ns.prepend(r)
         if not self.split_words:
             return [ns]
         return _slices_of_matches(ns, self._rx)

@@ -42,7 +42,7 @@ class Tokenizer:
         try:
             if not stat.S_ISREG(os.stat(path).st_mode):  # a directory, or a FIFO that would block
                 raise Ctx(str(path), "(file)").error("is not a regular file")
-            with open(path, "r", encoding="utf-8") as f:
+            with open(path, encoding="utf-8") as f:
                 text = f.read()
         except (OSError, UnicodeDecodeError) as exc:
             raise Ctx(str(path), "(file)").error("cannot be read: %s" % exc) from None
@@ -310,10 +310,7 @@ def _truncate_encodings(enc, pair, max_length, strategy, direction):
         swap = n1 > n2
         if swap:
             n1, n2 = n2, n1
-        if n1 > max_length:
-            n2 = n1
-        else:
-            n2 = max(n1, max_length - n1)
+        n2 = n1 if n1 > max_length else max(n1, max_length - n1)
         if n1 + n2 > max_length:
             n1 = max_length // 2
             n2 = n1 + max_length % 2

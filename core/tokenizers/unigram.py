@@ -1,7 +1,7 @@
 """Unigram: the most likely segmentation (Viterbi) under the pieces' log-probabilities."""
 
-from .word_cache import WordCache
 from .errors import EncodeError
+from .word_cache import WordCache
 
 UNK_PENALTY = 10.0
 
@@ -102,7 +102,7 @@ class Unigram(WordCache):
                 if self.byte_fallback:
                     byte_ids = [ids.get("<0x%02X>" % b) for b in piece.encode("utf-8", "surrogatepass")]
                     if None not in byte_ids:
-                        for b, bid in zip(piece.encode("utf-8", "surrogatepass"), byte_ids):
+                        for b, bid in zip(piece.encode("utf-8", "surrogatepass"), byte_ids, strict=True):
                             out.append((bid, "<0x%02X>" % b, offset, offset + n))
                         offset += n
                         continue
