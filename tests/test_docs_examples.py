@@ -107,7 +107,7 @@ def _arrays(value):
 def _assert_same(got, want, where):
     if isinstance(want, list):
         assert isinstance(got, list) and len(got) == len(want), where
-        for i, (g, w) in enumerate(zip(got, want)):
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
             _assert_same(g, w, f"{where}[{i}]")
         return
     assert got.shape == want.shape, f"{where}: shape {got.shape} vs torch {want.shape}"

@@ -177,7 +177,7 @@ def test_streamed_deltas_never_split_a_character(hf_tok, tok):
     text = "naïve café, 東京 🙂 and more 東京🙂"
     ids = hf_tok.encode(text).ids
     # Also one id per byte: every multi-byte character arrives over several tokens.
-    alphabet = {b: hf_tok.token_to_id(ch) for b, ch in zip(range(256), _bytes_to_unicode())}
+    alphabet = {b: hf_tok.token_to_id(ch) for b, ch in zip(range(256), _bytes_to_unicode(), strict=True)}
     per_byte = [alphabet[b] for b in text.encode("utf-8")]
     for seq in (ids, per_byte):
         dec = IncrementalDecoder(tok)
@@ -197,7 +197,7 @@ def _bytes_to_unicode():
             bs.append(b)
             cs.append(256 + n)
             n += 1
-    table = dict(zip(bs, cs))
+    table = dict(zip(bs, cs, strict=True))
     return [chr(table[b]) for b in range(256)]
 
 

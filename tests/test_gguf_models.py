@@ -186,7 +186,7 @@ def test_quantized_greedy_agreement_with_f32(quant_file, f32_file, hf_llama, cap
         ids = _prompt(hf_llama.config.vocab_size, seed=100 + seed)
         a = generate(qmodel, ids, max_new_tokens=32, stop_token_ids=())
         b = generate(fmodel, ids, max_new_tokens=32, stop_token_ids=())
-        same += sum(x == y for x, y in zip(a, b))
+        same += sum(x == y for x, y in zip(a, b, strict=True))
         total += len(b)
         first += a[0] == b[0]
         lq = qmodel([ids], last_only=True).numpy()[0, -1]

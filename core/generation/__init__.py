@@ -2,8 +2,14 @@
 from .chat_template import ChatTemplate
 from .config import GenerationConfig
 from .generate import TextGeneration, generate, generate_steps, generate_steps_async
-from .sampling import (apply_repetition_penalty, apply_temperature, apply_top_k, apply_top_p,
-                       choose_tokens, process_logits)
+from .sampling import (
+                       apply_repetition_penalty,
+                       apply_temperature,
+                       apply_top_k,
+                       apply_top_p,
+                       choose_tokens,
+                       process_logits,
+)
 from .streaming import IncrementalDecoder, StopStrings
 
 __all__ = ["ChatTemplate", "GenerationConfig", "TextGeneration", "generate", "generate_steps",

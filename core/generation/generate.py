@@ -19,6 +19,7 @@ The loop is written once, as an async generator that awaits each step's readback
 running); the synchronous API drives the same generator with a readback that never
 suspends (`_drive`), so there is no second copy of the loop.
 """
+import contextlib
 import math
 
 from .. import dtype as dt
@@ -90,10 +91,8 @@ def _drive(agen):
             raise EmberError("generate: a synchronous step waited on something (use "
                              "`async for` with an asynchronous readback)", op="generate")
     finally:
-        try:
+        with contextlib.suppress(StopIteration):
             agen.aclose().send(None)
-        except StopIteration:
-            pass
 
 
 class _Decoding:

@@ -34,9 +34,9 @@ def apply_repetition_penalty(rows, history, penalty):
         return [list(row) for row in rows]
     p = _f32([penalty])[0]
     out = []
-    for row, seen in zip(rows, history):
+    for row, seen in zip(rows, history, strict=True):
         row = [float(s) for s in row]
-        for i in set(int(t) for t in seen):
+        for i in {int(t) for t in seen}:
             s = row[i]
             row[i] = _f32([s * p if s < 0 else s / p])[0]
         out.append(row)

@@ -26,10 +26,8 @@ from ..device import as_device
 from ..errors import FormatError
 from ..io.gguf import GGUFFile
 from ..io.quant import GGMLType, QTensor
-from ..nn import VarBuilder
-from ..tensor import from_numpy
-from ..nn import Module
-from ..tensor import cat
+from ..nn import Module, VarBuilder
+from ..tensor import cat, from_numpy
 from .llama import DenseLayers, LlamaForCausalLM
 from .llama_config import LlamaConfig, check_gguf_metadata
 from .quant_layers import QuantEmbedding, QuantLinear
@@ -216,7 +214,7 @@ class QuantizedLayers(DenseLayers):
             return QuantLinear(QTensor(raw, weights[0].ggml_type, (rows, weights[0].shape[1])),
                                bias)
         # Mixed types (Q4_K_M files): separate layers, their outputs concatenated.
-        return ConcatLinear(**{name: self.from_tensors(w, b) for name, (w, b) in zip(names, parts)})
+        return ConcatLinear(**{name: self.from_tensors(w, b) for name, (w, b) in zip(names, parts, strict=True)})
 
     def embedding(self, vb, vocab, hidden, device):
         dense = super().embedding(vb, vocab, hidden, device)

@@ -52,14 +52,14 @@ class DenseLayers:
         gate/up): one GEMM per step instead of several, which matters when decoding one
         token at a time."""
         parts = [(vb.pp(n).get((o, in_features), "weight"),
-                  vb.pp(n).get((o,), "bias") if bias else None) for n, o in zip(names, outs)]
+                  vb.pp(n).get((o,), "bias") if bias else None) for n, o in zip(names, outs, strict=True)]
         return self.concat(names, parts)
 
     def from_tensors(self, weight, bias):
         return Linear.from_tensors(weight, bias)
 
     def concat(self, names, parts):
-        weights, biases = zip(*parts)
+        weights, biases = zip(*parts, strict=True)
         bias = cat(list(biases), 0) if biases[0] is not None else None
         return self.from_tensors(cat(list(weights), 0), bias)
 

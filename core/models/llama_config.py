@@ -159,8 +159,8 @@ class LlamaConfig:
             cf.string(path, "hidden_activation", act)
             d["hidden_act"] = "gelu_pytorch_tanh" if act == "gelu" else act
         known = {f.name for f in fields(cls)} - {"extra", "source"}
-        kwargs = {k: v for k, v in family.items()}
-        kwargs.update({k: v for k, v in d.items() if k in known and v is not None
+        kwargs = dict(family)
+        kwargs.update({k: v for k, v in d.items() if (k in known and v is not None)
                        or k in ("sliding_window", "layer_types")})
         kwargs["extra"] = {k: v for k, v in d.items() if k not in known}
         kwargs["model_type"] = model_type
@@ -293,5 +293,5 @@ def _check_array(md, key, types, what, path):
     if not isinstance(value, list):
         raise cf.fail(path, key, f"an array of {what}", value)
     for i, v in enumerate(value):
-        if not isinstance(v, types) or isinstance(v, bool) and bool not in types:
+        if not isinstance(v, types) or (isinstance(v, bool) and bool not in types):
             raise cf.fail(path, f"{key}[{i}]", f"one of an array of {what}", v)

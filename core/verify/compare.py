@@ -165,7 +165,7 @@ def _compare_calls(e_name, t_name, ember_calls, torch_calls, atol, rtol):
         result.note = f"called {len(ember_calls)} times in ember, {len(torch_calls)} in torch"
         return result
     worst_abs, worst_rel, ok = 0.0, 0.0, True
-    for e, t in zip(ember_calls, torch_calls):
+    for e, t in zip(ember_calls, torch_calls, strict=True):
         if e is None or t is None:
             result.note = "output is not a tensor"
             return result
