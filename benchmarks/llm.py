@@ -107,11 +107,11 @@ def worker_ember(path, device, n_prompt, n_decode, gguf):
         return t1 - t0, t2 - t1
 
     run(4)
-    before = stats()["buffers_created"] if stats else None
+    before = dev.memory_stats().get("buffers_created")
     prompt_s, decode_s = run(n_decode)
     out = {"load_s": load, "prompt_s": prompt_s, "decode_s": decode_s, "weights": model.weight_bytes()}
-    if stats:
-        out["gpu_buffers_created_in_run"] = stats()["buffers_created"] - before
+    if before is not None:
+        out["gpu_buffers_created_in_run"] = dev.memory_stats()["buffers_created"] - before
         out["gpu_bytes_after_load"] = on_device
     return out
 

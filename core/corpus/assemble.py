@@ -43,7 +43,7 @@ def _jsonl(parts, dim, facts):
     with atomic_file(parts.output, "w") as fh:
         for entry in parts.entries:
             vectors, rows = parts.read(entry)
-            for (row_id, text), vector in zip(rows, vectors.tolist()):
+            for (row_id, text), vector in zip(rows, vectors.tolist(), strict=True):
                 fh.write(json.dumps({"id": row_id, "text": text, "vector": vector},
                                     ensure_ascii=False) + "\n")
         owned_files.mark(parts.output, fh, **facts)

@@ -136,7 +136,7 @@ def _read_csv(path, text_field, id_field):
     bad = []   # lines that are not UTF-8, reported once the reader is past them
 
     def texts():
-        for number, line in lines:
+        for _, line in lines:
             if isinstance(line, BadRow):
                 bad.append(line)
                 continue
@@ -174,7 +174,7 @@ def _read_csv(path, text_field, id_field):
             yield BadRow(path, start, f"has {len(record)} fields, the header has "
                                       f"{len(header)}")
         elif record:
-            yield _record_row(path, start, dict(zip(header, record)), text_field, id_field)
+            yield _record_row(path, start, dict(zip(header, record, strict=True)), text_field, id_field)
         start = reader.line_num + 1
     yield from bad
 
@@ -195,7 +195,7 @@ def _read_parquet(path, text_field, id_field):
     for batch in file.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns):
         texts = batch.column(0).to_pylist()
         ids = batch.column(1).to_pylist() if id_field is not None else [None] * len(texts)
-        for text, row_id in zip(texts, ids):
+        for text, row_id in zip(texts, ids, strict=True):
             number += 1
             record = {text_field: text}
             if id_field is not None:

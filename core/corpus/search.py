@@ -3,6 +3,7 @@ vectors and the k best rows, whatever the index size.
 
 An index is what a corpus job writes: `.npy` (+ NAME.rows.jsonl), `.jsonl` or `.parquet`.
 """
+import itertools
 import json
 import os
 
@@ -38,7 +39,7 @@ def _npy_chunks(path, chunk_rows):
     with open(sidecar, encoding="utf-8") as fh:
         start = 0
         while True:
-            lines = [line for _, line in zip(range(chunk_rows), fh)]
+            lines = list(itertools.islice(fh, chunk_rows))
             if not lines:
                 break
             rows = _json_rows(sidecar, start, lines)
@@ -68,7 +69,7 @@ def _jsonl_chunks(path, chunk_rows):
     with open(path, encoding="utf-8") as fh:
         start = 0
         while True:
-            lines = [line for _, line in zip(range(chunk_rows), fh)]
+            lines = list(itertools.islice(fh, chunk_rows))
             if not lines:
                 return
             rows = _json_rows(path, start, lines)
@@ -89,7 +90,7 @@ def _parquet_chunks(path, chunk_rows):
                           path=str(path))
     columns = [c for c in ("id", "text", "vector") if c in names]
     for batch in file.iter_batches(batch_size=chunk_rows, columns=columns):
-        table = dict(zip(columns, batch.columns))
+        table = dict(zip(columns, batch.columns, strict=True))
         vec = table["vector"]
         vectors = vec.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
         vectors = vectors.reshape(len(batch), -1)
@@ -122,4 +123,4 @@ def top_k(query, chunks, k=10):
         best_scores, best_pos = scores[keep], pos[keep]
         best_rows = [rows[i] for i in keep]
         seen += vectors.shape[0]
-    return [(float(s), r[0], r[1]) for s, r in zip(best_scores, best_rows)]
+    return [(float(s), r[0], r[1]) for s, r in zip(best_scores, best_rows, strict=True)]

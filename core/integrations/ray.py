@@ -23,7 +23,7 @@ from ..errors import EmberError
 def require_ray():
     try:
         import ray
-        import ray.data  # noqa: F401 (the Data library is a separate extra of ray's)
+        import ray.data  # the Data library is a separate extra of ray's
     except ImportError as exc:
         raise EmberError(f"Ray Data is not installed here ({exc}); "
                          "pip install 'ember[ray]'  (or pip install 'ray[data]')") from None
