@@ -13,7 +13,7 @@ def _covered(shape, boxes):
     seen = np.zeros(shape, np.int32)
     for starts, sub in boxes:
         starts = list(starts) or [0] * len(shape)
-        seen[tuple(slice(s, s + n) for s, n in zip(starts, sub))] += 1
+        seen[tuple(slice(s, s + n) for s, n in zip(starts, sub, strict=True))] += 1
     return seen
 
 

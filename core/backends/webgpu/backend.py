@@ -41,7 +41,8 @@ needs wgpu or numpy. Each op runs under the runtime's lock.
 import functools
 
 from ..base import Backend
-from . import elementwise, index, matmul, qmatmul as quantized, rows, scan, transfer
+from . import elementwise, index, matmul, rows, scan, transfer
+from . import qmatmul as quantized
 from . import reduce as reductions
 from . import rope as rotary
 from .runtime import Runtime

@@ -45,7 +45,9 @@ def launch(be, name, t, spec, op, shape, inputs, out, out_strides=None, scalars=
         raise UnsupportedOp(f"{op}: more than {MAX_DIMS} dims after collapsing", op=op)
     nd = len(cshape)
     ostr = cstrides[-1] if strided_out else contiguous_strides(cshape)
-    operands = [(st, cs, off, it.size) for (st, _, off, it), cs in zip(inputs, cstrides)]
+    in_strides = cstrides[:len(inputs)]    # the output's, when strided, come last
+    operands = [(st, cs, off, it.size)
+                for (st, _, off, it), cs in zip(inputs, in_strides, strict=True)]
     operands.append((out[0], ostr, out[1], out[2]))
     limit = rt.split_limit
     plans = [(cs, 1, size) for _, cs, _, size in operands]
@@ -56,12 +58,12 @@ def launch(be, name, t, spec, op, shape, inputs, out, out_strides=None, scalars=
     elif plan[0] > 0:
         done = {}    # a scalar binary op passes its one input twice: copy it once
         copied = []
-        for inp, cs in zip(inputs, cstrides):
+        for inp, cs in zip(inputs, in_strides, strict=True):
             key = (id(inp[0]), tuple(inp[1]), inp[2])
             if key not in done:
                 done[key] = _contiguous_input(be, shape, inp, cs, cshape, limit)
             copied.append(done[key])
-        if any(c is not inp for c, inp in zip(copied, inputs)):
+        if any(c is not inp for c, inp in zip(copied, inputs, strict=True)):
             return launch(be, name, t, spec, op, shape, copied, out, scalars=scalars)
     if boxes is None:
         boxes = split.row_boxes(cshape, *plan)
@@ -94,7 +96,7 @@ def _contiguous_input(be, shape, inp, cstrides, cshape, limit):
     permuted (a transposed view), else `inp` itself."""
     st, strides, off, it = inp
     row = [1] + list(cshape[1:])
-    moving = [s for d, s in zip(cshape, cstrides) if d > 1 and s > 0]
+    moving = [s for d, s in zip(cshape, cstrides, strict=True) if d > 1 and s > 0]
     if span(row, cstrides) * it.size <= limit or moving == sorted(moving, reverse=True):
         return inp
     copy = be.copy_strided(st, Layout(shape, strides, off), it.dtype)

@@ -13,8 +13,8 @@ import struct
 
 from ... import dtype as dt
 from ...errors import DimOutOfRange, UnsupportedOp, fmt_shape
-from ...layout import Layout
 from ...intmath import ceil_div
+from ...layout import Layout
 from ...shape import contiguous_strides
 from . import loopcap, split
 from .shapes import span

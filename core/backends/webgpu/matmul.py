@@ -21,8 +21,9 @@ and columns, and of a split K only the last partial product applies it.
 from ...errors import UnsupportedOp
 from ...intmath import ceil_div
 from ...shape import contiguous_strides
+from . import epilogue as _epilogue
+from . import overflow as _overflow
 from .epilogue import Epilogue
-from . import epilogue as _epilogue, overflow as _overflow
 from .shapes import collapse, span
 
 
@@ -87,8 +88,8 @@ def matmul(be, a, la, b, lb, dtype):
         bshape, ab, bb, obs = [1], [0], [0], [0]
     A = _Operand(a, la.offset, ab, la.strides[-2], la.strides[-1])
     B = _Operand(b, lb.offset, bb, lb.strides[-2], lb.strides[-1])
-    O = _Operand(out, 0, obs, n, 1)
-    _split_or_launch(be, t, dtype, A, B, O, m, n, k, bshape, False)
+    C = _Operand(out, 0, obs, n, 1)
+    _split_or_launch(be, t, dtype, A, B, C, m, n, k, bshape, False)
     return out
 
 
@@ -120,8 +121,8 @@ def linear(be, a, la, b, lb, bias, lbias, dtype, activation=None, residual=None,
         # No products: the kernel's K loop runs no iteration, so any binding will do.
         zero = be.full((1,), 0, dtype)
         A = B = _Operand(zero, 0, [0], 0, 0)
-    O = _Operand(out, 0, [0], n, 1)
-    _split_or_launch(be, t, dtype, A, B, O, m, n, k, [1], False, epi)
+    C = _Operand(out, 0, [0], n, 1)
+    _split_or_launch(be, t, dtype, A, B, C, m, n, k, [1], False, epi)
     return out
 
 
@@ -132,33 +133,34 @@ def _span(op, bshape, rows, cols):
 _MAX_K = 32768   # keeps each invocation's K loop under lavapipe's 65,535-iteration cap
 
 
-def _split_or_launch(be, t, dtype, A, B, O, m, n, k, bshape, acc, epi=None, last=True):
-    """`epi`: a linear's epilogue, applied by the launch of the last part of K (`last`)."""
+def _split_or_launch(be, t, dtype, A, B, C, m, n, k, bshape, acc, epi=None, last=True):
+    """C = A @ B over the operands A, B, C. `epi`: a linear's epilogue, applied by the
+    launch of the last part of K (`last`)."""
     if k > _MAX_K:
         half = k // 2 // 4 * 4
-        _split_or_launch(be, t, dtype, A, B, O, m, n, half, bshape, acc, epi, False)
-        _split_or_launch(be, t, dtype, A.moved(half * A.cs), B.moved(half * B.rs), O,
+        _split_or_launch(be, t, dtype, A, B, C, m, n, half, bshape, acc, epi, False)
+        _split_or_launch(be, t, dtype, A.moved(half * A.cs), B.moved(half * B.rs), C,
                          m, n, k - half, bshape, True, epi, last)
         return
     limit = be.runtime.max_binding - be.runtime.storage_align - 16
     spans = {"A": _span(A, bshape, m, k) * t.size, "B": _span(B, bshape, k, n) * t.size,
-             "O": _span(O, bshape, m, n) * t.size}
+             "C": _span(C, bshape, m, n) * t.size}
     if epi is not None:
         spans.update(epi.spans(t, m, n))
     worst = max(spans, key=spans.get)
     if spans[worst] <= limit:
-        _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc, epi, last)
+        _launch(be, t, dtype, A, B, C, m, n, k, bshape, acc, epi, last)
         return
     # Split the offending operand along its dim of largest stride.
     if worst in ("bias", "res"):
         op, dims = None, epi.dims(worst, m, n)
     else:
-        op = {"A": A, "B": B, "O": O}[worst]
+        op = {"A": A, "B": B, "C": C}[worst]
         dims = {"A": (("m", A.rs, m), ("k", A.cs, k)), "B": (("k", B.rs, k), ("n", B.cs, n)),
-                "O": (("m", O.rs, m), ("n", O.cs, n))}[worst]
+                "C": (("m", C.rs, m), ("n", C.cs, n))}[worst]
     cands = [(s, name, size) for name, s, size in dims if size > 1]
     if op is not None and epi is None:   # a linear is 2-D: no batch dims
-        cands += [(s, ("batch", i), size) for i, (s, size) in enumerate(zip(op.bs, bshape))
+        cands += [(s, ("batch", i), size) for i, (s, size) in enumerate(zip(op.bs, bshape, strict=True))
                   if size > 1]
     if not cands:
         raise UnsupportedOp(f"matmul: an operand of {spans[worst]} bytes exceeds the adapter's "
@@ -168,16 +170,16 @@ def _split_or_launch(be, t, dtype, A, B, O, m, n, k, bshape, acc, epi=None, last
     if which in ("n", "k") and size >= 8:
         half = half // 4 * 4       # keep vec4 kernels usable on both halves
     if which == "m":
-        _split_or_launch(be, t, dtype, A, B, O, half, n, k, bshape, acc, epi, last)
-        _split_or_launch(be, t, dtype, A.moved(half * A.rs), B, O.moved(half * O.rs),
+        _split_or_launch(be, t, dtype, A, B, C, half, n, k, bshape, acc, epi, last)
+        _split_or_launch(be, t, dtype, A.moved(half * A.rs), B, C.moved(half * C.rs),
                          m - half, n, k, bshape, acc, epi and epi.moved(half, 0), last)
     elif which == "n":
-        _split_or_launch(be, t, dtype, A, B, O, m, half, k, bshape, acc, epi, last)
-        _split_or_launch(be, t, dtype, A, B.moved(half * B.cs), O.moved(half * O.cs),
+        _split_or_launch(be, t, dtype, A, B, C, m, half, k, bshape, acc, epi, last)
+        _split_or_launch(be, t, dtype, A, B.moved(half * B.cs), C.moved(half * C.cs),
                          m, n - half, k, bshape, acc, epi and epi.moved(0, half), last)
     elif which == "k":
-        _split_or_launch(be, t, dtype, A, B, O, m, n, half, bshape, acc, epi, False)
-        _split_or_launch(be, t, dtype, A.moved(half * A.cs), B.moved(half * B.rs), O,
+        _split_or_launch(be, t, dtype, A, B, C, m, n, half, bshape, acc, epi, False)
+        _split_or_launch(be, t, dtype, A.moved(half * A.cs), B.moved(half * B.rs), C,
                          m, n, k - half, bshape, True, epi, last)
     else:
         i = which[1]
@@ -185,9 +187,9 @@ def _split_or_launch(be, t, dtype, A, B, O, m, n, k, bshape, acc, epi=None, last
         lo[i] = half
         hi = list(bshape)
         hi[i] = size - half
-        _split_or_launch(be, t, dtype, A, B, O, m, n, k, lo, acc)
+        _split_or_launch(be, t, dtype, A, B, C, m, n, k, lo, acc)
         _split_or_launch(be, t, dtype, A.moved(half * A.bs[i]), B.moved(half * B.bs[i]),
-                         O.moved(half * O.bs[i]), m, n, k, hi, acc)
+                         C.moved(half * C.bs[i]), m, n, k, hi, acc)
 
 
 def _all4(*values):
@@ -234,13 +236,13 @@ def _fit_rows(tile, m):
     return (1 << (m - 1).bit_length(),) + tuple(tile[1:-2]) + (min(256, wgx * wgy), 1)
 
 
-def _launch_transposed(be, t, dtype, A, B, O, m, n, k, bshape, acc, epi, last):
+def _launch_transposed(be, t, dtype, A, B, C, m, n, k, bshape, acc, epi, last):
     """x @ W on a CPU adapter with subgroups: W copied to [N, K] by matmul_transpose, then
     matmul_nt_sg. A subgroup-broadcast kernel reading W down its columns ran at 15 or 31
     GFLOP/s at 1024^3 from run to run, by where the buffers landed (W's offset moved by
     4 KiB: 15 every time), and 16 at 2048^3; copy plus matmul_nt_sg gives 29-30 at both."""
     # A broadcast W (batch stride 0) is copied once, and stays broadcast.
-    cshape = [d if s else 1 for d, s in zip(bshape, B.bs)]
+    cshape = [d if s else 1 for d, s in zip(bshape, B.bs, strict=True)]
     nc = 1
     for d in cshape:
         nc *= d
@@ -253,17 +255,17 @@ def _launch_transposed(be, t, dtype, A, B, O, m, n, k, bshape, acc, epi, last):
     params = {"k4": k // 4, "n": n, "w_off": rel, "w_rs": B.rs, "batch": cshape, "w_bs": B.bs,
               "o_bs": [s * n * k // 4 for s in cstr]}
     be.runtime.launch(pipe, params, [src, dst], (ceil_div(n, 64), k // 4, nc))
-    bs = [c * n * k if s else 0 for c, s in zip(cstr, B.bs)]
+    bs = [c * n * k if s else 0 for c, s in zip(cstr, B.bs, strict=True)]
     Bt = _Operand(bt, 0, bs, 1, k)
-    _launch(be, t, dtype, A, Bt, O, m, n, k, bshape, acc, epi, last)
+    _launch(be, t, dtype, A, Bt, C, m, n, k, bshape, acc, epi, last)
 
 
-def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc, epi=None, last=True):
+def _launch(be, t, dtype, A, B, C, m, n, k, bshape, acc, epi=None, last=True):
     nb = 1
     for d in bshape:
         nb *= d
     ranges, rel = [], []
-    for op, rows, cols in ((A, m, k), (B, k, n), (O, m, n)):
+    for op, rows, cols in ((A, m, k), (B, k, n), (C, m, n)):
         r, o = be.runtime.bind(op.st, op.off, op.off + _span(op, bshape, rows, cols), t.size, "matmul")
         ranges.append(r)
         rel.append(o)
@@ -275,7 +277,7 @@ def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc, epi=None, last=True):
     epi_spec = _epilogue.spec(epi)
     nbd = len(bshape)
     fast = dtype.is_float and nb <= be.runtime.max_groups
-    batch4 = _all4(*(A.bs + B.bs + O.bs))
+    batch4 = _all4(*(A.bs + B.bs + C.bs))
     tile = tiles(be)
     if fast and A.cs == 1 and B.rs == 1 and _all4(k, rel[0], A.rs, rel[1], B.cs) and batch4:
         a4 = 4     # A's offset and strides in vec4s; in elements for matmul_nt_sg
@@ -293,13 +295,13 @@ def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc, epi=None, last=True):
             pipe = be.runtime.kernel("matmul_nt", t, spec, "matmul")
         params = {"m": m, "n": n, "k": k // 4, "a_off": rel[0] // a4, "b_off": rel[1] // 4,
                   "o_off": rel[2], "acc": int(acc), "a_rs": A.rs // a4, "b_cs": B.cs // 4,
-                  "o_rs": O.rs, "batch": bshape, "a_bs": [s // a4 for s in A.bs],
-                  "b_bs": [s // 4 for s in B.bs], "o_bs": O.bs}
+                  "o_rs": C.rs, "batch": bshape, "a_bs": [s // a4 for s in A.bs],
+                  "b_bs": [s // 4 for s in B.bs], "o_bs": C.bs}
         groups = (ceil_div(ceil_div(n, tn), wgx), ceil_div(ceil_div(m, tm), wgy), nb)
     elif fast and A.cs == 1 and B.cs == 1 and _all4(n, k, rel[0], A.rs, rel[1], B.rs, rel[2],
-                                                   O.rs) and batch4:
+                                                   C.rs) and batch4:
         if _use_subgroups(be, m):
-            _launch_transposed(be, t, dtype, A, B, O, m, n, k, bshape, acc, epi, last)
+            _launch_transposed(be, t, dtype, A, B, C, m, n, k, bshape, acc, epi, last)
             return
         tm, tc, wgx, wgy = _fit_rows(tile["nn"], m)
         spec = {"TM": tm, "TC": tc, "WGX": wgx, "WGY": wgy, "NB": nbd, "S": t.storage,
@@ -307,9 +309,9 @@ def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc, epi=None, last=True):
         pipe = be.runtime.kernel("matmul_nn", t, spec, "matmul")
         params = {"m": m, "n": n // 4, "k": k // 4, "a_off": rel[0] // 4,
                   "b_off": rel[1] // 4, "o_off": rel[2] // 4, "acc": int(acc),
-                  "a_rs": A.rs // 4, "b_rs": B.rs // 4, "o_rs": O.rs // 4, "batch": bshape,
+                  "a_rs": A.rs // 4, "b_rs": B.rs // 4, "o_rs": C.rs // 4, "batch": bshape,
                   "a_bs": [s // 4 for s in A.bs], "b_bs": [s // 4 for s in B.bs],
-                  "o_bs": [s // 4 for s in O.bs]}
+                  "o_bs": [s // 4 for s in C.bs]}
         groups = (ceil_div(ceil_div(n // 4, tc), wgx), ceil_div(ceil_div(m, tm), wgy), nb)
     else:
         checked = _overflow.checked("matmul", dtype)
@@ -322,7 +324,7 @@ def _launch(be, t, dtype, A, B, O, m, n, k, bshape, acc, epi=None, last=True):
         total = nb * m * n
         params = {"m": m, "n": n, "k": k, "total": total, "a_off": rel[0], "b_off": rel[1],
                   "o_off": rel[2], "acc": int(acc), "a_rs": A.rs, "a_cs": A.cs, "b_rs": B.rs,
-                  "b_cs": B.cs, "o_rs": O.rs, "batch": bshape, "a_bs": A.bs, "b_bs": B.bs,
-                  "o_bs": O.bs}
+                  "b_cs": B.cs, "o_rs": C.rs, "batch": bshape, "a_bs": A.bs, "b_bs": B.bs,
+                  "o_bs": C.bs}
         groups = be.runtime.grid(total, 64)
     be.runtime.launch(pipe, {**params, **tail}, ranges, groups)

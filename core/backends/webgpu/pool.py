@@ -7,6 +7,7 @@ one shape creates no new buffers after the first.
 The pool is shared by the threads using a device: each method runs under the runtime's
 lock (a storage may die, and give its buffer back, in any thread).
 """
+import contextlib
 import threading
 
 _MIB = 1 << 20
@@ -122,10 +123,9 @@ class Storage:
         self.dtype_name = None
 
     def __del__(self):
-        try:
+        # at interpreter shutdown the device may already be gone
+        with contextlib.suppress(Exception):
             self.pool.give(self.buf)
-        except Exception:  # interpreter shutdown: the device may already be gone
-            pass
 
     def __repr__(self):
         return f"WebGPUStorage({self.numel} elements, {self.buf.size} bytes)"

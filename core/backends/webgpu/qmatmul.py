@@ -20,9 +20,9 @@ invocation loops more than ~60,000 times in all (lavapipe's cap is 65,535).
 """
 from ... import dtype as dt
 from ...errors import ShapeMismatch, UnsupportedOp
+from ...intmath import ceil_div
 from ...layout import Layout
 from . import loopcap
-from ...intmath import ceil_div
 
 # ggml type number -> (shader name, weights per block, bytes per block, loop iterations
 # per block for a tile of `tm` rows: the block's own loops plus add_rows' row loop)

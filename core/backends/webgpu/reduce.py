@@ -22,11 +22,12 @@ from collections import namedtuple
 
 from ... import dtype as dt
 from ...errors import UnsupportedOp
-from ...layout import Layout
 from ...intmath import ceil_div
+from ...layout import Layout
 from ...shape import contiguous_strides
+from . import overflow
+from . import rows as row_kernels
 from .index import gather
-from . import overflow, rows as row_kernels
 from .shapes import collapse, span
 
 CHUNK = 1 << 16   # reduced elements per workgroup before a second pass

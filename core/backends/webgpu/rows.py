@@ -153,15 +153,15 @@ def layer_norm(be, storage, layout, w, lw, b, lb, eps, dtype, rms=False, residua
             layer_norm(be, st, lay, w, lw, b, lb, eps, dtype, rms)))
     flags = 4 if rms else 0
     extra, affine = [], []
-    for bit, (s, l) in ((1, (w, lw)), (2, (b, lb))):
+    for bit, (s, ls) in ((1, (w, lw)), (2, (b, lb))):
         if s is None:
             extra.append((0, 0))
             affine.append(None)
             continue
         flags |= bit
-        r, o = rt.bind(s, l.offset, l.offset + span(l.shape, l.strides), t.size, op)
+        r, o = rt.bind(s, ls.offset, ls.offset + span(ls.shape, ls.strides), t.size, op)
         affine.append(r)
-        extra.append((o, l.strides[0] if l.ndim else 0))
+        extra.append((o, ls.strides[0] if ls.ndim else 0))
     eps_bits = struct.unpack("<I", struct.pack("<f", eps))[0]
     also = None
     if residual is not None:

@@ -30,9 +30,9 @@ import struct
 import threading
 
 from ...errors import DeviceError, EmberError, UnsupportedOp
+from ...intmath import ceil_div
 from . import kernels, overflow, params
 from .dtypes import device_types, unsupported
-from ...intmath import ceil_div
 from .pool import Pool, Storage
 
 BLOCK = 256               # bytes of uniform data per dispatch

@@ -4,7 +4,7 @@
 def span(shape, strides):
     """Elements from a view's first to its last element, inclusive (0 when empty)."""
     total = 1
-    for d, s in zip(shape, strides):
+    for d, s in zip(shape, strides, strict=True):
         if d == 0:
             return 0
         total += (d - 1) * s
@@ -20,13 +20,13 @@ def collapse(shape, strides_list):
     out_dims = []
     out_strides = [[] for _ in strides_list]
     for k, d in enumerate(dims):
-        if out_dims and all(st[-1] == ss[k] * d for st, ss in zip(out_strides, strides)):
+        if out_dims and all(st[-1] == ss[k] * d for st, ss in zip(out_strides, strides, strict=True)):
             out_dims[-1] *= d
-            for st, ss in zip(out_strides, strides):
+            for st, ss in zip(out_strides, strides, strict=True):
                 st[-1] = ss[k]
             continue
         out_dims.append(d)
-        for st, ss in zip(out_strides, strides):
+        for st, ss in zip(out_strides, strides, strict=True):
             st.append(ss[k])
     if not out_dims:
         return [1], [[0] for _ in strides_list]

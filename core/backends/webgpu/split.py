@@ -25,10 +25,7 @@ def _spans(box, operands):
 
 
 def _fit(box, operands, limit):
-    for st, extra, size in operands:
-        if (span(box, st) + extra - 1) * size > limit:
-            return False
-    return True
+    return all(n * size <= limit for n, size in _spans(box, operands))
 
 
 def row_plan(shape, operands, limit):
@@ -46,7 +43,7 @@ def row_plan(shape, operands, limit):
         if not _fit(box, operands, limit):
             continue
         rows = shape[j]
-        for (st, _, size), (n, _) in zip(operands, _spans(box, operands)):
+        for (st, _, size), (n, _) in zip(operands, _spans(box, operands), strict=True):
             if st[j] > 0:
                 rows = min(rows, (limit // size - n) // st[j] + 1)
         return j, max(1, rows)
@@ -74,7 +71,7 @@ def tile_plan(shape, operands, limit):
     tile = list(shape)
     while True:
         bad = None
-        for (st, extra, size), (n, _) in zip(operands, _spans(tile, operands)):
+        for (st, extra, size), (n, _) in zip(operands, _spans(tile, operands), strict=True):
             if n * size > limit:
                 bad = (st, extra, size)
                 break
@@ -96,8 +93,8 @@ def tile_plan(shape, operands, limit):
 
 def tile_boxes(shape, tile):
     """(starts, sub shape) of every tile."""
-    for starts in itertools.product(*(range(0, n, t) for n, t in zip(shape, tile))):
-        yield list(starts), [min(t, n - s) for s, t, n in zip(starts, tile, shape)]
+    for starts in itertools.product(*(range(0, n, t) for n, t in zip(shape, tile, strict=True))):
+        yield list(starts), [min(t, n - s) for s, t, n in zip(starts, tile, shape, strict=True)]
 
 
 def offset_of(starts, strides):
