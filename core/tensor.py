@@ -24,8 +24,8 @@ from .errors import (
     fmt_shape,
 )
 from .hostdata import bf16_to_f32, f32_to_bf16
-from .layout import Layout
 from .intmath import ceil_div
+from .layout import Layout
 from .ops import KIND_NAMES, UNARY
 from .shape import broadcast_shapes, normalize_dim, normalize_dims, numel
 

@@ -5,7 +5,7 @@ uploaded as the host's words and widened by the unpack kernel, and packed back b
 pack kernel before readback; both run by ranges that fit one storage binding.
 """
 from ... import dtype as dt
-from ...errors import ShapeMismatch, UnsupportedDType, UnsupportedOp, fmt_shape
+from ...errors import ShapeMismatch, UnsupportedDType, fmt_shape
 from ...intmath import ceil_div
 from .dtypes import host_words
 from .elementwise import EPT, WG
