@@ -12,6 +12,7 @@ The launch flags, the page driver (EmberPage) and the bundle builder live with t
 tests (tests/browser/page_harness.py, build_scripts/build_web.py); this module only puts
 them together for a benchmark and turns what is missing into a reason to skip.
 """
+
 import contextlib
 import json
 import os
@@ -47,9 +48,11 @@ class BrowserSession:
     def describe(self, info):
         """Chromium and the WebGPU adapter a booted page reported, in one line."""
         adapter = (info or {}).get("adapter", {})
-        return (f"{CHROMIUM} ({self.browser.version}), adapter "
-                f"{adapter.get('description') or adapter.get('vendor') or '?'} "
-                f"[{adapter.get('architecture') or '?'}]")
+        return (
+            f"{CHROMIUM} ({self.browser.version}), adapter "
+            f"{adapter.get('description') or adapter.get('vendor') or '?'} "
+            f"[{adapter.get('architecture') or '?'}]"
+        )
 
 
 @contextlib.contextmanager
@@ -63,10 +66,12 @@ def open_browser():
     try:
         bundle = load_build_web().ensure_bundle()
     except Exception as exc:  # no npm pyodide, no wheel build: say why, don't fail
-        raise BrowserUnavailable(f"the web bundle could not be built (make web): "
-                                 f"{type(exc).__name__}: {exc}") from exc
+        raise BrowserUnavailable(
+            f"the web bundle could not be built (make web): {type(exc).__name__}: {exc}"
+        ) from exc
     from ember.web.server import serve_in_thread
     from playwright.sync_api import sync_playwright
+
     server, url = serve_in_thread(bundle)
     try:
         with sync_playwright() as pw:

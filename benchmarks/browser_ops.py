@@ -11,6 +11,7 @@ The page is the playground served by ember's own server, in Debian's Chromium wi
   plus GPU time, amortised), per op;
 - "round trip": one op and its readback, N times, per op (latency of a result).
 """
+
 import argparse
 import ast
 import contextlib
@@ -68,9 +69,22 @@ def run_native(code, namespace):
         return eval(compile(ast.Expression(last.value), "<bench>", "eval"), namespace)
 
 
-SENTENCES = [f"Sentence number {i} talks about {topic} in a few more words than needed."
-             for i, topic in enumerate(["cats", "the weather", "stock markets", "guitars",
-                                        "compilers", "football", "bread", "rivers"] * 4)]
+SENTENCES = [
+    f"Sentence number {i} talks about {topic} in a few more words than needed."
+    for i, topic in enumerate(
+        [
+            "cats",
+            "the weather",
+            "stock markets",
+            "guitars",
+            "compilers",
+            "football",
+            "bread",
+            "rivers",
+        ]
+        * 4
+    )
+]
 
 
 def embed_figures(browser, url, native):
@@ -78,26 +92,32 @@ def embed_figures(browser, url, native):
     import json
 
     from ember.pipelines.sentence_embedder import SentenceEmbedder
+
     demo = EmberPage(browser.new_page(), url + "embed.html")
     t0 = time.perf_counter()
     demo.boot()
     demo.evaluate("() => window.demoReady")
     ready = time.perf_counter() - t0
     texts = json.dumps(json.dumps(SENTENCES))
-    demo.run(f"from ember.web import demo_embed\ndemo_embed.embed({texts})")   # warm
+    demo.run(f"from ember.web import demo_embed\ndemo_embed.embed({texts})")  # warm
     page_s = json.loads(demo.run(f"demo_embed.embed({texts})"))["seconds"]
     print(f"\nembedding demo (all-MiniLM-L6-v2): page open -> model ready {ready:.2f} s")
-    line = f"  {len(SENTENCES)} sentences + similarity: page {page_s:.2f} s " \
-           f"({len(SENTENCES) / page_s:.1f} sentences/s)"
+    line = (
+        f"  {len(SENTENCES)} sentences + similarity: page {page_s:.2f} s "
+        f"({len(SENTENCES) / page_s:.1f} sentences/s)"
+    )
     if native is not None:
         from ember.hub import default_model_dir
+
         emb = SentenceEmbedder.from_pretrained(default_model_dir(), device=native)
-        emb.similarity(emb.encode(SENTENCES)).tolist()   # warm
+        emb.similarity(emb.encode(SENTENCES)).tolist()  # warm
         t0 = time.perf_counter()
         emb.similarity(emb.encode(SENTENCES)).tolist()
         native_s = time.perf_counter() - t0
-        line += f"; native wgpu {native_s:.2f} s ({len(SENTENCES) / native_s:.1f} sentences/s);" \
-                f" ratio page / native {page_s / native_s:.2f}"
+        line += (
+            f"; native wgpu {native_s:.2f} s ({len(SENTENCES) / native_s:.1f} sentences/s);"
+            f" ratio page / native {page_s / native_s:.2f}"
+        )
     print(line)
 
 
@@ -107,6 +127,7 @@ def main():
     args = parser.parse_args()
 
     import ember
+
     try:
         native = ember.Device.wgpu()
         native_name = native.backend.adapter_info.get("device") or "wgpu"
@@ -127,19 +148,25 @@ def main():
         info = page.info
         t = info["timings_ms"]
         adapter = info["adapter"]
-        print(f"browser: {CHROMIUM} ({browser.version}), adapter "
-              f"{adapter.get('description') or adapter.get('vendor')} "
-              f"[{adapter.get('architecture')}]; native: {native_name}")
-        print(f"page open -> ready: {open_to_ready:.2f} s  (in the worker: Pyodide "
-              f"{t['pyodide'] / 1000:.2f} s, ember wheel + import {t['ember_import'] / 1000:.2f} s, "
-              f"device {t['device'] / 1000:.2f} s; total {t['total'] / 1000:.2f} s)")
+        print(
+            f"browser: {CHROMIUM} ({browser.version}), adapter "
+            f"{adapter.get('description') or adapter.get('vendor')} "
+            f"[{adapter.get('architecture')}]; native: {native_name}"
+        )
+        print(
+            f"page open -> ready: {open_to_ready:.2f} s  (in the worker: Pyodide "
+            f"{t['pyodide'] / 1000:.2f} s, ember wheel + import {t['ember_import'] / 1000:.2f} s, "
+            f"device {t['device'] / 1000:.2f} s; total {t['total'] / 1000:.2f} s)"
+        )
 
         t0 = time.perf_counter()
-        page.boot()   # the same page again: files revalidate (304) and compiled wasm is cached
+        page.boot()  # the same page again: files revalidate (304) and compiled wasm is cached
         reload_to_ready = time.perf_counter() - t0
         t = page.info["timings_ms"]
-        print(f"page reload -> ready: {reload_to_ready:.2f} s  (Pyodide {t['pyodide'] / 1000:.2f} s, "
-              f"ember {t['ember_import'] / 1000:.2f} s, device {t['device'] / 1000:.2f} s)")
+        print(
+            f"page reload -> ready: {reload_to_ready:.2f} s  (Pyodide {t['pyodide'] / 1000:.2f} s, "
+            f"ember {t['ember_import'] / 1000:.2f} s, device {t['device'] / 1000:.2f} s)"
+        )
 
         page.run(SETUP)
         ns = {"ember": ember, "dev": native}
@@ -148,9 +175,20 @@ def main():
         print(f"\nper-op time, {args.repeats} repeats, in µs; ratio = page / native")
         print("  record: Python + driver cost of recording one op (no GPU wait)")
         print("  batched: N ops then one readback, per op;  round trip: op + readback, per op")
-        header = "".join(f"{col:>{w}}" for col, w in (
-            ("record", 9), ("native", 8), ("ratio", 7), ("batched", 10), ("native", 8),
-            ("ratio", 7), ("round trip", 12), ("native", 8), ("ratio", 7)))
+        header = "".join(
+            f"{col:>{w}}"
+            for col, w in (
+                ("record", 9),
+                ("native", 8),
+                ("ratio", 7),
+                ("batched", 10),
+                ("native", 8),
+                ("ratio", 7),
+                ("round trip", 12),
+                ("native", 8),
+                ("ratio", 7),
+            )
+        )
         print(f"{'op':<20}{header}")
         for name, expr in OPS.items():
             code = timing_snippet(expr, args.repeats)

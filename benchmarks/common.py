@@ -3,6 +3,7 @@
 Benchmarks print figures; they never fail. Compare ratios against a peer measured in
 the same process and run, not absolute times: the machine is shared and noisy.
 """
+
 import json
 import os
 import statistics
@@ -63,9 +64,8 @@ def compare_times(fns, repeats=7, warmup=2, min_time=0.0):
     samples = {name: [] for name in live}
     names = list(live)
     for r in range(repeats):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            samples[name].append(median_time(live[name], repeats=1, warmup=0,
-                                             min_time=min_time))
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            samples[name].append(median_time(live[name], repeats=1, warmup=0, min_time=min_time))
     return {name: Timing(samples[name]) if name in samples else None for name in fns}
 
 
@@ -83,11 +83,18 @@ def rss_mib():
 
 def run_python(code, *args, timeout=600):
     """Run `code` in a fresh interpreter (this one) and return the JSON it prints last."""
-    out = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True,
-                         text=True, timeout=timeout)
+    out = subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if out.returncode != 0:
-        return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else
-                f"exit status {out.returncode}"}
+        return {
+            "error": out.stderr.strip().splitlines()[-1]
+            if out.stderr.strip()
+            else f"exit status {out.returncode}"
+        }
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -96,8 +103,9 @@ def machine_report():
     lines = []
     try:
         load = os.getloadavg()
-        lines.append(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on "
-                     f"{os.cpu_count()} cores")
+        lines.append(
+            f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores"
+        )
     except OSError:
         pass
     env = {k: v for k, v in os.environ.items() if k.startswith(("OPENBLAS", "OMP_", "MKL_"))}
@@ -106,11 +114,14 @@ def machine_report():
     try:
         import numpy  # noqa: F401 (loads BLAS so threadpoolctl can see it)
         from threadpoolctl import threadpool_info
+
         for pool in threadpool_info():
             if pool.get("user_api") == "blas":
-                lines.append(f"numpy BLAS: {pool.get('internal_api')} {pool.get('version')}, "
-                             f"kernel {pool.get('architecture')}, {pool.get('num_threads')} "
-                             "threads")
+                lines.append(
+                    f"numpy BLAS: {pool.get('internal_api')} {pool.get('version')}, "
+                    f"kernel {pool.get('architecture')}, {pool.get('num_threads')} "
+                    "threads"
+                )
     except ImportError:
         lines.append("numpy BLAS: unknown (pip install threadpoolctl to see the kernel)")
     return lines
@@ -121,7 +132,12 @@ def print_table(headers, rows):
     cells = [list(map(str, headers))] + [[str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     for n, row in enumerate(cells):
-        print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))))
+        print(
+            "  ".join(
+                c.rjust(w) if i else c.ljust(w)
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
         if n == 0:
             print("  ".join("-" * w for w in widths))
 

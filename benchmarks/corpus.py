@@ -16,6 +16,7 @@ Targets (issue 17): ember >= 1.0x sentence-transformers' rows/s; Ray at equal co
 of 1 CPU against one process on 2 cores) within 20% of the single process; peak RSS at
 --rows within 10% of that at --small-rows. Figures, not pass/fail.
 """
+
 import argparse
 import json
 import os
@@ -60,8 +61,22 @@ def _measured(cmd):
 
 
 def _ember(model, src, out, *extra):
-    cmd = [sys.executable, "-m", "ember.cli", "embed", "--json", "--device", "cpu",
-           "--model", model, "--input", src, "--output", out, *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ember.cli",
+        "embed",
+        "--json",
+        "--device",
+        "cpu",
+        "--model",
+        model,
+        "--input",
+        src,
+        "--output",
+        out,
+        *extra,
+    ]
     stdout, wall, rss = _measured(cmd)
     summary = json.loads(stdout)
     return {"rows": summary["rows"], "seconds": summary["seconds"], "wall": wall, "rss": rss}
@@ -74,8 +89,10 @@ def _write_corpus(path, n):
 
 
 def _line(name, r):
-    print(f"{name:<34} {r['rows']:>8,} rows  {r['rows'] / r['seconds']:>8.1f} rows/s  "
-          f"wall {r['wall']:>7.1f} s  peak RSS {r['rss']:>7.1f} MB")
+    print(
+        f"{name:<34} {r['rows']:>8,} rows  {r['rows'] / r['seconds']:>8.1f} rows/s  "
+        f"wall {r['wall']:>7.1f} s  peak RSS {r['rss']:>7.1f} MB"
+    )
 
 
 def main():
@@ -87,6 +104,7 @@ def main():
     ap.add_argument("--skip-st", action="store_true")
     args = ap.parse_args()
     from ember.hub import resolve
+
     model = os.path.abspath(resolve(args.model))
     results = {}
     with tempfile.TemporaryDirectory(prefix="ember-corpus-bench-") as tmp:
@@ -99,33 +117,42 @@ def main():
         _line("ember cpu, one process", results["ember"])
         if not args.skip_ray:
             try:
-                results["ray"] = _ember(model, big, os.path.join(tmp, "ray.npy"),
-                                        "--ray", "local", "--ray-actors", "2")
+                results["ray"] = _ember(
+                    model, big, os.path.join(tmp, "ray.npy"), "--ray", "local", "--ray-actors", "2"
+                )
                 _line("ember on local Ray, 2 actors", results["ray"])
             except RuntimeError as exc:
                 print(f"ray: skipped ({str(exc).splitlines()[-1]})")
         if not args.skip_st:
             try:
-                stdout, wall, rss = _measured([sys.executable, "-c", ST_SCRIPT, model, big,
-                                               os.path.join(tmp, "st.npy")])
+                stdout, wall, rss = _measured(
+                    [sys.executable, "-c", ST_SCRIPT, model, big, os.path.join(tmp, "st.npy")]
+                )
                 results["st"] = {**json.loads(stdout.splitlines()[-1]), "wall": wall, "rss": rss}
                 _line("sentence-transformers encode", results["st"])
                 ours = np.load(os.path.join(tmp, "ember.npy"))
                 theirs = np.load(os.path.join(tmp, "st.npy"))
-                cos = (ours * theirs).sum(1) / (np.linalg.norm(ours, axis=1)
-                                                * np.linalg.norm(theirs, axis=1))
+                cos = (ours * theirs).sum(1) / (
+                    np.linalg.norm(ours, axis=1) * np.linalg.norm(theirs, axis=1)
+                )
                 print(f"ember vs sentence-transformers vectors: min cosine {cos.min():.6f}")
             except RuntimeError as exc:
                 print(f"sentence-transformers: skipped ({str(exc).splitlines()[-1]})")
     rate = {k: r["rows"] / r["seconds"] for k, r in results.items()}
-    print(f"peak RSS {args.rows:,} / {args.small_rows:,} rows: "
-          f"{results['ember']['rss'] / results['small']['rss']:.3f}x  (target <= 1.10)")
+    print(
+        f"peak RSS {args.rows:,} / {args.small_rows:,} rows: "
+        f"{results['ember']['rss'] / results['small']['rss']:.3f}x  (target <= 1.10)"
+    )
     if "st" in rate:
-        print(f"ember / sentence-transformers rows/s: {rate['ember'] / rate['st']:.2f}x  "
-              "(target >= 1.0)")
+        print(
+            f"ember / sentence-transformers rows/s: {rate['ember'] / rate['st']:.2f}x  "
+            "(target >= 1.0)"
+        )
     if "ray" in rate:
-        print(f"Ray (2 actors) / one process rows/s: {rate['ray'] / rate['ember']:.2f}x  "
-              f"(overhead {1 - rate['ray'] / rate['ember']:+.0%}, target <= 20%)")
+        print(
+            f"Ray (2 actors) / one process rows/s: {rate['ray'] / rate['ember']:.2f}x  "
+            f"(overhead {1 - rate['ray'] / rate['ember']:+.0%}, target <= 20%)"
+        )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ Every engine runs in its own fresh process and reports:
 Each engine does one warm-up generation first. The Q4_K file is written with the
 test-side encoder (tests/ggml_encode.py) and llama.cpp's names. Figures, not pass/fail.
 """
+
 import argparse
 import json
 import os
@@ -24,9 +25,17 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
-CONFIG = {"hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 8, "num_attention_heads": 12,
-              "num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 1024,
-              "tie_word_embeddings": False, "rms_norm_eps": 1e-5}
+CONFIG = {
+    "hidden_size": 768,
+    "intermediate_size": 2048,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 12,
+    "num_key_value_heads": 4,
+    "vocab_size": 32000,
+    "max_position_embeddings": 1024,
+    "tie_word_embeddings": False,
+    "rms_norm_eps": 1e-5,
+}
 
 
 def peak_rss_mb():
@@ -42,6 +51,7 @@ def make_model(out_dir):
     import torch
     import transformers
     from ggml_encode import write_llama_gguf
+
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**CONFIG)).eval()
     hf_dir = os.path.join(out_dir, "hf")
@@ -56,10 +66,13 @@ def make_model(out_dir):
 def worker_torch(hf_dir, n_prompt, n_decode):
     import torch
     import transformers
+
     t0 = time.perf_counter()
     model = transformers.LlamaForCausalLM.from_pretrained(hf_dir).eval()
     load = time.perf_counter() - t0
-    ids = torch.randint(3, CONFIG["vocab_size"], (1, n_prompt), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(
+        3, CONFIG["vocab_size"], (1, n_prompt), generator=torch.Generator().manual_seed(1)
+    )
 
     def run(n_dec):
         with torch.no_grad():
@@ -86,9 +99,14 @@ def worker_ember(path, device, n_prompt, n_decode, gguf):
     import numpy as np
     from ember.models.gguf_llama import load_gguf_model
     from ember.models.llama import LlamaForCausalLM
+
     dev = ember.Device.parse(device)
     t0 = time.perf_counter()
-    model = load_gguf_model(path, device=dev) if gguf else LlamaForCausalLM.from_pretrained(path, device=dev)
+    model = (
+        load_gguf_model(path, device=dev)
+        if gguf
+        else LlamaForCausalLM.from_pretrained(path, device=dev)
+    )
     load = time.perf_counter() - t0
     # The weights on the device right after load (None where the backend keeps no count).
     on_device = dev.memory_stats().get("bytes_in_use")
@@ -109,7 +127,12 @@ def worker_ember(path, device, n_prompt, n_decode, gguf):
     run(4)
     before = dev.memory_stats().get("buffers_created")
     prompt_s, decode_s = run(n_decode)
-    out = {"load_s": load, "prompt_s": prompt_s, "decode_s": decode_s, "weights": model.weight_bytes()}
+    out = {
+        "load_s": load,
+        "prompt_s": prompt_s,
+        "decode_s": decode_s,
+        "weights": model.weight_bytes(),
+    }
     if before is not None:
         out["gpu_buffers_created_in_run"] = dev.memory_stats()["buffers_created"] - before
         out["gpu_bytes_after_load"] = on_device
@@ -132,8 +155,13 @@ def spawn(args, timeout, threads=None):
         # Both engines get the same thread count: OpenBLAS (numpy) and OpenMP (torch).
         env.update(OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
     try:
-        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", *map(str, args)],
-                             capture_output=True, text=True, timeout=timeout, env=env)
+        out = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), "--worker", *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+        )
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout} s"}
     if out.returncode != 0:
@@ -151,21 +179,34 @@ def main():
     ap.add_argument("--skip-wgpu", action="store_true")
     ap.add_argument("--keep", default=None, help="reuse/keep the model files in this directory")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per engine")
-    ap.add_argument("--rounds", type=int, default=1,
-                    help="run every engine this many times, interleaved, keeping its fastest")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="BLAS/OpenMP threads for every engine (default: the libraries' own); "
-                         "1 gives steadier ratios on a busy machine")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run every engine this many times, interleaved, keeping its fastest",
+    )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="BLAS/OpenMP threads for every engine (default: the libraries' own); "
+        "1 gives steadier ratios on a busy machine",
+    )
     args = ap.parse_args()
 
     work = args.keep or tempfile.mkdtemp(prefix="ember-llm-bench-")
     hf_dir, gguf_path = os.path.join(work, "hf"), os.path.join(work, "q4k.gguf")
-    if not (os.path.exists(os.path.join(hf_dir, "model.safetensors")) and os.path.exists(gguf_path)):
+    if not (
+        os.path.exists(os.path.join(hf_dir, "model.safetensors")) and os.path.exists(gguf_path)
+    ):
         t0 = time.perf_counter()
         _, _, n = make_model(work)
-        print(f"random Llama: {n / 1e6:.1f}M parameters, written in {time.perf_counter() - t0:.1f} s to {work}")
+        print(
+            f"random Llama: {n / 1e6:.1f}M parameters, written in {time.perf_counter() - t0:.1f} s to {work}"
+        )
     try:
         from common import machine_report
+
         for line in machine_report():
             print(line)
     except ImportError:
@@ -178,21 +219,31 @@ def main():
     ]
     if not args.skip_wgpu:
         engines.append(("ember wgpu f32", ["ember", hf_dir, "wgpu", p, d, "hf"]))
-        engines.append(("ember wgpu Q4_K (gguf, quantized on device)", ["ember", gguf_path, "wgpu", p, d, "gguf"]))
+        engines.append(
+            (
+                "ember wgpu Q4_K (gguf, quantized on device)",
+                ["ember", gguf_path, "wgpu", p, d, "gguf"],
+            )
+        )
     results = {}
-    for _ in range(args.rounds):   # engines interleaved; each keeps its fastest round
+    for _ in range(args.rounds):  # engines interleaved; each keeps its fastest round
         for name, a in engines:
             r = spawn(a, args.timeout, args.threads)
             old = results.get(name)
-            if old is None or "error" in old or ("error" not in r and
-                                                 r["decode_s"] < old["decode_s"]):
+            if (
+                old is None
+                or "error" in old
+                or ("error" not in r and r["decode_s"] < old["decode_s"])
+            ):
                 results[name] = r
     base = results.get("torch cpu f32 (transformers)", {})
     base_w = results.get("ember cpu f32", {}).get("weights")
     threads = f"{args.threads} BLAS/OpenMP thread(s) each" if args.threads else "default threads"
     print(f"\nprompt {p} tokens, decode {d} tokens, greedy, batch 1, {threads}")
-    head = f"{'engine':42s} {'prompt tok/s':>12s} {'decode tok/s':>12s} {'decode vs torch':>15s} " \
-           f"{'weights MB':>10s} {'vs f32':>7s} {'peak RSS MB':>11s}"
+    head = (
+        f"{'engine':42s} {'prompt tok/s':>12s} {'decode tok/s':>12s} {'decode vs torch':>15s} "
+        f"{'weights MB':>10s} {'vs f32':>7s} {'peak RSS MB':>11s}"
+    )
     print(head)
     print("-" * len(head))
     for name, r in results.items():
@@ -202,12 +253,18 @@ def main():
         ptok, dtok = p / r["prompt_s"], d / r["decode_s"]
         vs = f"{dtok / (d / base['decode_s']):.2f}x" if "decode_s" in base else "-"
         wr = f"{r['weights'] / base_w:.2f}x" if base_w else "-"
-        print(f"{name:42s} {ptok:12.1f} {dtok:12.1f} {vs:>15s} {r['weights'] / 1e6:10.1f} {wr:>7s} "
-              f"{r['peak_rss_mb']:11.0f}")
+        print(
+            f"{name:42s} {ptok:12.1f} {dtok:12.1f} {vs:>15s} {r['weights'] / 1e6:10.1f} {wr:>7s} "
+            f"{r['peak_rss_mb']:11.0f}"
+        )
         if "gpu_buffers_created_in_run" in r:
-            print(f"{'':42s} GPU buffers created during the timed run: {r['gpu_buffers_created_in_run']}")
+            print(
+                f"{'':42s} GPU buffers created during the timed run: {r['gpu_buffers_created_in_run']}"
+            )
         if r.get("gpu_bytes_after_load") is not None:
-            print(f"{'':42s} GPU memory in use after load: {r['gpu_bytes_after_load'] / 1e6:.1f} MB")
+            print(
+                f"{'':42s} GPU memory in use after load: {r['gpu_bytes_after_load'] / 1e6:.1f} MB"
+            )
     print(json.dumps(results))
 
 

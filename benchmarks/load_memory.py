@@ -8,6 +8,7 @@ views of an mmap, so loading should grow RSS by far less than the file (target: 
 touching one tensor brings in only that tensor's pages. The `safetensors` package's
 numpy and torch loaders are measured the same way as peers. Prints figures; never fails.
 """
+
 import argparse
 import os
 import sys
@@ -58,8 +59,9 @@ def write_file(path, gib):
     """A ~`gib` GiB file written by ember's own writer. Each tensor is a broadcast view
     of one row, so the writer materialises one 16 MiB tensor at a time, never the file."""
     import ember
+
     rows, cols = TENSOR_SHAPE
-    count = max(1, round(gib * 1024 ** 3 / (rows * cols * 4)))
+    count = max(1, round(gib * 1024**3 / (rows * cols * 4)))
     row = ember.randn(1, cols)
     tensors = {f"layers.{i:03d}.weight": row.expand(rows, cols) for i in range(count)}
     ember.io.save_safetensors(tensors, path, metadata={"written_by": "benchmarks/load_memory"})
@@ -72,20 +74,38 @@ def run(gib=1.0):
         path = os.path.join(tmp, "model.safetensors")
         start = time.perf_counter()
         count = write_file(path, gib)
-        size_mib = os.path.getsize(path) / 1024 ** 2
-        print(f"wrote {count} tensors of {TENSOR_SHAPE[0]}x{TENSOR_SHAPE[1]} f32, "
-              f"{size_mib:.0f} MiB, in {time.perf_counter() - start:.1f} s")
+        size_mib = os.path.getsize(path) / 1024**2
+        print(
+            f"wrote {count} tensors of {TENSOR_SHAPE[0]}x{TENSOR_SHAPE[1]} f32, "
+            f"{size_mib:.0f} MiB, in {time.perf_counter() - start:.1f} s"
+        )
         rows = []
         for how in ("ember", "safetensors.numpy", "safetensors.torch"):
             r = run_python(PROBE, path, how)
             if "error" in r:
                 rows.append([how, "-", "-", "-", "-", r["error"][:60]])
                 continue
-            rows.append([how, f"{r['after'] - r['before']:+.1f} MiB",
-                         f"{r['touched'] - r['before']:+.1f} MiB", f"{r['peak']:.0f} MiB",
-                         f"{r['seconds'] * 1e3:.1f} ms", f"{r['count']} tensors"])
-        print_table(["loader", "RSS growth on load", "after touching 1 tensor", "peak RSS",
-                     "load time", ""], rows)
+            rows.append(
+                [
+                    how,
+                    f"{r['after'] - r['before']:+.1f} MiB",
+                    f"{r['touched'] - r['before']:+.1f} MiB",
+                    f"{r['peak']:.0f} MiB",
+                    f"{r['seconds'] * 1e3:.1f} ms",
+                    f"{r['count']} tensors",
+                ]
+            )
+        print_table(
+            [
+                "loader",
+                "RSS growth on load",
+                "after touching 1 tensor",
+                "peak RSS",
+                "load time",
+                "",
+            ],
+            rows,
+        )
     print("target: ember's RSS growth on load < 50 MB")
 
 

@@ -22,6 +22,7 @@ and compares both with ember wgpu and ember cpu from the same run. No Chromium, 
 playwright or no bundle: the row is skipped with the reason.
 Figures, not pass/fail: on a shared machine compare the ratios, measured in one run.
 """
+
 import argparse
 import json
 import os
@@ -33,23 +34,60 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 BATCH = 64
 
-_SUBJECTS = ["The cat", "A young engineer", "Our team", "The old bridge", "My neighbour's dog",
-             "The government", "A small startup", "The orchestra", "This recipe", "The storm"]
-_VERBS = ["quietly crossed", "announced", "repaired", "was photographed near", "celebrated",
-          "refused to discuss", "slowly improved", "is expected to reach", "painted", "ignored"]
-_OBJECTS = ["the river", "a new product line", "the results of the election", "the city centre",
-            "an unexpected message from abroad", "the final chapter of the book",
-            "the noisy machines in the basement", "a record number of visitors",
-            "the long-awaited agreement on climate policy", "dinner"]
-_TAILS = ["", " yesterday", " after a long delay", " despite the heavy rain and strong winds",
-          ", according to several people who were there at the time", " for the first time",
-          " while everyone else was asleep", " on Tuesday morning"]
+_SUBJECTS = [
+    "The cat",
+    "A young engineer",
+    "Our team",
+    "The old bridge",
+    "My neighbour's dog",
+    "The government",
+    "A small startup",
+    "The orchestra",
+    "This recipe",
+    "The storm",
+]
+_VERBS = [
+    "quietly crossed",
+    "announced",
+    "repaired",
+    "was photographed near",
+    "celebrated",
+    "refused to discuss",
+    "slowly improved",
+    "is expected to reach",
+    "painted",
+    "ignored",
+]
+_OBJECTS = [
+    "the river",
+    "a new product line",
+    "the results of the election",
+    "the city centre",
+    "an unexpected message from abroad",
+    "the final chapter of the book",
+    "the noisy machines in the basement",
+    "a record number of visitors",
+    "the long-awaited agreement on climate policy",
+    "dinner",
+]
+_TAILS = [
+    "",
+    " yesterday",
+    " after a long delay",
+    " despite the heavy rain and strong winds",
+    ", according to several people who were there at the time",
+    " for the first time",
+    " while everyone else was asleep",
+    " on Tuesday morning",
+]
 
 
 def corpus(n, seed=0):
     rng = random.Random(seed)
-    return [f"{rng.choice(_SUBJECTS)} {rng.choice(_VERBS)} {rng.choice(_OBJECTS)}"
-            f"{rng.choice(_TAILS)}." for _ in range(n)]
+    return [
+        f"{rng.choice(_SUBJECTS)} {rng.choice(_VERBS)} {rng.choice(_OBJECTS)}{rng.choice(_TAILS)}."
+        for _ in range(n)
+    ]
 
 
 def peak_rss_mb():
@@ -63,6 +101,7 @@ def peak_rss_mb():
 # --- workers (run in their own process) ------------------------------------------------------------
 def worker_ember(model_dir, device, texts, repeats):
     from ember.pipelines import SentenceEmbedder
+
     emb = SentenceEmbedder.from_pretrained(model_dir, device=device)
     emb.encode([texts[0]]).tolist()
     first = time.time()
@@ -78,6 +117,7 @@ def worker_ember(model_dir, device, texts, repeats):
 def worker_torch(model_dir, device, texts, repeats):
     import torch
     import transformers
+
     tok = transformers.AutoTokenizer.from_pretrained(model_dir)
     model = transformers.AutoModel.from_pretrained(model_dir).eval()
 
@@ -86,9 +126,14 @@ def worker_torch(model_dir, device, texts, repeats):
         out = [None] * len(batch_texts)
         with torch.inference_mode():
             for s in range(0, len(order), BATCH):
-                idx = order[s:s + BATCH]
-                enc = tok([batch_texts[i] for i in idx], padding=True, truncation=True,
-                          max_length=256, return_tensors="pt")
+                idx = order[s : s + BATCH]
+                enc = tok(
+                    [batch_texts[i] for i in idx],
+                    padding=True,
+                    truncation=True,
+                    max_length=256,
+                    return_tensors="pt",
+                )
                 h = model(**enc).last_hidden_state
                 m = enc["attention_mask"].unsqueeze(-1).to(h.dtype)
                 v = torch.nn.functional.normalize((h * m).sum(1) / m.sum(1).clamp(min=1e-9), dim=-1)
@@ -111,18 +156,31 @@ def threads_used(engine):
     """How the engine ran on this machine's cores, in words (printed under the table)."""
     if engine == "torch":
         import torch
+
         return f"{torch.get_num_threads()} intra-op threads"
     from ember.backends import row_parallel
-    return (f"{row_parallel.workers()} threads for the work around GEMMs, "
-            f"OPENBLAS_THREAD_TIMEOUT={os.environ.get('OPENBLAS_THREAD_TIMEOUT', 'unset')}")
+
+    return (
+        f"{row_parallel.workers()} threads for the work around GEMMs, "
+        f"OPENBLAS_THREAD_TIMEOUT={os.environ.get('OPENBLAS_THREAD_TIMEOUT', 'unset')}"
+    )
 
 
 def run_worker(args):
     texts = corpus(args.sentences)
     fn = worker_torch if args.worker == "torch" else worker_ember
     first, seconds = fn(args.model, args.device, texts, args.repeats)
-    print(json.dumps({"first_embedding_at": first, "seconds": seconds, "n": len(texts),
-                      "peak_rss_mb": peak_rss_mb(), "threads": threads_used(args.worker)}))
+    print(
+        json.dumps(
+            {
+                "first_embedding_at": first,
+                "seconds": seconds,
+                "n": len(texts),
+                "peak_rss_mb": peak_rss_mb(),
+                "threads": threads_used(args.worker),
+            }
+        )
+    )
 
 
 # --- the browser demo ------------------------------------------------------------------------------
@@ -134,24 +192,37 @@ def measure_browser(n, passes):
     / {"error": what} (a benchmark reports, it does not fail)."""
     sys.path.insert(0, HERE)
     from browser_common import BrowserUnavailable, open_browser
+
     texts = json.dumps(json.dumps(corpus(n)))
     try:
         with open_browser() as session:
             if not session.has_model(MODEL_NAME):
-                return {"skipped": f"the web bundle has no {MODEL_NAME} (make models, then "
-                                   "make web)"}
+                return {
+                    "skipped": f"the web bundle has no {MODEL_NAME} (make models, then make web)"
+                }
             page = session.page("embed.html")
             t0 = time.perf_counter()
             page.boot()
             loaded = page.evaluate("() => window.demoReady")
             wall = time.perf_counter() - t0
-            runs = [json.loads(page.run("from ember.web import demo_embed\n"
-                                        f"demo_embed.encode_timed({texts}, {BATCH})"))
-                    for _ in range(passes)]
-            return {"first_s": loaded["first_embedding_ms"] / 1000, "wall_s": wall,
-                    "boot": page.info["timings_ms"], "model": loaded["seconds"],
-                    "describe": session.describe(page.info), "runs": runs,
-                    "per_s": runs[-1]["n"] / runs[-1]["seconds"]}
+            runs = [
+                json.loads(
+                    page.run(
+                        "from ember.web import demo_embed\n"
+                        f"demo_embed.encode_timed({texts}, {BATCH})"
+                    )
+                )
+                for _ in range(passes)
+            ]
+            return {
+                "first_s": loaded["first_embedding_ms"] / 1000,
+                "wall_s": wall,
+                "boot": page.info["timings_ms"],
+                "model": loaded["seconds"],
+                "describe": session.describe(page.info),
+                "runs": runs,
+                "per_s": runs[-1]["n"] / runs[-1]["seconds"],
+            }
     except BrowserUnavailable as exc:
         return {"skipped": str(exc)}
     except Exception as exc:  # a page that failed to load or run: say so, keep the figures
@@ -165,27 +236,48 @@ def report_browser(r, results, n):
         return
     b, m = r["boot"], r["model"]
     print(f"  Chromium: {r['describe']}")
-    print(f"  page open -> first embedding {r['first_s']:8.2f} s  (playwright's wall "
-          f"{r['wall_s']:.2f} s)")
-    print(f"    worker {b['total'] / 1000:.2f} s: Pyodide {b['pyodide'] / 1000:.2f} s, ember wheel "
-          f"+ import {b['ember_import'] / 1000:.2f} s, device {b['device'] / 1000:.2f} s; model "
-          f"download {m['download']:.2f} s, load {m['load']:.2f} s, first sentence "
-          f"{m['warm_up']:.2f} s")
-    passes = ", ".join(f"{x['seconds']:.2f} s ({x['pipelines_compiled']} kernels compiled)"
-                       for x in r["runs"])
-    print(f"  sentences/s at batch {BATCH}      {r['per_s']:8.2f}    (timed pass"
-          f"{'es' if len(r['runs']) > 1 else ''}: {passes}; the last one counts)")
+    print(
+        f"  page open -> first embedding {r['first_s']:8.2f} s  (playwright's wall "
+        f"{r['wall_s']:.2f} s)"
+    )
+    print(
+        f"    worker {b['total'] / 1000:.2f} s: Pyodide {b['pyodide'] / 1000:.2f} s, ember wheel "
+        f"+ import {b['ember_import'] / 1000:.2f} s, device {b['device'] / 1000:.2f} s; model "
+        f"download {m['download']:.2f} s, load {m['load']:.2f} s, first sentence "
+        f"{m['warm_up']:.2f} s"
+    )
+    passes = ", ".join(
+        f"{x['seconds']:.2f} s ({x['pipelines_compiled']} kernels compiled)" for x in r["runs"]
+    )
+    print(
+        f"  sentences/s at batch {BATCH}      {r['per_s']:8.2f}    (timed pass"
+        f"{'es' if len(r['runs']) > 1 else ''}: {passes}; the last one counts)"
+    )
     for label in [k for k in results if k.startswith("ember wgpu")] + ["ember cpu"]:
         e = results.get(label, {})
         if "cold_s" in e:
-            print(f"  page / {label + ':':<24} first embedding {r['first_s'] / e['cold_s']:6.2f}x, "
-                  f"sentences/s {r['per_s'] / e['per_s']:6.3f}x")
+            print(
+                f"  page / {label + ':':<24} first embedding {r['first_s'] / e['cold_s']:6.2f}x, "
+                f"sentences/s {r['per_s'] / e['per_s']:6.3f}x"
+            )
 
 
 # --- the parent -----------------------------------------------------------------------------------
 def measure(engine, device, model_dir, n, repeats):
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", engine, "--device", device,
-           "--model", model_dir, "--sentences", str(n), "--repeats", str(repeats)]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        engine,
+        "--device",
+        device,
+        "--model",
+        model_dir,
+        "--sentences",
+        str(n),
+        "--repeats",
+        str(repeats),
+    ]
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
     start = time.time()
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -193,8 +285,12 @@ def measure(engine, device, model_dir, n, repeats):
         return {"error": (done.stderr.strip().splitlines() or ["failed"])[-1]}
     r = json.loads(done.stdout.strip().splitlines()[-1])
     # "first_embedding_at" is taken after the one-text call, before the warm-up pass.
-    return {"cold_s": r["first_embedding_at"] - start, "per_s": r["n"] / r["seconds"],
-            "rss_mb": r["peak_rss_mb"], "threads": r["threads"]}
+    return {
+        "cold_s": r["first_embedding_at"] - start,
+        "per_s": r["n"] / r["seconds"],
+        "rss_mb": r["peak_rss_mb"],
+        "threads": r["threads"],
+    }
 
 
 def main():
@@ -203,37 +299,54 @@ def main():
     p.add_argument("--repeats", type=int, default=3, help="timed passes per process")
     p.add_argument("--rounds", type=int, default=2, help="fresh processes per engine")
     p.add_argument("--model", default=None, help="model dir (default: ember's cached MiniLM)")
-    p.add_argument("--wgpu-sentences", type=int, default=128,
-                   help="corpus size for wgpu (software adapters like lavapipe are slow)")
+    p.add_argument(
+        "--wgpu-sentences",
+        type=int,
+        default=128,
+        help="corpus size for wgpu (software adapters like lavapipe are slow)",
+    )
     p.add_argument("--skip-wgpu", action="store_true")
     p.add_argument("--skip-torch", action="store_true")
-    p.add_argument("--browser", action=argparse.BooleanOptionalAction, default=True,
-                   help="the embedding demo page in Chromium on WebGPU (default: on)")
-    p.add_argument("--browser-passes", type=int, default=1,
-                   help="timed batch-64 passes in the page; the last one counts")
+    p.add_argument(
+        "--browser",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the embedding demo page in Chromium on WebGPU (default: on)",
+    )
+    p.add_argument(
+        "--browser-passes",
+        type=int,
+        default=1,
+        help="timed batch-64 passes in the page; the last one counts",
+    )
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.model is None:
         from ember.hub import fetch_default_model
+
         args.model = fetch_default_model(log=lambda msg: None)
     if args.worker:
         return run_worker(args)
 
     sys.path.insert(0, HERE)
     from common import machine_report
+
     for line in machine_report():
         print(line)
     lengths = [len(t.split()) for t in corpus(args.sentences)]
-    print(f"all-MiniLM-L6-v2, {args.sentences} sentences ({min(lengths)}-{max(lengths)} words), "
-          f"batch {BATCH}; best of {args.rounds} alternating rounds, each engine in a fresh "
-          f"process per round with {args.repeats} timed passes")
+    print(
+        f"all-MiniLM-L6-v2, {args.sentences} sentences ({min(lengths)}-{max(lengths)} words), "
+        f"batch {BATCH}; best of {args.rounds} alternating rounds, each engine in a fresh "
+        f"process per round with {args.repeats} timed passes"
+    )
     rows = [("ember cpu", "ember", "cpu")]
     if not args.skip_torch:
         rows.append(("torch cpu (transformers)", "torch", "cpu"))
     if not args.skip_wgpu:
-        rows.append((f"ember wgpu ({min(args.sentences, args.wgpu_sentences)} texts)", "ember",
-                     "wgpu"))
+        rows.append(
+            (f"ember wgpu ({min(args.sentences, args.wgpu_sentences)} texts)", "ember", "wgpu")
+        )
     results = {}
     paired = []  # per round: (ember/torch cold start, throughput) from the same round
     # Rounds alternate the engines (and swap who goes first), and each figure is the best
@@ -254,10 +367,12 @@ def main():
             if best is None or "error" in best:
                 results[label] = r
             elif "error" not in r:
-                results[label] = {"cold_s": min(best["cold_s"], r["cold_s"]),
-                                  "per_s": max(best["per_s"], r["per_s"]),
-                                  "rss_mb": min(best["rss_mb"], r["rss_mb"]),
-                                  "threads": r["threads"]}
+                results[label] = {
+                    "cold_s": min(best["cold_s"], r["cold_s"]),
+                    "per_s": max(best["per_s"], r["per_s"]),
+                    "rss_mb": min(best["rss_mb"], r["rss_mb"]),
+                    "threads": r["threads"],
+                }
         e, t = this_round.get("ember cpu", {}), this_round.get("torch cpu (transformers)", {})
         if "cold_s" in e and "cold_s" in t:
             paired.append((e["cold_s"] / t["cold_s"], e["per_s"] / t["per_s"]))
@@ -278,16 +393,22 @@ def main():
         print("after: " + line)
     e, t = results.get("ember cpu", {}), results.get("torch cpu (transformers)", {})
     if "cold_s" in e and "cold_s" in t:
-        print(f"\nember cpu / torch cpu: cold start {e['cold_s'] / t['cold_s']:.3f}x (target <= 0.1), "
-              f"peak RSS {e['rss_mb'] / t['rss_mb']:.3f}x (target <= 0.5), "
-              f"throughput {e['per_s'] / t['per_s']:.2f}x (target >= 1.0)  [best of each]")
+        print(
+            f"\nember cpu / torch cpu: cold start {e['cold_s'] / t['cold_s']:.3f}x (target <= 0.1), "
+            f"peak RSS {e['rss_mb'] / t['rss_mb']:.3f}x (target <= 0.5), "
+            f"throughput {e['per_s'] / t['per_s']:.2f}x (target >= 1.0)  [best of each]"
+        )
     if paired:
         import statistics
-        print("paired per round: cold start " +
-              ", ".join(f"{c:.3f}x" for c, _ in paired) + f" (median "
-              f"{statistics.median(c for c, _ in paired):.3f}x); throughput " +
-              ", ".join(f"{p:.2f}x" for _, p in paired) +
-              f" (median {statistics.median(p for _, p in paired):.2f}x)")
+
+        print(
+            "paired per round: cold start "
+            + ", ".join(f"{c:.3f}x" for c, _ in paired)
+            + f" (median "
+            f"{statistics.median(c for c, _ in paired):.3f}x); throughput "
+            + ", ".join(f"{p:.2f}x" for _, p in paired)
+            + f" (median {statistics.median(p for _, p in paired):.2f}x)"
+        )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ this process, hence the same BLAS and the same OPENBLAS_* settings (which may sl
 numpy on this machine, see NOTES.md); the ratio ember/numpy is what to read (target:
 within 1.1x). Prints figures; never fails.
 """
+
 import argparse
 import math
 import os
@@ -47,8 +48,9 @@ def np_gelu_erf(x):
     z = x * INV_SQRT_2
     a = np.abs(z)
     t = 1.0 / (1.0 + 0.3275911 * a)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (
-        -1.453152027 + t * 1.061405429))))
+    poly = t * (
+        0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
+    )
     erf = np.sign(z) * (1.0 - poly * np.exp(-a * a))
     return 0.5 * x * (1.0 + erf)
 
@@ -63,6 +65,7 @@ def cases(rows, cols):
     try:
         import torch
         import torch.nn.functional as F
+
         xt, wt, bt = (torch.from_numpy(a) for a in (x_np, w_np, b_np))
     except ImportError:
         torch = None
@@ -73,19 +76,40 @@ def cases(rows, cols):
         c_np = rng.standard_normal((n, n), dtype=np.float32)
         a, c = ember.from_numpy(a_np), ember.from_numpy(c_np)
         at, ct = (torch.from_numpy(a_np), torch.from_numpy(c_np)) if torch else (None, None)
-        out.append((f"matmul {n}x{n} @ {n}x{n}", lambda a=a, c=c: a @ c,
-                    lambda a=a_np, c=c_np: a @ c, (lambda a=at, c=ct: a @ c) if torch else None))
+        out.append(
+            (
+                f"matmul {n}x{n} @ {n}x{n}",
+                lambda a=a, c=c: a @ c,
+                lambda a=a_np, c=c_np: a @ c,
+                (lambda a=at, c=ct: a @ c) if torch else None,
+            )
+        )
     elems = f"{rows}x{cols}"
     out += [
-        (f"softmax(-1) {elems}", lambda: x.softmax(-1), lambda: np_softmax(x_np),
-         (lambda: torch.softmax(xt, -1)) if torch else None),
-        (f"layer_norm {elems}", lambda: x.layer_norm(w, b, EPS),
-         lambda: np_layer_norm(x_np, w_np, b_np),
-         (lambda: F.layer_norm(xt, (cols,), wt, bt, EPS)) if torch else None),
-        (f"gelu tanh {elems}", lambda: x.gelu_tanh(), lambda: np_gelu_tanh(x_np),
-         (lambda: F.gelu(xt, approximate="tanh")) if torch else None),
-        (f"gelu erf {elems}", lambda: x.gelu(), lambda: np_gelu_erf(x_np),
-         (lambda: F.gelu(xt)) if torch else None),
+        (
+            f"softmax(-1) {elems}",
+            lambda: x.softmax(-1),
+            lambda: np_softmax(x_np),
+            (lambda: torch.softmax(xt, -1)) if torch else None,
+        ),
+        (
+            f"layer_norm {elems}",
+            lambda: x.layer_norm(w, b, EPS),
+            lambda: np_layer_norm(x_np, w_np, b_np),
+            (lambda: F.layer_norm(xt, (cols,), wt, bt, EPS)) if torch else None,
+        ),
+        (
+            f"gelu tanh {elems}",
+            lambda: x.gelu_tanh(),
+            lambda: np_gelu_tanh(x_np),
+            (lambda: F.gelu(xt, approximate="tanh")) if torch else None,
+        ),
+        (
+            f"gelu erf {elems}",
+            lambda: x.gelu(),
+            lambda: np_gelu_erf(x_np),
+            (lambda: F.gelu(xt)) if torch else None,
+        ),
     ]
     return out
 
@@ -99,13 +123,16 @@ def run_ops(rows, cols, repeats):
     print(f"ember {ember.__version__}, numpy {np.__version__}", end="")
     try:
         import torch
+
         print(f", torch {torch.__version__} ({torch.get_num_threads()} threads)")
     except ImportError:
         print(", torch not installed (pip install ember[bench])")
     for line in machine_report():
         print(line)
-    print(f"{repeats} samples per contender (each >= 20 ms of calls) after 2 warm-up calls; "
-          "inputs f32\n")
+    print(
+        f"{repeats} samples per contender (each >= 20 ms of calls) after 2 warm-up calls; "
+        "inputs f32\n"
+    )
     rows_out = []
     for name, ember_fn, numpy_fn, torch_fn in cases(rows, cols):
         # ember and numpy share rounds (their ratio is the target); torch gets its own,
@@ -114,16 +141,25 @@ def run_ops(rows, cols, repeats):
         t_torch = compare_times({"torch": torch_fn}, repeats, min_time=0.02)["torch"]
         t_ember, t_numpy = pair["ember"], pair["numpy"]
         diff = check_agreement(ember_fn, numpy_fn)
-        rows_out.append([name, ms(t_ember.median), ms(t_numpy.median),
-                         ms(t_torch.median if t_torch else None),
-                         times(paired_ratio(t_ember, t_numpy)),
-                         ratio(t_ember.median, t_torch.median if t_torch else None),
-                         f"{diff:.1e}"])
-    print_table(["op", "ember", "numpy", "torch", "ember/numpy", "ember/torch", "max|diff|"],
-                rows_out)
-    print("\ntimes are medians; ember/numpy is the median of per-round ratios (ember and numpy "
-          "alternate),\nember/torch a ratio of medians (torch runs on its own)\n"
-          "target: ember/numpy <= 1.10x on each op")
+        rows_out.append(
+            [
+                name,
+                ms(t_ember.median),
+                ms(t_numpy.median),
+                ms(t_torch.median if t_torch else None),
+                times(paired_ratio(t_ember, t_numpy)),
+                ratio(t_ember.median, t_torch.median if t_torch else None),
+                f"{diff:.1e}",
+            ]
+        )
+    print_table(
+        ["op", "ember", "numpy", "torch", "ember/numpy", "ember/torch", "max|diff|"], rows_out
+    )
+    print(
+        "\ntimes are medians; ember/numpy is the median of per-round ratios (ember and numpy "
+        "alternate),\nember/torch a ratio of medians (torch runs on its own)\n"
+        "target: ember/numpy <= 1.10x on each op"
+    )
 
 
 def main(argv=None):
@@ -138,6 +174,7 @@ def main(argv=None):
     if not args.no_load:
         print()
         from load_memory import run as run_load
+
         run_load(args.load_gib)
 
 

@@ -9,6 +9,7 @@ torch CUDA.
 
     .venv/bin/python benchmarks/ops_wgpu.py [--device wgpu:0] [--sizes 512,1024,2048]
 """
+
 import argparse
 import os
 import sys
@@ -39,8 +40,10 @@ def measure(name, unit, work, fns, repeats, rows):
     ours, ref = work / t["wgpu"].median / 1e9, work / t["numpy"].median / 1e9
     speed_ratio = 1.0 / paired_ratio(t["wgpu"], t["numpy"])
     rows.append([name, f"{ours:.2f} {unit}", f"{ref:.2f} {unit}", f"{speed_ratio:.3f}x"])
-    print(f"  {name}: wgpu {ours:.2f} {unit}, numpy {ref:.2f} {unit}, "
-          f"ratio {speed_ratio:.3f}", flush=True)
+    print(
+        f"  {name}: wgpu {ours:.2f} {unit}, numpy {ref:.2f} {unit}, ratio {speed_ratio:.3f}",
+        flush=True,
+    )
 
 
 def torch_cuda():
@@ -59,12 +62,19 @@ def measure_cuda(torch, dev_fn, n, repeats, rows):
     def ref():
         a @ b
         torch.cuda.synchronize()
+
     t = compare_times({"wgpu": dev_fn, "torch": ref}, repeats=repeats, warmup=1, min_time=0.05)
-    flops = 2.0 * n ** 3
+    flops = 2.0 * n**3
     ours, theirs = flops / t["wgpu"].median / 1e9, flops / t["torch"].median / 1e9
     speed = 1.0 / paired_ratio(t["wgpu"], t["torch"])
-    rows.append([f"matmul f32 {n}^3 vs torch CUDA", f"{ours:.2f} GFLOP/s",
-                 f"{theirs:.2f} GFLOP/s", f"{speed:.3f}x"])
+    rows.append(
+        [
+            f"matmul f32 {n}^3 vs torch CUDA",
+            f"{ours:.2f} GFLOP/s",
+            f"{theirs:.2f} GFLOP/s",
+            f"{speed:.3f}x",
+        ]
+    )
 
 
 def main():
@@ -79,8 +89,10 @@ def main():
     info = backend.adapter_info
     for line in machine_report():
         print(line)
-    print(f"adapter: {info.get('device')} ({info.get('backend_type')}, "
-          f"{info.get('adapter_type')}), shader-f16: {backend.has_f16}")
+    print(
+        f"adapter: {info.get('device')} ({info.get('backend_type')}, "
+        f"{info.get('adapter_type')}), shader-f16: {backend.has_f16}"
+    )
     rng = np.random.default_rng(0)
     sync = backend.synchronize
     rows = []
@@ -91,7 +103,7 @@ def main():
         a = rng.standard_normal((n, n), dtype=np.float32)
         b = rng.standard_normal((n, n), dtype=np.float32)
         ta, tb = ember.tensor(a, device=dev), ember.tensor(b, device=dev)
-        tbt = ember.tensor(np.ascontiguousarray(b.T), device=dev).t()   # W [N, K] used as W.T
+        tbt = ember.tensor(np.ascontiguousarray(b.T), device=dev).t()  # W [N, K] used as W.T
         err = max(np.abs((ta @ tb).numpy() - a @ b).max(), np.abs((ta @ tbt).numpy() - a @ b).max())
         if err > 1e-3 * np.sqrt(n):
             print(f"  warning: matmul {n} max abs error {err:.3g}")
@@ -101,11 +113,23 @@ def main():
         def run(w=tb, ta=ta):
             ta.matmul(w)
             sync()
-        measure(f"matmul f32 {n}^3 x @ W", "GFLOP/s", 2.0 * n ** 3,
-                {"wgpu": run, "numpy": lambda a=a, b=b: a @ b}, reps, rows)
-        measure(f"matmul f32 {n}^3 x @ W.T", "GFLOP/s", 2.0 * n ** 3,
-                {"wgpu": lambda w=tbt, run=run: run(w), "numpy": lambda a=a, b=b: a @ b},
-                reps, rows)
+
+        measure(
+            f"matmul f32 {n}^3 x @ W",
+            "GFLOP/s",
+            2.0 * n**3,
+            {"wgpu": run, "numpy": lambda a=a, b=b: a @ b},
+            reps,
+            rows,
+        )
+        measure(
+            f"matmul f32 {n}^3 x @ W.T",
+            "GFLOP/s",
+            2.0 * n**3,
+            {"wgpu": lambda w=tbt, run=run: run(w), "numpy": lambda a=a, b=b: a @ b},
+            reps,
+            rows,
+        )
         if torch is not None:
             measure_cuda(torch, run, n, reps, rows)
 
@@ -117,8 +141,15 @@ def main():
     def add():
         tx + ty
         sync()
-    measure(f"add f32 {n} elements", "GB/s", 3 * n * 4,
-            {"wgpu": add, "numpy": lambda: x + y}, args.repeats, rows)
+
+    measure(
+        f"add f32 {n} elements",
+        "GB/s",
+        3 * n * 4,
+        {"wgpu": add, "numpy": lambda: x + y},
+        args.repeats,
+        rows,
+    )
 
     s = rng.standard_normal((4096, 1024), dtype=np.float32)
     ts = ember.tensor(s, device=dev)
@@ -126,13 +157,22 @@ def main():
     def softmax():
         ts.softmax(-1)
         sync()
-    measure("softmax f32 4096x1024", "GB/s", 2 * s.size * 4,
-            {"wgpu": softmax, "numpy": lambda: numpy_softmax(s)}, args.repeats, rows)
+
+    measure(
+        "softmax f32 4096x1024",
+        "GB/s",
+        2 * s.size * 4,
+        {"wgpu": softmax, "numpy": lambda: numpy_softmax(s)},
+        args.repeats,
+        rows,
+    )
 
     print()
     print_table(["op", "wgpu", "peer (numpy or torch CUDA)", "wgpu/peer"], rows)
-    print(f"\nbuffers created: {backend.memory_stats()['buffers_created']}, "
-          f"pipelines: {backend.kernel_stats()['pipelines']}")
+    print(
+        f"\nbuffers created: {backend.memory_stats()['buffers_created']}, "
+        f"pipelines: {backend.kernel_stats()['pipelines']}"
+    )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ Rows: a batch of 64 ordinary sentences (the MiniLM benchmark's kind of input), a
 single word ('the' * 13333: a BPE word whose merges once cost O(n^2)), and 8 KB of
 prose. Figures and ratios, never a pass/fail.
 """
+
 import argparse
 import os
 import sys
@@ -25,22 +26,27 @@ SENTENCES = [
     "Another sentence about embeddings and search.",
     "What is the capital of France?",
 ] * 8
-PROSE = ("It was the best of times, it was the worst of times, it was the age of wisdom, "
-         "it was the age of foolishness, it was the epoch of belief. ") * 60
+PROSE = (
+    "It was the best of times, it was the worst of times, it was the age of wisdom, "
+    "it was the age of foolishness, it was the epoch of belief. "
+) * 60
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=None,
-                        help="a directory with tokenizer.json (default: the cached MiniLM)")
+    parser.add_argument(
+        "--model", default=None, help="a directory with tokenizer.json (default: the cached MiniLM)"
+    )
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
     from ember.hub import default_model_dir
     from ember.tokenizers import Tokenizer
+
     path = os.path.join(args.model or default_model_dir(), "tokenizer.json")
     mine = Tokenizer.from_file(path)
     try:
         import tokenizers
+
         theirs = tokenizers.Tokenizer.from_file(path)
     except ImportError:
         theirs = None
@@ -50,17 +56,29 @@ def main(argv=None):
     for name, texts in cases.items():
         # Both with warm word caches after the warm-up call: the steady state of a
         # server (a word of 256 characters or more is never cached by either).
-        t = compare_times({
-            "ember": lambda texts=texts: mine.encode_batch(texts),
-            "tokenizers": None if theirs is None else
-            lambda texts=texts: theirs.encode_batch(texts)},
-            repeats=args.rounds, warmup=1)
+        t = compare_times(
+            {
+                "ember": lambda texts=texts: mine.encode_batch(texts),
+                "tokenizers": None
+                if theirs is None
+                else lambda texts=texts: theirs.encode_batch(texts),
+            },
+            repeats=args.rounds,
+            warmup=1,
+        )
         same = theirs is None or [e.ids for e in mine.encode_batch(texts)] == [
-            e.ids for e in theirs.encode_batch(texts)]
+            e.ids for e in theirs.encode_batch(texts)
+        ]
         ratio = paired_ratio(t.get("tokenizers"), t["ember"])
-        rows.append([name, ms(t["ember"].median),
-                     "-" if theirs is None else ms(t["tokenizers"].median),
-                     "-" if ratio is None else f"{ratio:.3f}x", "yes" if same else "NO"])
+        rows.append(
+            [
+                name,
+                ms(t["ember"].median),
+                "-" if theirs is None else ms(t["tokenizers"].median),
+                "-" if ratio is None else f"{ratio:.3f}x",
+                "yes" if same else "NO",
+            ]
+        )
     print_table(["input", "ember", "tokenizers", "speed vs tokenizers", "same ids"], rows)
     return 0
 

@@ -16,6 +16,7 @@ sees half of one. It goes only into an absent or empty directory or one an earli
 made (it carries the `.ember-bundle` marker): nothing else is replaced (see
 web/bundle_place.py). `--if-stale` rebuilds only when the sources' hash changed.
 """
+
 import argparse
 import contextlib
 import hashlib
@@ -31,8 +32,14 @@ ROOT = Path(__file__).resolve().parent.parent
 WEB = ROOT / "web"
 BUNDLE = WEB / "bundle"
 PYODIDE_PKG = WEB / "node_modules" / "pyodide"
-PYODIDE_FILES = ["pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip",
-                 "pyodide-lock.json", "pyodide.js"]
+PYODIDE_FILES = [
+    "pyodide.mjs",
+    "pyodide.asm.mjs",
+    "pyodide.asm.wasm",
+    "python_stdlib.zip",
+    "pyodide-lock.json",
+    "pyodide.js",
+]
 # What the wheel and pages are made of: a change here makes the bundle stale.
 SOURCES = ["core", "shaders", "web", "pyproject.toml"]
 _NOT_SOURCES = ("node_modules", "bundle", "__pycache__")
@@ -49,9 +56,13 @@ def model_files():
     src = Path(default_model_dir())
     if not (src / "model.safetensors").is_file() or not (src / "tokenizer.json").is_file():
         return []
-    files = [p.relative_to(src).as_posix() for p in sorted(src.rglob("*"))
-             if p.is_file() and (p.suffix == ".json" or p.name == "model.safetensors")
-             and not p.name.startswith(".")]
+    files = [
+        p.relative_to(src).as_posix()
+        for p in sorted(src.rglob("*"))
+        if p.is_file()
+        and (p.suffix == ".json" or p.name == "model.safetensors")
+        and not p.name.startswith(".")
+    ]
     return [(DEFAULT_MODEL, src, files)]
 
 
@@ -82,10 +93,20 @@ def source_hash():
             h.update(f"model {name}/{rel} {st.st_size} {int(st.st_mtime)}\0".encode())
     for top in SOURCES:
         base = ROOT / top
-        files = [base] if base.is_file() else sorted(
-            p for p in base.rglob("*") if p.is_file() and p.suffix != ".pyc"
-            and not any(part in _NOT_SOURCES or part.startswith((".bundle-", ".old-"))
-                        for part in p.relative_to(ROOT).parts))
+        files = (
+            [base]
+            if base.is_file()
+            else sorted(
+                p
+                for p in base.rglob("*")
+                if p.is_file()
+                and p.suffix != ".pyc"
+                and not any(
+                    part in _NOT_SOURCES or part.startswith((".bundle-", ".old-"))
+                    for part in p.relative_to(ROOT).parts
+                )
+            )
+        )
         for path in files:
             h.update(str(path.relative_to(ROOT)).encode() + b"\0")
             h.update(path.read_bytes())
@@ -100,8 +121,10 @@ def ensure_pyodide():
         return want
     npm = shutil.which("npm")
     if npm is None:
-        raise SystemExit("build_web: npm is needed to install the pinned pyodide package "
-                         "(apt-get install npm), or copy node_modules/pyodide into web/")
+        raise SystemExit(
+            "build_web: npm is needed to install the pinned pyodide package "
+            "(apt-get install npm), or copy node_modules/pyodide into web/"
+        )
     print(f"build_web: npm ci --prefix web (pyodide@{want})", flush=True)
     subprocess.run([npm, "ci", "--prefix", str(WEB), "--no-audit", "--no-fund"], check=True)
     return want
@@ -110,8 +133,9 @@ def ensure_pyodide():
 # What the wheel is built from; copied first so a stale build/ directory in the checkout
 # (or a colleague's concurrent `make wheel`) cannot leak old files into the wheel.
 WHEEL_SOURCES = ["pyproject.toml", "README.md", "LICENSE", "core", "shaders", "web"]
-_NOT_IN_WHEEL = shutil.ignore_patterns("node_modules", "bundle", ".bundle-*", ".old-*",
-                                       "__pycache__", "*.pyc", "*.egg-info")
+_NOT_IN_WHEEL = shutil.ignore_patterns(
+    "node_modules", "bundle", ".bundle-*", ".old-*", "__pycache__", "*.pyc", "*.egg-info"
+)
 
 
 def build_wheel(outdir):
@@ -128,20 +152,22 @@ def build_wheel(outdir):
     cmd = [sys.executable, "-m", "build", "--wheel", "--outdir", str(outdir), str(src)]
     try:
         import setuptools
+
         # setuptools >= 70.1 writes wheels itself: build in place, fast and offline.
         if tuple(int(x) for x in setuptools.__version__.split(".")[:2]) >= (70, 1):
             cmd[4:4] = ["--no-isolation", "--skip-dependency-check"]
     except (ImportError, ValueError):
         pass
     print("build_web: " + " ".join(cmd[1:]), flush=True)
-    done = subprocess.run(cmd, cwd=src, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True)
+    done = subprocess.run(cmd, cwd=src, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if done.returncode != 0:
         raise SystemExit(f"build_web: building the wheel failed:\n{done.stdout[-4000:]}")
     wheels = sorted(Path(outdir).glob("ember-*-py3-none-any.whl"))
     if len(wheels) != 1:
-        raise SystemExit(f"build_web: expected one pure-Python ember wheel in {outdir}, "
-                         f"found {[w.name for w in wheels]}")
+        raise SystemExit(
+            f"build_web: expected one pure-Python ember wheel in {outdir}, "
+            f"found {[w.name for w in wheels]}"
+        )
     return wheels[0]
 
 
@@ -170,8 +196,9 @@ def build(bundle=BUNDLE):
 
 def _build(bundle):
     from ember.web import bundle_place
+
     bundle = Path(bundle)
-    bundle_place.check(bundle, BUNDLE)   # before any work: refuse someone else's directory
+    bundle_place.check(bundle, BUNDLE)  # before any work: refuse someone else's directory
     version = ensure_pyodide()
     digest = source_hash()
     bundle.parent.mkdir(parents=True, exist_ok=True)
@@ -191,13 +218,19 @@ def _build(bundle):
                 dst = tmp / "models" / name / rel
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 try:
-                    os.link(src / rel, dst)    # no 90 MB copy when on one filesystem
+                    os.link(src / rel, dst)  # no 90 MB copy when on one filesystem
                 except OSError:
                     shutil.copy2(src / rel, dst)
-            models[name] = {"path": f"models/{name}/", "files": {
-                rel: (src / rel).stat().st_size for rel in files}}
-        manifest = {"wheel": f"wheels/{wheel.name}", "pyodide": version, "sources": digest,
-                    "models": models}
+            models[name] = {
+                "path": f"models/{name}/",
+                "files": {rel: (src / rel).stat().st_size for rel in files},
+            }
+        manifest = {
+            "wheel": f"wheels/{wheel.name}",
+            "pyodide": version,
+            "sources": digest,
+            "models": models,
+        }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
         bundle_place.write_marker(tmp, sources=digest)
         os.chmod(tmp, 0o755)
@@ -206,8 +239,11 @@ def _build(bundle):
         bundle_place.discard(tmp)
         raise
     size = sum(p.stat().st_size for p in bundle.rglob("*") if p.is_file())
-    print(f"build_web: bundle at {bundle} ({size / 1e6:.1f} MB, {wheel.name}, "
-          f"pyodide {version}, sources {digest})", flush=True)
+    print(
+        f"build_web: bundle at {bundle} ({size / 1e6:.1f} MB, {wheel.name}, "
+        f"pyodide {version}, sources {digest})",
+        flush=True,
+    )
     return bundle
 
 
@@ -233,10 +269,14 @@ def ensure_bundle(bundle=BUNDLE):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=str(BUNDLE), help="bundle directory (default web/bundle)")
-    parser.add_argument("--if-stale", action="store_true",
-                        help="only rebuild when the sources changed since the last build")
+    parser.add_argument(
+        "--if-stale",
+        action="store_true",
+        help="only rebuild when the sources changed since the last build",
+    )
     args = parser.parse_args(argv)
     from ember.web.bundle_place import BundlePlaceError
+
     if args.if_stale and not is_stale(args.out):
         print(f"build_web: {args.out} is up to date", flush=True)
         return 0

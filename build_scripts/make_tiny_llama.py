@@ -9,6 +9,7 @@ Needs torch, transformers and tokenizers (the test/bench extras) at build time o
 page reads the result with ember alone. build_web.py calls `ensure()`, which makes the
 model in ember's cache once and again only when this recipe changes.
 """
+
 import argparse
 import hashlib
 import json
@@ -25,10 +26,18 @@ FILES = ["config.json", "generation_config.json", "model.safetensors", "tokenize
 SEED = 0
 # Small enough for SwiftShader (a page decodes a token in tens of milliseconds), large
 # enough to exercise grouped-query attention, rope and a two-layer cache.
-MODEL = {"hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
-             "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
-             "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
-             "initializer_range": 0.08}
+MODEL = {
+    "hidden_size": 64,
+    "intermediate_size": 176,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 256,
+    "rope_theta": 10000.0,
+    "rms_norm_eps": 1e-5,
+    "tie_word_embeddings": False,
+    "initializer_range": 0.08,
+}
 VOCAB_SIZE = 512
 SPECIAL = "<|endoftext|>"
 TRAIN_STEPS = 300
@@ -55,6 +64,7 @@ def recipe_hash():
     """What the files depend on: this script and the versions that write them (read from
     the installed metadata: importing torch on every bundle check would cost seconds)."""
     from importlib.metadata import PackageNotFoundError, version
+
     h = hashlib.sha256(Path(__file__).read_bytes())
     for name in ("tokenizers", "transformers", "torch"):
         try:
@@ -66,29 +76,35 @@ def recipe_hash():
 
 def train_tokenizer():
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, special_tokens=[SPECIAL],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=[SPECIAL],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(CORPUS.splitlines() * 4, trainer)
     return tok
 
 
 def make(out):
     """Write the model's files into directory `out` (created)."""
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")   # one merge order, every run
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one merge order, every run
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
+
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tok = train_tokenizer()
     tok.save(str(out / "tokenizer.json"))
     special = tok.token_to_id(SPECIAL)
-    config = LlamaConfig(vocab_size=tok.get_vocab_size(), bos_token_id=special,
-                         eos_token_id=special, **MODEL)
+    config = LlamaConfig(
+        vocab_size=tok.get_vocab_size(), bos_token_id=special, eos_token_id=special, **MODEL
+    )
     torch.manual_seed(SEED)
     model = LlamaForCausalLM(config)
     train(model, tok.encode(CORPUS).ids)
@@ -100,6 +116,7 @@ def train(model, ids):
     """A few hundred AdamW steps on random windows of the corpus, on one thread so the
     result is the same on every run."""
     import torch
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -109,7 +126,7 @@ def train(model, ids):
         model.train()
         for _ in range(TRAIN_STEPS):
             starts = torch.randint(0, len(ids) - TRAIN_WINDOW - 1, (8,), generator=pick)
-            batch = torch.stack([data[s:s + TRAIN_WINDOW + 1] for s in starts.tolist()])
+            batch = torch.stack([data[s : s + TRAIN_WINDOW + 1] for s in starts.tolist()])
             loss = model(input_ids=batch[:, :-1], labels=batch[:, :-1].clone()).loss
             opt.zero_grad()
             loss.backward()
@@ -127,15 +144,18 @@ def ensure(root):
     try:
         digest = recipe_hash()
     except ImportError as exc:
-        if not _said_missing:   # build_web asks on every staleness check: say it once
+        if not _said_missing:  # build_web asks on every staleness check: say it once
             _said_missing.append(exc)
-            print(f"make_tiny_llama: not making the {NAME} demo model ({exc}); "
-                  "pip install -e '.[test]' to include it", file=sys.stderr, flush=True)
+            print(
+                f"make_tiny_llama: not making the {NAME} demo model ({exc}); "
+                "pip install -e '.[test]' to include it",
+                file=sys.stderr,
+                flush=True,
+            )
         return None
     dest = Path(root) / NAME
     stamp = dest / ".recipe"
-    if stamp.is_file() and stamp.read_text() == digest and all(
-            (dest / f).is_file() for f in FILES):
+    if stamp.is_file() and stamp.read_text() == digest and all((dest / f).is_file() for f in FILES):
         return dest
     Path(root).mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{NAME}-", dir=root))
@@ -143,7 +163,7 @@ def ensure(root):
         make(tmp)
         (tmp / ".recipe").write_text(digest)
         for f in tmp.iterdir():
-            os.chmod(f, 0o644)   # safetensors writes 0600; the bundle links these files
+            os.chmod(f, 0o644)  # safetensors writes 0600; the bundle links these files
         os.chmod(tmp, 0o755)
         # Whole or not at all (a concurrent reader never sees half), and only over a
         # directory this script made (it carries .recipe) or an empty one.
@@ -151,7 +171,7 @@ def ensure(root):
     except owned.NotOurs:
         raise
     except OSError:
-        if not dest.is_dir():   # another process won the rename: its files are the same
+        if not dest.is_dir():  # another process won the rename: its files are the same
             raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -164,11 +184,12 @@ def main(argv=None):
     parser.add_argument("--out", help="write the files into this directory")
     args = parser.parse_args(argv)
     if args.out:
-        owned.check(args.out, ".recipe")   # never write into someone else's directory
+        owned.check(args.out, ".recipe")  # never write into someone else's directory
         make(args.out)
         print(json.dumps({f: (Path(args.out) / f).stat().st_size for f in FILES}))
         return 0
     from ember.hub import ember_models_dir
+
     return 0 if ensure(ember_models_dir()) else 1
 
 

@@ -1,4 +1,5 @@
 """Devices are explicit: an op on tensors of two devices raises DeviceMismatch."""
+
 from typing import ClassVar
 
 from .errors import DeviceError
@@ -55,6 +56,7 @@ class Device:
     def cpu(cls):
         def make():
             from .backends.blas_threads import prepare_numpy_import
+
             prepare_numpy_import()
             try:
                 import numpy
@@ -62,9 +64,13 @@ class Device:
                 raise DeviceError(
                     "Device.cpu() needs numpy, which cannot be imported here "
                     f"({exc}); install it with `pip install numpy`, or use Device.webgpu() "
-                    "in a browser", device="cpu") from None
+                    "in a browser",
+                    device="cpu",
+                ) from None
             from .backends.array import ArrayBackend
+
             return ArrayBackend(numpy, "cpu")
+
         return cls._get("cpu", 0, make)
 
     @classmethod
@@ -75,44 +81,57 @@ class Device:
             except ImportError as exc:
                 raise DeviceError(
                     f"Device.cuda({index}) needs cupy ({exc}); install ember[cuda] on a "
-                    "machine with an NVIDIA GPU and CUDA", device="cuda") from None
+                    "machine with an NVIDIA GPU and CUDA",
+                    device="cuda",
+                ) from None
             try:
                 count = cupy.cuda.runtime.getDeviceCount()
             except Exception as exc:  # cupy raises its own runtime errors
-                raise DeviceError(f"Device.cuda({index}): no CUDA device ({exc})",
-                                  device="cuda") from None
+                raise DeviceError(
+                    f"Device.cuda({index}): no CUDA device ({exc})", device="cuda"
+                ) from None
             if not 0 <= index < count:
-                raise DeviceError(f"Device.cuda({index}): only {count} CUDA device(s) here",
-                                  device="cuda")
+                raise DeviceError(
+                    f"Device.cuda({index}): only {count} CUDA device(s) here", device="cuda"
+                )
             cupy.cuda.Device(index).use()
             from .backends.array import ArrayBackend
+
             return ArrayBackend(cupy, f"cuda:{index}")
+
         return cls._get("cuda", index, make)
 
     @classmethod
     def wgpu(cls, index=0):
         """A native WebGPU device through wgpu-py (Vulkan, Metal, DX12, or lavapipe)."""
+
         def make():
             try:
                 from .backends.webgpu.native import open_native_backend
             except ImportError as exc:
                 raise DeviceError(
-                    f"Device.wgpu({index}) needs the wgpu package ({exc}); "
-                    "`pip install wgpu`", device="wgpu") from None
+                    f"Device.wgpu({index}) needs the wgpu package ({exc}); `pip install wgpu`",
+                    device="wgpu",
+                ) from None
             return open_native_backend(index)
+
         return cls._get("wgpu", index, make)
 
     @classmethod
     def webgpu(cls):
         """The browser's WebGPU device, inside Pyodide."""
+
         def make():
             try:
                 from .backends.webgpu.browser import open_browser_backend
             except ImportError as exc:
                 raise DeviceError(
                     f"Device.webgpu() runs inside a browser under Pyodide ({exc}); "
-                    "natively use Device.wgpu()", device="webgpu") from None
+                    "natively use Device.wgpu()",
+                    device="webgpu",
+                ) from None
             return open_browser_backend()
+
         return cls._get("webgpu", 0, make)
 
     @classmethod
@@ -122,6 +141,7 @@ class Device:
         far slower than numpy, so natively it is chosen only when numpy is missing; in a
         browser the page's WebGPU device is the only one there is."""
         import sys
+
         if sys.platform == "emscripten":
             return cls.webgpu()
         try:
@@ -169,7 +189,8 @@ class Device:
             return cls.best()
         raise DeviceError(
             f"device: unknown device {spec!r} (expected cpu, cuda[:N], wgpu[:N], webgpu, best)",
-            device=spec)
+            device=spec,
+        )
 
 
 def as_device(device):

@@ -42,9 +42,20 @@ bool_ = u8  # comparisons return u8 masks, as candle does
 ALL = (f32, f16, bf16, f64, i64, i32, u32, u8)
 _BY_NAME = {d.name: d for d in ALL}
 _ALIASES = {
-    "float32": f32, "float": f32, "float16": f16, "half": f16, "bfloat16": bf16,
-    "float64": f64, "double": f64, "int64": i64, "long": i64, "int32": i32,
-    "int": i32, "uint32": u32, "uint8": u8, "bool": u8,
+    "float32": f32,
+    "float": f32,
+    "float16": f16,
+    "half": f16,
+    "bfloat16": bf16,
+    "float64": f64,
+    "double": f64,
+    "int64": i64,
+    "long": i64,
+    "int32": i32,
+    "int": i32,
+    "uint32": u32,
+    "uint8": u8,
+    "bool": u8,
 }
 
 

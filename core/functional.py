@@ -4,6 +4,7 @@ Convolutions are im2col + matmul: the windows are a strided *view* of the padded
 (Layout with the kernel offsets as extra dims), made contiguous once, then one GEMM per
 group (batched over images), so every backend gets them from copy_strided and matmul.
 """
+
 import math
 import numbers
 
@@ -34,14 +35,19 @@ def _at_least(v, op, name, minimum, given=None):
     if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < minimum:
         raise InvalidArgument(
             f"{op}: {name} must be an integer of at least {minimum}, got "
-            f"{v if given is None else given!r}", op=op, name=name, value=v)
+            f"{v if given is None else given!r}",
+            op=op,
+            name=name,
+            value=v,
+        )
     return int(v)
 
 
 def _check_rank(op, x, rank):
     if x.ndim != rank:
-        raise ShapeMismatch(f"{op}: expects a {rank}-d input, got {fmt_shape(x.shape)}",
-                            op=op, shapes=(x.shape,))
+        raise ShapeMismatch(
+            f"{op}: expects a {rank}-d input, got {fmt_shape(x.shape)}", op=op, shapes=(x.shape,)
+        )
 
 
 def pad(x, pad, mode="constant", value=0.0):
@@ -51,7 +57,9 @@ def pad(x, pad, mode="constant", value=0.0):
     if len(pad) % 2 or len(pad) // 2 > x.ndim:
         raise ShapeMismatch(
             f"pad: {len(pad)} padding values do not fit a tensor of shape {fmt_shape(x.shape)}",
-            op="pad", shapes=(x.shape,))
+            op="pad",
+            shapes=(x.shape,),
+        )
     amounts = {}
     for i in range(len(pad) // 2):
         amounts[x.ndim - 1 - i] = (int(pad[2 * i]), int(pad[2 * i + 1]))
@@ -61,8 +69,11 @@ def pad(x, pad, mode="constant", value=0.0):
             start = max(0, -before)
             length = x.shape[d] - start - max(0, -after)
             if length < 0:
-                raise ShapeMismatch(f"pad: cropping more than dim {d} of {fmt_shape(x.shape)}",
-                                    op="pad", shapes=(x.shape,))
+                raise ShapeMismatch(
+                    f"pad: cropping more than dim {d} of {fmt_shape(x.shape)}",
+                    op="pad",
+                    shapes=(x.shape,),
+                )
             x = x.narrow(d, start, length)
             amounts[d] = (max(0, before), max(0, after))
     if all(b == 0 and a == 0 for b, a in amounts.values()):
@@ -99,10 +110,16 @@ def _windows(x, kh, kw, stride, dilation, op):
     if oh <= 0 or ow <= 0:
         raise ShapeMismatch(
             f"{op}: kernel {kh}x{kw} (dilation {dh}x{dw}) larger than the padded input "
-            f"{fmt_shape(x.shape)}", op=op, shapes=(x.shape,))
+            f"{fmt_shape(x.shape)}",
+            op=op,
+            shapes=(x.shape,),
+        )
     s = x.layout.strides
-    layout = Layout((n, c, oh, ow, kh, kw),
-                    (s[0], s[1], s[2] * sh, s[3] * sw, s[2] * dh, s[3] * dw), x.layout.offset)
+    layout = Layout(
+        (n, c, oh, ow, kh, kw),
+        (s[0], s[1], s[2] * sh, s[3] * sw, s[2] * dh, s[3] * dw),
+        x.layout.offset,
+    )
     return x._view(layout)
 
 
@@ -121,7 +138,10 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         raise ShapeMismatch(
             f"{op}: input {fmt_shape(x.shape)} and weight {fmt_shape(weight.shape)} do not agree "
             f"with groups={groups} (need in_channels {c} = {cg} x groups, out_channels {o} "
-            f"divisible by groups)", op=op, shapes=(x.shape, weight.shape))
+            f"divisible by groups)",
+            op=op,
+            shapes=(x.shape, weight.shape),
+        )
     if ph or pw:
         x = pad(x, (pw, pw, ph, ph))
     win = _windows(x, kh, kw, stride, dilation, op)
@@ -139,8 +159,9 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     _check_rank("conv1d", x, 3)
     _check_rank("conv1d", weight, 3)
-    out = conv2d(x.unsqueeze(2), weight.unsqueeze(2), bias, (1, stride), (0, padding),
-                 (1, dilation), groups)
+    out = conv2d(
+        x.unsqueeze(2), weight.unsqueeze(2), bias, (1, stride), (0, padding), (1, dilation), groups
+    )
     return out.squeeze(2)
 
 
@@ -151,8 +172,9 @@ def _flip(x, dims):
     return x
 
 
-def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
-                     dilation=1):
+def conv_transpose2d(
+    x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1
+):
     """The adjoint of conv2d: dilate the input by `stride`, pad, and convolve with the
     flipped, channel-swapped kernel."""
     op = "conv_transpose2d"
@@ -165,7 +187,9 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
         raise ShapeMismatch(
             f"{op}: input {fmt_shape(x.shape)} and weight {fmt_shape(weight.shape)} do not agree "
             f"(weight dim 0 must equal in_channels {c}, divisible by groups={groups})",
-            op=op, shapes=(x.shape, weight.shape))
+            op=op,
+            shapes=(x.shape, weight.shape),
+        )
     sh, sw = _pair(stride, op, "stride")
     ph, pw = _pair(padding, op, "padding")
     oph, opw = _pair(output_padding, op, "output_padding")
@@ -183,12 +207,21 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
     return conv2d(x, w2, bias, 1, 0, (dh, dw), groups)
 
 
-def conv_transpose1d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
-                     dilation=1):
+def conv_transpose1d(
+    x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1
+):
     _check_rank("conv_transpose1d", x, 3)
     _check_rank("conv_transpose1d", weight, 3)
-    out = conv_transpose2d(x.unsqueeze(2), weight.unsqueeze(2), bias, (1, stride), (0, padding),
-                           (0, output_padding), groups, (1, dilation))
+    out = conv_transpose2d(
+        x.unsqueeze(2),
+        weight.unsqueeze(2),
+        bias,
+        (1, stride),
+        (0, padding),
+        (0, output_padding),
+        groups,
+        (1, dilation),
+    )
     return out.squeeze(2)
 
 
@@ -199,8 +232,9 @@ def _pool_windows(x, kernel_size, stride, padding, dilation, fill, op):
     ph, pw = _int_pair(padding, op, "padding", 0)
     dilation = _int_pair(dilation, op, "dilation", 1)
     if ph > kh // 2 or pw > kw // 2:
-        raise ShapeMismatch(f"{op}: padding {ph}x{pw} must be at most half the kernel {kh}x{kw}",
-                            op=op)
+        raise ShapeMismatch(
+            f"{op}: padding {ph}x{pw} must be at most half the kernel {kh}x{kw}", op=op
+        )
     if ph or pw:
         x = pad(x, (pw, pw, ph, ph), value=fill)
     return _windows(x, kh, kw, stride, dilation, op)
@@ -208,13 +242,16 @@ def _pool_windows(x, kernel_size, stride, padding, dilation, fill, op):
 
 def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1):
     fill = -math.inf if x.dtype.is_float else _min_int(x.dtype)
-    return _pool_windows(x, kernel_size, stride, padding, dilation, fill, "max_pool2d").max((-2, -1))
+    return _pool_windows(x, kernel_size, stride, padding, dilation, fill, "max_pool2d").max(
+        (-2, -1)
+    )
 
 
 def avg_pool2d(x, kernel_size, stride=None, padding=0, count_include_pad=True):
     if not x.dtype.is_float:
-        raise UnsupportedDType(f"avg_pool2d: needs a float input, got {x.dtype.name}",
-                               op="avg_pool2d", dtype=x.dtype)
+        raise UnsupportedDType(
+            f"avg_pool2d: needs a float input, got {x.dtype.name}", op="avg_pool2d", dtype=x.dtype
+        )
     total = _pool_windows(x, kernel_size, stride, padding, 1, 0.0, "avg_pool2d").sum((-2, -1))
     kh, kw = _pair(kernel_size, "avg_pool2d", "kernel_size")
     if count_include_pad or not padding:
@@ -233,19 +270,31 @@ def _out_size(x, size, scale_factor, op):
     elif scale_factor is None:
         raise InvalidArgument(f"{op}: give size or scale_factor", op=op)
     else:
-        fh, fw = _pair(scale_factor, op, "scale_factor") \
-            if not isinstance(scale_factor, numbers.Real) else (scale_factor, scale_factor)
+        fh, fw = (
+            _pair(scale_factor, op, "scale_factor")
+            if not isinstance(scale_factor, numbers.Real)
+            else (scale_factor, scale_factor)
+        )
         for f in (fh, fw):
-            if isinstance(f, bool) or not isinstance(f, numbers.Real) or not (
-                    math.isfinite(f) and f > 0):
+            if (
+                isinstance(f, bool)
+                or not isinstance(f, numbers.Real)
+                or not (math.isfinite(f) and f > 0)
+            ):
                 raise InvalidArgument(
                     f"{op}: scale_factor must be a positive finite number (or a pair), "
-                    f"got {scale_factor!r}", op=op, value=scale_factor)
+                    f"got {scale_factor!r}",
+                    op=op,
+                    value=scale_factor,
+                )
         oh, ow = math.floor(h * fh), math.floor(w * fw)
         if oh < 1 or ow < 1:
             raise InvalidArgument(
                 f"{op}: scale_factor {scale_factor!r} makes an empty output {oh}x{ow} from "
-                f"input {fmt_shape(x.shape)}", op=op, value=scale_factor)
+                f"input {fmt_shape(x.shape)}",
+                op=op,
+                value=scale_factor,
+            )
         ratios = (1.0 / fh, 1.0 / fw)
     # Allocate (and drop) the output once before the per-row index lists are built, so a
     # size the device cannot hold is refused by the device itself, up front (a huge
@@ -272,8 +321,11 @@ def interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=F
         raise ValueError(f"interpolate: unknown mode {mode!r} (nearest, bilinear)")
     _check_rank("interpolate", x, 4)
     if not x.dtype.is_float:
-        raise UnsupportedDType(f"interpolate: bilinear needs a float input, got {x.dtype.name}",
-                               op="interpolate", dtype=x.dtype)
+        raise UnsupportedDType(
+            f"interpolate: bilinear needs a float input, got {x.dtype.name}",
+            op="interpolate",
+            dtype=x.dtype,
+        )
     (oh, ow), ratios = _out_size(x, size, scale_factor, "interpolate")
     for d, out, ratio in ((2, oh, ratios[0]), (3, ow, ratios[1])):
         n = x.shape[d]
@@ -299,15 +351,19 @@ def interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=F
 def embedding(ids, weight):
     """Rows of `weight` for each id: the shape of ids plus the embedding dim."""
     if weight.ndim != 2:
-        raise ShapeMismatch(f"embedding: weight must be 2-d, got {fmt_shape(weight.shape)}",
-                            op="embedding", shapes=(weight.shape,))
+        raise ShapeMismatch(
+            f"embedding: weight must be 2-d, got {fmt_shape(weight.shape)}",
+            op="embedding",
+            shapes=(weight.shape,),
+        )
     return weight.index_select(0, ids)
 
 
 # Activations a linear layer can apply in its epilogue: the unary ops that take no parameter
 # and map 0-d to 0-d elementwise (ember.nn.activations maps config names onto these).
-LINEAR_ACTIVATIONS = frozenset({"gelu", "gelu_tanh", "quick_gelu", "relu", "silu", "sigmoid",
-                                "tanh"})
+LINEAR_ACTIVATIONS = frozenset(
+    {"gelu", "gelu_tanh", "quick_gelu", "relu", "silu", "sigmoid", "tanh"}
+)
 
 
 def linear(x, weight, bias=None, activation=None, residual=None):
@@ -324,29 +380,46 @@ def linear(x, weight, bias=None, activation=None, residual=None):
         raise ShapeMismatch(
             f"linear: input {fmt_shape(x.shape)} and weight {fmt_shape(weight.shape)} do not "
             f"fit: the weight must be (out, in) with in = the input's last dim",
-            op=op, shapes=(x.shape, weight.shape))
+            op=op,
+            shapes=(x.shape, weight.shape),
+        )
     out_shape = x.shape[:-1] + (weight.shape[0],)
     if bias is not None and bias.shape != (weight.shape[0],):
-        raise ShapeMismatch(f"linear: bias {fmt_shape(bias.shape)} must be [{weight.shape[0]}] "
-                            f"for weight {fmt_shape(weight.shape)}", op=op,
-                            shapes=(weight.shape, bias.shape))
+        raise ShapeMismatch(
+            f"linear: bias {fmt_shape(bias.shape)} must be [{weight.shape[0]}] "
+            f"for weight {fmt_shape(weight.shape)}",
+            op=op,
+            shapes=(weight.shape, bias.shape),
+        )
     if residual is not None and residual.shape != out_shape:
-        raise ShapeMismatch(f"linear: residual {fmt_shape(residual.shape)} must have the "
-                            f"output's shape {fmt_shape(out_shape)}", op=op,
-                            shapes=(out_shape, residual.shape))
+        raise ShapeMismatch(
+            f"linear: residual {fmt_shape(residual.shape)} must have the "
+            f"output's shape {fmt_shape(out_shape)}",
+            op=op,
+            shapes=(out_shape, residual.shape),
+        )
     if activation is not None and activation not in LINEAR_ACTIVATIONS:
-        raise ValueError(f"linear: unknown activation {activation!r}; known: "
-                         f"{', '.join(sorted(LINEAR_ACTIVATIONS))}")
+        raise ValueError(
+            f"linear: unknown activation {activation!r}; known: "
+            f"{', '.join(sorted(LINEAR_ACTIVATIONS))}"
+        )
     if activation is not None:
         x._require_kind(activation, UNARY[activation].kinds)
     x2 = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
     w_t = weight.t()
     r = residual.reshape(-1, out_shape[-1]) if residual is not None else None
     storage = x.backend.linear(
-        x2.storage, x2.layout, w_t.storage, w_t.layout,
-        bias.storage if bias is not None else None, bias.layout if bias is not None else None,
-        x.dtype, activation, r.storage if r is not None else None,
-        r.layout if r is not None else None)
+        x2.storage,
+        x2.layout,
+        w_t.storage,
+        w_t.layout,
+        bias.storage if bias is not None else None,
+        bias.layout if bias is not None else None,
+        x.dtype,
+        activation,
+        r.storage if r is not None else None,
+        r.layout if r is not None else None,
+    )
     return x._new(storage, out_shape)
 
 
@@ -361,18 +434,35 @@ def rope(x, cos, sin, interleaved=False):
     x._check_same("rope", cos)
     x._check_same("rope", sin)
     if x.ndim < 2 or x.shape[-1] % 2:
-        raise ShapeMismatch(f"rope: x must be [..., T, D] with an even D, got "
-                            f"{fmt_shape(x.shape)}", op="rope", shapes=(x.shape,))
+        raise ShapeMismatch(
+            f"rope: x must be [..., T, D] with an even D, got {fmt_shape(x.shape)}",
+            op="rope",
+            shapes=(x.shape,),
+        )
     t, half = x.shape[-2], x.shape[-1] // 2
     allowed = [(t, half)] + ([(x.shape[0], t, half)] if x.ndim >= 3 else [])
     for table in (cos, sin):
         if table.shape not in allowed or table.shape != cos.shape:
             want = " or ".join(fmt_shape(s) for s in allowed)
-            raise ShapeMismatch(f"rope: cos/sin must be {want} for x {fmt_shape(x.shape)}, "
-                                f"got {fmt_shape(table.shape)}", op="rope",
-                                shapes=(x.shape, table.shape))
-    return x._new(x.backend.rope(x.storage, x.layout, cos.storage, cos.layout, sin.storage,
-                                 sin.layout, x.dtype, interleaved), x.shape)
+            raise ShapeMismatch(
+                f"rope: cos/sin must be {want} for x {fmt_shape(x.shape)}, "
+                f"got {fmt_shape(table.shape)}",
+                op="rope",
+                shapes=(x.shape, table.shape),
+            )
+    return x._new(
+        x.backend.rope(
+            x.storage,
+            x.layout,
+            cos.storage,
+            cos.layout,
+            sin.storage,
+            sin.layout,
+            x.dtype,
+            interleaved,
+        ),
+        x.shape,
+    )
 
 
 def scaled_dot_product_attention(q, k, v, mask=None, scale=None, is_causal=False):
@@ -387,16 +477,26 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale=None, is_causal=False
     op = "scaled_dot_product_attention"
     q._require_kind(op, "f")
     q._check_same(op, k, v, *([mask] if mask is not None else []))
-    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2 or q.shape[-1] != k.shape[-1] \
-            or k.shape[-2] != v.shape[-2]:
+    if (
+        q.ndim < 2
+        or k.ndim < 2
+        or v.ndim < 2
+        or q.shape[-1] != k.shape[-1]
+        or k.shape[-2] != v.shape[-2]
+    ):
         raise ShapeMismatch(
             f"{op}: q {fmt_shape(q.shape)}, k {fmt_shape(k.shape)} and v {fmt_shape(v.shape)} "
-            f"must be [..., Tq, D], [..., Tk, D] and [..., Tk, Dv]", op=op,
-            shapes=(q.shape, k.shape, v.shape))
+            f"must be [..., Tq, D], [..., Tk, D] and [..., Tk, Dv]",
+            op=op,
+            shapes=(q.shape, k.shape, v.shape),
+        )
     tq, tk = q.shape[-2], k.shape[-2]
     if is_causal and tq > tk:
-        raise ShapeMismatch(f"{op}: is_causal needs at least as many keys ({tk}) as queries "
-                            f"({tq})", op=op, shapes=(q.shape, k.shape))
+        raise ShapeMismatch(
+            f"{op}: is_causal needs at least as many keys ({tk}) as queries ({tq})",
+            op=op,
+            shapes=(q.shape, k.shape),
+        )
     batch = broadcast_shapes(op, q.shape[:-2], k.shape[:-2], v.shape[:-2])
     lq = q.layout.broadcast_to(batch + q.shape[-2:], op)
     lk = k.layout.broadcast_to(batch + k.shape[-2:], op)
@@ -404,16 +504,39 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale=None, is_causal=False
     lmask = mask.layout.broadcast_to(batch + (tq, tk), op) if mask is not None else None
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     out = q.backend.scaled_dot_product_attention(
-        q.storage, lq, k.storage, lk, v.storage, lv, mask.storage if mask is not None else None,
-        lmask, scale, q.dtype, causal=bool(is_causal))
+        q.storage,
+        lq,
+        k.storage,
+        lk,
+        v.storage,
+        lv,
+        mask.storage if mask is not None else None,
+        lmask,
+        scale,
+        q.dtype,
+        causal=bool(is_causal),
+    )
     return q._new(out, batch + (tq, v.shape[-1]))
 
 
 def _min_int(dtype):
-    return {"u8": 0, "u32": 0, "i32": -(2 ** 31), "i64": -(2 ** 63)}[dtype.name]
+    return {"u8": 0, "u32": 0, "i32": -(2**31), "i64": -(2**63)}[dtype.name]
 
 
-__all__ = ["pad", "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "max_pool2d",
-           "avg_pool2d", "upsample_nearest2d", "interpolate", "embedding", "linear", "rope",
-           "scaled_dot_product_attention",
-           "normalize_dim", "Tensor"]
+__all__ = [
+    "pad",
+    "conv1d",
+    "conv2d",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "max_pool2d",
+    "avg_pool2d",
+    "upsample_nearest2d",
+    "interpolate",
+    "embedding",
+    "linear",
+    "rope",
+    "scaled_dot_product_attention",
+    "normalize_dim",
+    "Tensor",
+]

@@ -4,6 +4,7 @@ The browser has no numpy, so `ember.tensor([[1, 2], [3, 4]])` and `.tolist()` go
 through here there. With numpy present the tensor module uses numpy instead, and the
 bf16 bit helpers below take that array module as `xp` (this module imports none).
 """
+
 import struct
 import sys
 from array import array
@@ -25,7 +26,9 @@ def flatten(data):
             if shape != first:
                 raise ShapeMismatch(
                     f"tensor: ragged nested sequence (item 0 has shape {list(first)}, "
-                    f"item {i} has shape {list(shape)})", op="tensor")
+                    f"item {i} has shape {list(shape)})",
+                    op="tensor",
+                )
         flat = []
         for _, values in shapes_values:
             flat.extend(values)
@@ -82,7 +85,7 @@ def nest(flat, shape):
     if len(shape) == 1:
         return list(flat)
     step = len(flat) // shape[0] if shape[0] else 0
-    return [nest(flat[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]
+    return [nest(flat[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
 
 
 def _round_bf16(bits):

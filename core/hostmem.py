@@ -3,6 +3,7 @@ overcommit the kernel would kill the process instead), and byte counts for peopl
 
 Its own module so that the tensor core (random.py) and the array backend share it without
 the core naming a runtime."""
+
 import os
 
 

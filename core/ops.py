@@ -14,6 +14,7 @@ such as `erf_f`, `tanh_f` (clamped: some drivers return NaN for large |x|), `pow
 (numpy's meaning for negative bases), `idiv` (flooring) and `nan_t` (a NaN test on
 the bits, false for integers) live in shaders/prelude.wgsl or the kernel header.
 """
+
 import math
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -26,9 +27,9 @@ class UnaryOp:
 
     def __init__(self, name, array, wgsl, kinds="f", nparams=0, fresh=None, overwrite=None):
         self.name = name
-        self.array = array      # array(xp, x, *params) -> same dtype as x
-        self.wgsl = wgsl        # expression in x, p0, p1
-        self.kinds = kinds      # dtype kinds accepted: "f", "fi" (signed), "fiu" (any)
+        self.array = array  # array(xp, x, *params) -> same dtype as x
+        self.wgsl = wgsl  # expression in x, p0, p1
+        self.kinds = kinds  # dtype kinds accepted: "f", "fi" (signed), "fiu" (any)
         self.nparams = nparams
         # fresh(xp, x) -> a new array, every step after the first in place (on large
         # tensors each fresh array is fresh pages, whose faults cost more than the
@@ -44,8 +45,8 @@ class BinaryOp:
 
     def __init__(self, name, array, wgsl, kinds="fiu"):
         self.name = name
-        self.array = array      # array(xp, a, b)
-        self.wgsl = wgsl        # expression in a, b
+        self.array = array  # array(xp, a, b)
+        self.wgsl = wgsl  # expression in a, b
         self.kinds = kinds
 
 
@@ -53,9 +54,26 @@ def _erfc_tail(xp, ax):
     # Chebyshev-fitted erfc for |x| (fractional error < 1.2e-7), from the classic
     # Numerical Recipes form; every constant is a Python float so f32 stays f32.
     t = 1.0 / (1.0 + 0.5 * ax)
-    poly = -1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (
-        -0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (
-            -0.82215223 + t * 0.17087277))))))))
+    poly = -1.26551223 + t * (
+        1.00002368
+        + t
+        * (
+            0.37409196
+            + t
+            * (
+                0.09678418
+                + t
+                * (
+                    -0.18628806
+                    + t
+                    * (
+                        0.27886807
+                        + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))
+                    )
+                )
+            )
+        )
+    )
     return t * xp.exp(poly - ax * ax)
 
 
@@ -64,8 +82,15 @@ def erf_array(xp, x):
     ax = xp.abs(x)
     far = xp.sign(x) * (1.0 - _erfc_tail(xp, xp.minimum(ax, 10.0)))
     x2 = x * x
-    near = TWO_OVER_SQRT_PI * x * (1.0 + x2 * (-1.0 / 3 + x2 * (0.1 + x2 * (
-        -1.0 / 42 + x2 * (1.0 / 216 + x2 * (-1.0 / 1320))))))
+    near = (
+        TWO_OVER_SQRT_PI
+        * x
+        * (
+            1.0
+            + x2
+            * (-1.0 / 3 + x2 * (0.1 + x2 * (-1.0 / 42 + x2 * (1.0 / 216 + x2 * (-1.0 / 1320)))))
+        )
+    )
     return xp.where(ax < 0.5, near, far)
 
 
@@ -77,9 +102,15 @@ def erf_array(xp, x):
 # (at x = 5, 1.3 ulp), relative error <= 2.9e-7 for x > 0.01, abs error <= 1.8e-7 for
 # x < 0. G's top coefficient is positive, so g -> +-inf with x and tanh saturates the
 # right way for any |x| (no clamp).
-_GELU_G = (0.7978842163297506, 0.03633428279422563, -3.3129444096060043e-05,
-           -5.524032316037462e-05, 3.969131881283172e-06, -1.3344778658323786e-07,
-           1.8056470763028187e-09)
+_GELU_G = (
+    0.7978842163297506,
+    0.03633428279422563,
+    -3.3129444096060043e-05,
+    -5.524032316037462e-05,
+    3.969131881283172e-06,
+    -1.3344778658323786e-07,
+    1.8056470763028187e-09,
+)
 
 
 def gelu_erf_block(xp, x, out, t, p):
@@ -92,7 +123,7 @@ def gelu_erf_block(xp, x, out, t, p):
         p += c
         p *= t
     p += _GELU_G[0]
-    p *= x                      # g(x)
+    p *= x  # g(x)
     xp.tanh(p, out=p)
     p += 1.0
     xp.multiply(x, p, out=out)
@@ -122,7 +153,7 @@ def gelu_erf_array(xp, x):
     scratch = [xp.empty(min(GELU_BLOCK, n), flat.dtype) for _ in range(2)]
     for s in range(0, n, GELU_BLOCK):
         e = min(s + GELU_BLOCK, n)
-        gelu_erf_block(xp, flat[s:e], out[s:e], *(b[:e - s] for b in scratch))
+        gelu_erf_block(xp, flat[s:e], out[s:e], *(b[: e - s] for b in scratch))
     return out.reshape(x.shape)
 
 
@@ -199,70 +230,113 @@ def _round_half_even(xp, x):
     return xp.round(x)
 
 
-UNARY = {op.name: op for op in [
-    UnaryOp("neg", lambda xp, x: -x, "-x", "fi"),
-    UnaryOp("abs", lambda xp, x: xp.abs(x), "abs(x)", "fiu"),
-    UnaryOp("exp", lambda xp, x: xp.exp(x), "exp(x)"),
-    UnaryOp("log", lambda xp, x: xp.log(x), "log(x)"),
-    UnaryOp("sqrt", lambda xp, x: xp.sqrt(x), "sqrt(x)"),
-    UnaryOp("rsqrt", lambda xp, x: 1.0 / xp.sqrt(x), "inverseSqrt(x)"),
-    UnaryOp("sin", lambda xp, x: xp.sin(x), "sin_f(x)"),
-    UnaryOp("cos", lambda xp, x: xp.cos(x), "cos_f(x)"),
-    UnaryOp("tanh", lambda xp, x: xp.tanh(x), "tanh_f(x)"),
-    UnaryOp("sigmoid", _sigmoid, "0.5 * tanh_f(0.5 * x) + 0.5", fresh=_sigmoid_fresh,
-            overwrite=_sigmoid_over),
-    UnaryOp("relu", lambda xp, x: xp.maximum(x, 0), "select(x, T(0), x < T(0) && !nan_t(x))",
-            "fiu", overwrite=_relu_over),
-    UnaryOp("gelu", gelu_erf_array, _gelu_erf_wgsl(), fresh=gelu_erf_array,
-            overwrite=_gelu_erf_over),
-    UnaryOp("gelu_tanh", gelu_tanh_array, "gelu_tanh(x)", fresh=_gelu_tanh_fresh,
-            overwrite=_gelu_tanh_over),
-    UnaryOp("quick_gelu", lambda xp, x: x * _sigmoid(xp, 1.702 * x),
-            "x * (0.5 * tanh_f(0.851 * x) + 0.5)"),
-    UnaryOp("silu", lambda xp, x: x * _sigmoid(xp, x), "x * (0.5 * tanh_f(0.5 * x) + 0.5)",
-            fresh=_silu_fresh, overwrite=_silu_over),
-    UnaryOp("sign", lambda xp, x: xp.sign(x), "sign(x)", "fi"),
-    UnaryOp("floor", lambda xp, x: xp.floor(x), "floor(x)"),
-    UnaryOp("ceil", lambda xp, x: xp.ceil(x), "ceil(x)"),
-    UnaryOp("round", _round_half_even, "round(x)"),
-    UnaryOp("square", lambda xp, x: x * x, "x * x", "fiu"),
-    UnaryOp("reciprocal", lambda xp, x: 1.0 / x, "T(1) / x"),
-    UnaryOp("erf", erf_array, "erf_f(x)"),
-    # NaN in x or a bound comes out as NaN, as numpy's clip gives (WGSL's clamp drops it).
-    UnaryOp("clamp", lambda xp, x, lo, hi: xp.clip(x, lo, hi),
+UNARY = {
+    op.name: op
+    for op in [
+        UnaryOp("neg", lambda xp, x: -x, "-x", "fi"),
+        UnaryOp("abs", lambda xp, x: xp.abs(x), "abs(x)", "fiu"),
+        UnaryOp("exp", lambda xp, x: xp.exp(x), "exp(x)"),
+        UnaryOp("log", lambda xp, x: xp.log(x), "log(x)"),
+        UnaryOp("sqrt", lambda xp, x: xp.sqrt(x), "sqrt(x)"),
+        UnaryOp("rsqrt", lambda xp, x: 1.0 / xp.sqrt(x), "inverseSqrt(x)"),
+        UnaryOp("sin", lambda xp, x: xp.sin(x), "sin_f(x)"),
+        UnaryOp("cos", lambda xp, x: xp.cos(x), "cos_f(x)"),
+        UnaryOp("tanh", lambda xp, x: xp.tanh(x), "tanh_f(x)"),
+        UnaryOp(
+            "sigmoid",
+            _sigmoid,
+            "0.5 * tanh_f(0.5 * x) + 0.5",
+            fresh=_sigmoid_fresh,
+            overwrite=_sigmoid_over,
+        ),
+        UnaryOp(
+            "relu",
+            lambda xp, x: xp.maximum(x, 0),
+            "select(x, T(0), x < T(0) && !nan_t(x))",
+            "fiu",
+            overwrite=_relu_over,
+        ),
+        UnaryOp(
+            "gelu", gelu_erf_array, _gelu_erf_wgsl(), fresh=gelu_erf_array, overwrite=_gelu_erf_over
+        ),
+        UnaryOp(
+            "gelu_tanh",
+            gelu_tanh_array,
+            "gelu_tanh(x)",
+            fresh=_gelu_tanh_fresh,
+            overwrite=_gelu_tanh_over,
+        ),
+        UnaryOp(
+            "quick_gelu",
+            lambda xp, x: x * _sigmoid(xp, 1.702 * x),
+            "x * (0.5 * tanh_f(0.851 * x) + 0.5)",
+        ),
+        UnaryOp(
+            "silu",
+            lambda xp, x: x * _sigmoid(xp, x),
+            "x * (0.5 * tanh_f(0.5 * x) + 0.5)",
+            fresh=_silu_fresh,
+            overwrite=_silu_over,
+        ),
+        UnaryOp("sign", lambda xp, x: xp.sign(x), "sign(x)", "fi"),
+        UnaryOp("floor", lambda xp, x: xp.floor(x), "floor(x)"),
+        UnaryOp("ceil", lambda xp, x: xp.ceil(x), "ceil(x)"),
+        UnaryOp("round", _round_half_even, "round(x)"),
+        UnaryOp("square", lambda xp, x: x * x, "x * x", "fiu"),
+        UnaryOp("reciprocal", lambda xp, x: 1.0 / x, "T(1) / x"),
+        UnaryOp("erf", erf_array, "erf_f(x)"),
+        # NaN in x or a bound comes out as NaN, as numpy's clip gives (WGSL's clamp drops it).
+        UnaryOp(
+            "clamp",
+            lambda xp, x, lo, hi: xp.clip(x, lo, hi),
             "select(clamp(x, p0, p1), x + p0 + p1, nan_t(x) || nan_t(p0) || nan_t(p1))",
-            "fiu", 2),
-    UnaryOp("pow_scalar", lambda xp, x, p: xp.power(x, p), "pow_f(x, p0)", "f", 1),
-    UnaryOp("affine", lambda xp, x, mul, add: x * mul + add, "x * p0 + p1", "fiu", 2),
-]}
+            "fiu",
+            2,
+        ),
+        UnaryOp("pow_scalar", lambda xp, x, p: xp.power(x, p), "pow_f(x, p0)", "f", 1),
+        UnaryOp("affine", lambda xp, x, mul, add: x * mul + add, "x * p0 + p1", "fiu", 2),
+    ]
+}
 
 
 def _int_div(xp, a, b):
     return xp.floor_divide(a, b)
 
 
-BINARY = {op.name: op for op in [
-    BinaryOp("add", lambda xp, a, b: a + b, "a + b"),
-    BinaryOp("sub", lambda xp, a, b: a - b, "a - b"),
-    BinaryOp("mul", lambda xp, a, b: a * b, "a * b"),
-    # Integer division floors, like Python's // (ember never promotes ints to floats).
-    BinaryOp("div", lambda xp, a, b: a / b, "a / b"),
-    # NaN propagates as in numpy (WGSL's max/min may return the other operand).
-    BinaryOp("maximum", lambda xp, a, b: xp.maximum(a, b),
-             "select(max(a, b), a + b, nan_t(a) || nan_t(b))"),
-    BinaryOp("minimum", lambda xp, a, b: xp.minimum(a, b),
-             "select(min(a, b), a + b, nan_t(a) || nan_t(b))"),
-    BinaryOp("pow", lambda xp, a, b: xp.power(a, b), "pow_f(a, b)", "f"),
-]}
+BINARY = {
+    op.name: op
+    for op in [
+        BinaryOp("add", lambda xp, a, b: a + b, "a + b"),
+        BinaryOp("sub", lambda xp, a, b: a - b, "a - b"),
+        BinaryOp("mul", lambda xp, a, b: a * b, "a * b"),
+        # Integer division floors, like Python's // (ember never promotes ints to floats).
+        BinaryOp("div", lambda xp, a, b: a / b, "a / b"),
+        # NaN propagates as in numpy (WGSL's max/min may return the other operand).
+        BinaryOp(
+            "maximum",
+            lambda xp, a, b: xp.maximum(a, b),
+            "select(max(a, b), a + b, nan_t(a) || nan_t(b))",
+        ),
+        BinaryOp(
+            "minimum",
+            lambda xp, a, b: xp.minimum(a, b),
+            "select(min(a, b), a + b, nan_t(a) || nan_t(b))",
+        ),
+        BinaryOp("pow", lambda xp, a, b: xp.power(a, b), "pow_f(a, b)", "f"),
+    ]
+}
 INT_DIV = BinaryOp("div", _int_div, "idiv(a, b)")
 
-COMPARE = {op.name: op for op in [
-    BinaryOp("eq", lambda xp, a, b: a == b, "a == b"),
-    BinaryOp("ne", lambda xp, a, b: a != b, "a != b"),
-    BinaryOp("lt", lambda xp, a, b: a < b, "a < b"),
-    BinaryOp("le", lambda xp, a, b: a <= b, "a <= b"),
-    BinaryOp("gt", lambda xp, a, b: a > b, "a > b"),
-    BinaryOp("ge", lambda xp, a, b: a >= b, "a >= b"),
-]}
+COMPARE = {
+    op.name: op
+    for op in [
+        BinaryOp("eq", lambda xp, a, b: a == b, "a == b"),
+        BinaryOp("ne", lambda xp, a, b: a != b, "a != b"),
+        BinaryOp("lt", lambda xp, a, b: a < b, "a < b"),
+        BinaryOp("le", lambda xp, a, b: a <= b, "a <= b"),
+        BinaryOp("gt", lambda xp, a, b: a > b, "a > b"),
+        BinaryOp("ge", lambda xp, a, b: a >= b, "a >= b"),
+    ]
+}
 
 KIND_NAMES = {"f": "float", "fi": "float or signed int", "fiu": "any"}

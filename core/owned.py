@@ -9,6 +9,7 @@ half-written file under the final name and never touches another file.
 
 Pure standard library: build scripts and the CLI use it before any model code loads.
 """
+
 import contextlib
 import json
 import os
@@ -42,8 +43,10 @@ def refusal(path, marker, accept=None):
         return f"{path} cannot be listed ({exc.strerror or exc})"
     if empty or (accept is not None and accept(path)):
         return None
-    return (f"{path} is not empty and was not made by ember (it has no {marker} marker); "
-            "ember never writes into or replaces a directory it did not create")
+    return (
+        f"{path} is not empty and was not made by ember (it has no {marker} marker); "
+        "ember never writes into or replaces a directory it did not create"
+    )
 
 
 def check(path, marker, accept=None):
@@ -99,10 +102,11 @@ def atomic_file(path, mode="wb"):
     temporary name is created exclusively, never a guessed `path + '.partial'`)."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".partial",
-                               dir=directory)
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{os.path.basename(path)}.", suffix=".partial", dir=directory
+    )
     try:
-        os.chmod(tmp, 0o666 & ~_umask())   # mkstemp makes 0600; a saved file is not secret
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a saved file is not secret
         with os.fdopen(fd, mode) as fh:
             yield fh
         os.replace(tmp, path)
@@ -113,6 +117,6 @@ def atomic_file(path, mode="wb"):
 
 
 def _umask():
-    mask = os.umask(0o022)   # read it (os has no getter) and put it back
+    mask = os.umask(0o022)  # read it (os has no getter) and put it back
     os.umask(mask)
     return mask

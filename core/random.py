@@ -1,6 +1,7 @@
 """Seeded random tensors. Numbers are drawn on the host (numpy's PCG64, or Python's
 Mersenne Twister where numpy is absent) and uploaded, so a seed gives the same values
 on every device of one host."""
+
 import numbers
 import operator
 
@@ -29,9 +30,11 @@ class Generator:
         if self._engine is None:
             try:
                 import numpy
+
                 self._engine = (numpy.random.Generator(numpy.random.PCG64(self.seed)), None)
             except ImportError:
                 import random as pyrandom
+
                 self._engine = (None, pyrandom.Random(self.seed))
         return self._engine
 
@@ -40,8 +43,11 @@ class Generator:
         n = _count(shape)
         if np_rng is not None:
             import numpy
-            return (np_rng.standard_normal(n, dtype=numpy.float32) * numpy.float32(std)
-                    + numpy.float32(mean)).reshape(shape)
+
+            return (
+                np_rng.standard_normal(n, dtype=numpy.float32) * numpy.float32(std)
+                + numpy.float32(mean)
+            ).reshape(shape)
         return [py_rng.gauss(mean, std) for _ in range(n)]
 
     def uniform(self, shape, low=0.0, high=1.0):
@@ -49,6 +55,7 @@ class Generator:
         n = _count(shape)
         if np_rng is not None:
             import numpy
+
             u = np_rng.random(n, dtype=numpy.float32)
             return (u * numpy.float32(high - low) + numpy.float32(low)).reshape(shape)
         return [py_rng.uniform(low, high) for _ in range(n)]
@@ -63,16 +70,19 @@ class Generator:
 
 def _seed(seed):
     if isinstance(seed, bool):
-        raise InvalidArgument(f"manual_seed: seed must be an integer, got {seed!r}",
-                              op="manual_seed", value=seed)
+        raise InvalidArgument(
+            f"manual_seed: seed must be an integer, got {seed!r}", op="manual_seed", value=seed
+        )
     try:
         seed = operator.index(seed)
     except TypeError:
-        raise InvalidArgument(f"manual_seed: seed must be an integer, got {seed!r}",
-                              op="manual_seed", value=seed) from None
+        raise InvalidArgument(
+            f"manual_seed: seed must be an integer, got {seed!r}", op="manual_seed", value=seed
+        ) from None
     if seed < 0:
-        raise InvalidArgument(f"manual_seed: seed must be non-negative, got {seed}",
-                              op="manual_seed", value=seed)
+        raise InvalidArgument(
+            f"manual_seed: seed must be non-negative, got {seed}", op="manual_seed", value=seed
+        )
     return seed
 
 
@@ -102,7 +112,11 @@ def _check_size(op, shape, itemsize=8):
         raise OutOfMemory(
             f"{op}: out of memory drawing {fmt_shape(shape)} random values on the host "
             f"({n * itemsize} bytes, {human_bytes(n * itemsize)}; this host has {human_bytes(limit)})",
-            op=op, shape=tuple(shape), nbytes=n * itemsize, device="host")
+            op=op,
+            shape=tuple(shape),
+            nbytes=n * itemsize,
+            device="host",
+        )
 
 
 def _make(values, shape, dtype, device):
@@ -131,14 +145,17 @@ def randint(low, high, shape, generator=None, dtype=dt.i64, device=None):
     dtype = dt.as_dtype(dtype)
     for name, value in (("low", low), ("high", high)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise InvalidArgument(f"randint: {name} must be an integer, got {value!r}",
-                                  op="randint", value=value)
+            raise InvalidArgument(
+                f"randint: {name} must be an integer, got {value!r}", op="randint", value=value
+            )
     if low >= high:
-        raise InvalidArgument(f"randint: low {low} must be less than high {high}",
-                              op="randint", low=low, high=high)
+        raise InvalidArgument(
+            f"randint: low {low} must be less than high {high}", op="randint", low=low, high=high
+        )
     if not dtype.is_int:
-        raise InvalidArgument(f"randint: dtype must be an integer dtype, got {dtype.name}",
-                              op="randint", dtype=dtype)
+        raise InvalidArgument(
+            f"randint: dtype must be an integer dtype, got {dtype.name}", op="randint", dtype=dtype
+        )
     _scalar_value("randint", low, dtype)
     _scalar_value("randint", high - 1, dtype)
     g = generator or default_generator

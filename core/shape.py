@@ -1,4 +1,5 @@
 """Shape arithmetic shared by the tensor and the backends. Pure Python."""
+
 from .errors import DimOutOfRange, ShapeMismatch, fmt_shape
 
 
@@ -27,7 +28,9 @@ def normalize_dim(dim, ndim, op, shape=None):
         where = f" of shape {fmt_shape(shape)}" if shape is not None else ""
         raise DimOutOfRange(
             f"{op}: dim {dim} out of range for a {ndim}-d tensor{where} (expected {lo}..{hi})",
-            op=op, dim=dim, ndim=ndim,
+            op=op,
+            dim=dim,
+            ndim=ndim,
         )
     return dim % max(ndim, 1) if ndim else 0
 
@@ -61,7 +64,8 @@ def broadcast_shapes(op, *shapes):
                 names = " ".join(fmt_shape(s) for s in shapes)
                 raise ShapeMismatch(
                     f"{op}: shapes {names} cannot be broadcast (dim {i - ndim}: {size} vs {d})",
-                    op=op, shapes=[tuple(s) for s in shapes],
+                    op=op,
+                    shapes=[tuple(s) for s in shapes],
                 )
         out.append(size)
     return tuple(out)

@@ -5,6 +5,7 @@ with ints and slices) build a new Layout over the same storage and copy nothing.
 Every backend call goes through the contract declared in backends/base.py; the fused
 ops' composite forms live there (backends/composites.py), not here.
 """
+
 import math
 import numbers
 import operator
@@ -79,7 +80,9 @@ class Tensor:
         return self.shape[0]
 
     def __repr__(self):
-        head = f"Tensor(shape={fmt_shape(self.shape)}, dtype={self.dtype.name}, device={self.device}"
+        head = (
+            f"Tensor(shape={fmt_shape(self.shape)}, dtype={self.dtype.name}, device={self.device}"
+        )
         if self.numel() <= 64:
             try:
                 return f"{head}, values={self.tolist()})"
@@ -100,17 +103,25 @@ class Tensor:
                 raise DeviceMismatch(
                     f"{op}: tensors on different devices, lhs {_describe(self)} rhs "
                     f"{_describe(o)}; move one with .to(device)",
-                    op=op, devices=(self.device, o.device))
+                    op=op,
+                    devices=(self.device, o.device),
+                )
             if same_dtype and o.dtype is not self.dtype:
                 raise DTypeMismatch(
                     f"{op}: dtype mismatch, lhs {_describe(self)} rhs {_describe(o)}; "
-                    f"convert one with .to(dtype)", op=op, dtypes=(self.dtype, o.dtype))
+                    f"convert one with .to(dtype)",
+                    op=op,
+                    dtypes=(self.dtype, o.dtype),
+                )
 
     def _require_kind(self, op, kinds):
         if self.dtype.kind not in kinds:
             raise UnsupportedDType(
                 f"{op}: not defined for dtype {self.dtype.name} (needs {KIND_NAMES[kinds]}), "
-                f"input {_describe(self)}", op=op, dtype=self.dtype)
+                f"input {_describe(self)}",
+                op=op,
+                dtype=self.dtype,
+            )
 
     def _scalar(self, op, value):
         """A Python scalar takes the tensor's dtype; lossy conversions are refused."""
@@ -136,8 +147,9 @@ class Tensor:
         if dtype is not None:
             dtype = dt.as_dtype(dtype)
             if dtype is not out.dtype:
-                out = out._new(out.backend.cast(out.storage, out.layout, out.dtype, dtype),
-                               out.shape, dtype)
+                out = out._new(
+                    out.backend.cast(out.storage, out.layout, out.dtype, dtype), out.shape, dtype
+                )
         return out
 
     def float(self):
@@ -162,20 +174,25 @@ class Tensor:
             import numpy  # noqa: F401
         except ImportError:
             from .hostdata import unpack
-            return unpack(self.backend.to_bytes(self.storage, self.layout, self.dtype),
-                          self.dtype, self.shape)
+
+            return unpack(
+                self.backend.to_bytes(self.storage, self.layout, self.dtype), self.dtype, self.shape
+            )
         return self.numpy().tolist()
 
     def item(self):
         if self.numel() != 1:
             raise ShapeMismatch(
                 f"item: needs a tensor with one element, got shape {fmt_shape(self.shape)}",
-                op="item", shapes=(self.shape,))
+                op="item",
+                shapes=(self.shape,),
+            )
         value = self.reshape(()).tolist()
         return value
 
     async def numpy_async(self):
         import numpy
+
         data = await self._bytes_async()
         storage_type = numpy.uint16 if self.dtype is dt.bf16 else self.dtype.numpy_name
         arr = numpy.frombuffer(data, dtype=storage_type).reshape(self.shape)
@@ -185,10 +202,11 @@ class Tensor:
 
     async def tolist_async(self):
         from .hostdata import unpack
+
         return unpack(await self._bytes_async(), self.dtype, self.shape)
 
     async def item_async(self):
-        return (await self.reshape(()).tolist_async())
+        return await self.reshape(()).tolist_async()
 
     async def _bytes_async(self):
         return await self.backend.to_bytes_async(self.storage, self.layout, self.dtype)
@@ -215,8 +233,9 @@ class Tensor:
     def contiguous(self):
         if self.layout.is_contiguous():
             return self
-        return self._new(self.backend.copy_strided(self.storage, self.layout, self.dtype),
-                         self.shape)
+        return self._new(
+            self.backend.copy_strided(self.storage, self.layout, self.dtype), self.shape
+        )
 
     def reshape(self, *shape):
         shape = _infer_shape(_shape_args(shape), self.numel(), self.shape)
@@ -232,7 +251,7 @@ class Tensor:
             return self.reshape(1)
         s = normalize_dim(start_dim, self.ndim, "flatten", self.shape)
         e = normalize_dim(end_dim, self.ndim, "flatten", self.shape)
-        return self.reshape(self.shape[:s] + (numel(self.shape[s:e + 1]),) + self.shape[e + 1:])
+        return self.reshape(self.shape[:s] + (numel(self.shape[s : e + 1]),) + self.shape[e + 1 :])
 
     def narrow(self, dim, start, length):
         return self._view(self.layout.narrow(dim, start, length))
@@ -248,8 +267,11 @@ class Tensor:
 
     def t(self):
         if self.ndim > 2:
-            raise ShapeMismatch(f"t: expects at most 2 dims, got shape {fmt_shape(self.shape)}",
-                                op="t", shapes=(self.shape,))
+            raise ShapeMismatch(
+                f"t: expects at most 2 dims, got shape {fmt_shape(self.shape)}",
+                op="t",
+                shapes=(self.shape,),
+            )
         return self if self.ndim < 2 else self.transpose(0, 1)
 
     @property
@@ -298,12 +320,14 @@ class Tensor:
             size = _count_arg("split", "split_size", split_size_or_sections, minimum=1)
             sizes = [min(size, n - s) for s in range(0, n, size)] if n else [0]
         else:
-            sizes = [_count_arg("split", "section", s, minimum=0)
-                     for s in split_size_or_sections]
+            sizes = [_count_arg("split", "section", s, minimum=0) for s in split_size_or_sections]
             if sum(sizes) != n:
                 raise ShapeMismatch(
                     f"split: sections {sizes} sum to {sum(sizes)}, but dim {dim} has size {n} "
-                    f"(shape {fmt_shape(self.shape)})", op="split", shape=self.shape)
+                    f"(shape {fmt_shape(self.shape)})",
+                    op="split",
+                    shape=self.shape,
+                )
         out, start = [], 0
         for s in sizes:
             out.append(self.narrow(dim, start, s))
@@ -317,7 +341,9 @@ class Tensor:
         if n_real > self.ndim:
             raise DimOutOfRange(
                 f"index: too many indices ({n_real}) for a tensor of shape {fmt_shape(self.shape)}",
-                op="index", shape=self.shape)
+                op="index",
+                shape=self.shape,
+            )
         if sum(1 for i in index if i is Ellipsis) > 1:
             raise IndexError("index: an index can only have a single ellipsis")
         expanded = []
@@ -357,8 +383,9 @@ class Tensor:
             return self  # rounding an integer changes nothing (as in PyTorch)
         self._require_kind(op, row.kinds)
         params = tuple(self._scalar(op, p) for p in params)
-        return self._new(self.backend.unary(op, self.storage, self.layout, self.dtype, params),
-                         self.shape)
+        return self._new(
+            self.backend.unary(op, self.storage, self.layout, self.dtype, params), self.shape
+        )
 
     def neg(self):
         return self._unary("neg")
@@ -429,8 +456,16 @@ class Tensor:
     def clamp(self, min=None, max=None):
         if min is None and max is None:
             raise ValueError("clamp: give min, max or both")
-        lo = min if min is not None else (-math.inf if self.dtype.is_float else _INT_RANGE[self.dtype.name][0])
-        hi = max if max is not None else (math.inf if self.dtype.is_float else _INT_RANGE[self.dtype.name][1])
+        lo = (
+            min
+            if min is not None
+            else (-math.inf if self.dtype.is_float else _INT_RANGE[self.dtype.name][0])
+        )
+        hi = (
+            max
+            if max is not None
+            else (math.inf if self.dtype.is_float else _INT_RANGE[self.dtype.name][1])
+        )
         return self._unary("clamp", lo, hi)
 
     clip = clamp
@@ -454,8 +489,10 @@ class Tensor:
                 if op in _BINARY_KINDS:
                     self._require_kind(op, _BINARY_KINDS[op])
                 value = self._scalar(op, other)
-                return self._new(self.backend.binary(op, self.storage, self.layout, value, None,
-                                                     self.dtype), self.shape)
+                return self._new(
+                    self.backend.binary(op, self.storage, self.layout, value, None, self.dtype),
+                    self.shape,
+                )
         a, b = (other, self) if reverse else (self, other)
         a._check_same(op, b)
         if op in _BINARY_KINDS:
@@ -516,14 +553,18 @@ class Tensor:
             value = self._scalar(op, other) if isinstance(other, numbers.Number) else None
             if value is None:
                 return NotImplemented
-            return self._new(self.backend.compare(op, self.storage, self.layout, value, None,
-                                                  self.dtype), self.shape, dt.u8)
+            return self._new(
+                self.backend.compare(op, self.storage, self.layout, value, None, self.dtype),
+                self.shape,
+                dt.u8,
+            )
         self._check_same(op, other)
         shape = broadcast_shapes(op, self.shape, other.shape)
         la = self.layout.broadcast_to(shape, op)
         lb = other.layout.broadcast_to(shape, op)
-        return self._new(self.backend.compare(op, self.storage, la, other.storage, lb,
-                                              self.dtype), shape, dt.u8)
+        return self._new(
+            self.backend.compare(op, self.storage, la, other.storage, lb, self.dtype), shape, dt.u8
+        )
 
     def eq(self, other):
         return self._compare("eq", other)
@@ -573,16 +614,21 @@ class Tensor:
                 f"{fmt_shape(self.stride())}) reads some memory at several indices (an "
                 f"expanded or overlapping view), so the copy would write one element many "
                 f"times; write into the tensor it was expanded from, or make the destination with .contiguous()",
-                op="copy_", shape=self.shape, strides=self.stride())
+                op="copy_",
+                shape=self.shape,
+                strides=self.stride(),
+            )
         try:
             src_layout = src.layout.broadcast_to(self.shape, "copy_")
         except ShapeMismatch:
             raise ShapeMismatch(
                 f"copy_: src {_describe(src)} cannot be broadcast to the destination "
-                f"{_describe(self)}", op="copy_", shapes=(src.shape, self.shape)) from None
+                f"{_describe(self)}",
+                op="copy_",
+                shapes=(src.shape, self.shape),
+            ) from None
         if self.numel():
-            self.backend.copy_into(self.storage, self.layout, src.storage, src_layout,
-                                   self.dtype)
+            self.backend.copy_into(self.storage, self.layout, src.storage, src_layout, self.dtype)
         return self
 
     # --- reductions -------------------------------------------------------------------------
@@ -596,15 +642,18 @@ class Tensor:
                 if self.shape[d] == 0:
                     raise ShapeMismatch(
                         f"{op}: cannot reduce over empty dim {d} of shape {fmt_shape(self.shape)}",
-                        op=op, shapes=(self.shape,))
+                        op=op,
+                        shapes=(self.shape,),
+                    )
         if op == "mean":
             self._require_kind(op, "f")
         if not dims:
             return self
         out_shape = tuple(1 if d in dims else n for d, n in enumerate(self.shape))
         dtype = dt.i64 if op in ("argmax", "argmin") else self.dtype
-        out = self._new(self.backend.reduce(op, self.storage, self.layout, dims, self.dtype),
-                        out_shape, dtype)
+        out = self._new(
+            self.backend.reduce(op, self.storage, self.layout, dims, self.dtype), out_shape, dtype
+        )
         return out if keepdim else out.squeeze(dims)
 
     def sum(self, dim=None, keepdim=False):
@@ -654,8 +703,9 @@ class Tensor:
         dim = normalize_dim(dim, self.ndim, "cumsum", self.shape)
         if self.ndim == 0:
             return self
-        return self._new(self.backend.cumsum(self.storage, self.layout, dim, self.dtype),
-                         self.shape)
+        return self._new(
+            self.backend.cumsum(self.storage, self.layout, dim, self.dtype), self.shape
+        )
 
     def softmax(self, dim=-1):
         return self._softmax(dim, log=False)
@@ -680,14 +730,19 @@ class Tensor:
         if self.ndim == 0 or other.ndim == 0:
             raise ShapeMismatch(
                 f"matmul: both operands need at least 1 dim, lhs {fmt_shape(self.shape)} rhs "
-                f"{fmt_shape(other.shape)}", op="matmul", shapes=(self.shape, other.shape))
+                f"{fmt_shape(other.shape)}",
+                op="matmul",
+                shapes=(self.shape, other.shape),
+            )
         a = self.unsqueeze(0) if self.ndim == 1 else self
         b = other.unsqueeze(-1) if other.ndim == 1 else other
         if a.shape[-1] != b.shape[-2]:
             raise ShapeMismatch(
                 f"matmul: shape mismatch, lhs {fmt_shape(self.shape)} rhs {fmt_shape(other.shape)} "
                 f"(inner dims {a.shape[-1]} != {b.shape[-2]})",
-                op="matmul", shapes=(self.shape, other.shape))
+                op="matmul",
+                shapes=(self.shape, other.shape),
+            )
         if self.dtype.kind != "f" and not self.dtype.is_int:
             self._require_kind("matmul", "fiu")
         batch = broadcast_shapes("matmul", a.shape[:-2], b.shape[:-2])
@@ -709,17 +764,23 @@ class Tensor:
         if ids.dtype not in (dt.i64, dt.i32, dt.u32, dt.u8):
             raise UnsupportedDType(
                 f"{op}: indices must be an integer tensor, got {_describe(ids)}",
-                op=op, dtype=ids.dtype)
+                op=op,
+                dtype=ids.dtype,
+            )
 
     def index_select(self, dim, index):
         self._check_index("index_select", index)
         dim = normalize_dim(dim, self.ndim, "index_select", self.shape)
         flat = index.reshape(-1) if index.ndim != 1 else index
-        shape = self.shape[:dim] + flat.shape + self.shape[dim + 1:]
-        out = self._new(self.backend.index_select(self.storage, self.layout, flat.storage,
-                                                  flat.layout, dim, self.dtype), shape)
+        shape = self.shape[:dim] + flat.shape + self.shape[dim + 1 :]
+        out = self._new(
+            self.backend.index_select(
+                self.storage, self.layout, flat.storage, flat.layout, dim, self.dtype
+            ),
+            shape,
+        )
         if index.ndim != 1:
-            out = out.reshape(self.shape[:dim] + index.shape + self.shape[dim + 1:])
+            out = out.reshape(self.shape[:dim] + index.shape + self.shape[dim + 1 :])
         return out
 
     def gather(self, dim, index):
@@ -728,8 +789,12 @@ class Tensor:
         self._check_index_shape("gather", dim, index, self)
         if self.ndim == 0:  # torch allows a 0-d input with a 0-d index
             return self.reshape(1).gather(0, index.reshape(1)).reshape(())
-        return self._new(self.backend.gather(self.storage, self.layout, index.storage,
-                                             index.layout, dim, self.dtype), index.shape)
+        return self._new(
+            self.backend.gather(
+                self.storage, self.layout, index.storage, index.layout, dim, self.dtype
+            ),
+            index.shape,
+        )
 
     def scatter_add(self, dim, index, src):
         self._check_index("scatter_add", index)
@@ -738,19 +803,32 @@ class Tensor:
         self._check_index_shape("scatter_add", dim, index, self, src)
         if self.ndim == 0:
             return self.reshape(1).scatter_add(0, index.reshape(1), src.reshape(1)).reshape(())
-        return self._new(self.backend.scatter_add(self.storage, self.layout, index.storage,
-                                                  index.layout, src.storage, src.layout, dim,
-                                                  self.dtype), self.shape)
+        return self._new(
+            self.backend.scatter_add(
+                self.storage,
+                self.layout,
+                index.storage,
+                index.layout,
+                src.storage,
+                src.layout,
+                dim,
+                self.dtype,
+            ),
+            self.shape,
+        )
 
     def _check_index_shape(self, op, dim, index, *others):
         for t in others:
             bad = index.ndim != t.ndim or any(
-                index.shape[d] > t.shape[d] for d in range(t.ndim) if d != dim or t is not self)
+                index.shape[d] > t.shape[d] for d in range(t.ndim) if d != dim or t is not self
+            )
             if bad:
                 raise ShapeMismatch(
                     f"{op}: index shape {fmt_shape(index.shape)} does not fit "
                     f"{fmt_shape(t.shape)} along dims other than {dim}",
-                    op=op, shapes=(index.shape, t.shape))
+                    op=op,
+                    shapes=(index.shape, t.shape),
+                )
 
     # --- composites -------------------------------------------------------------------------
     def layer_norm(self, weight=None, bias=None, eps=1e-5, residual=None):
@@ -763,12 +841,14 @@ class Tensor:
 
     def pad(self, pad, mode="constant", value=0.0):
         from .functional import pad as _pad
+
         return _pad(self, pad, mode, value)
 
     def rope(self, cos, sin, interleaved=False):
         """Rotary embedding of [..., T, D] with cos/sin [T, D/2] or [B, T, D/2] (see
         functional.rope)."""
         from .functional import rope as _rope
+
         return _rope(self, cos, sin, interleaved)
 
 
@@ -776,8 +856,10 @@ class Tensor:
 _INT_IDENTITY = {"floor", "ceil", "round"}
 _BINARY_KINDS = {"pow": "f"}
 _INT_RANGE = {
-    "i64": (-(2 ** 63), 2 ** 63 - 1), "i32": (-(2 ** 31), 2 ** 31 - 1),
-    "u32": (0, 2 ** 32 - 1), "u8": (0, 255),
+    "i64": (-(2**63), 2**63 - 1),
+    "i32": (-(2**31), 2**31 - 1),
+    "u32": (0, 2**32 - 1),
+    "u8": (0, 255),
 }
 _default_device = [None]
 
@@ -796,13 +878,17 @@ def _scalar_value(op, value, dtype):
             raise DTypeMismatch(
                 f"{op}: scalar {value!r} is not representable in the tensor's dtype "
                 f"{dtype.name}; convert the tensor with .to(ember.f32)",
-                op=op, dtypes=(dtype,))
+                op=op,
+                dtypes=(dtype,),
+            )
         value = int(value)
     lo, hi = _INT_RANGE[dtype.name]
     if not lo <= value <= hi:
         raise DTypeMismatch(
             f"{op}: scalar {value} out of range for dtype {dtype.name} [{lo}, {hi}]",
-            op=op, dtypes=(dtype,))
+            op=op,
+            dtypes=(dtype,),
+        )
     return int(value)
 
 
@@ -815,7 +901,9 @@ def _device_named(op, name):
         raise DeviceError(
             f"{op}: {name!r} is neither an ember dtype (known: "
             f"{', '.join(d.name for d in dt.ALL)}) nor a device ({exc})",
-            op=op, value=name) from None
+            op=op,
+            value=name,
+        ) from None
 
 
 def _is_dtype_name(name):
@@ -837,11 +925,13 @@ def _count_arg(op, name, value, minimum):
     try:
         value = operator.index(value)
     except TypeError:
-        raise InvalidArgument(f"{op}: {name} must be an integer, got {value!r}",
-                              op=op, value=value) from None
+        raise InvalidArgument(
+            f"{op}: {name} must be an integer, got {value!r}", op=op, value=value
+        ) from None
     if value < minimum:
-        raise InvalidArgument(f"{op}: {name} must be at least {minimum}, got {value}",
-                              op=op, value=value)
+        raise InvalidArgument(
+            f"{op}: {name} must be at least {minimum}, got {value}", op=op, value=value
+        )
     return value
 
 
@@ -852,11 +942,11 @@ def _new_shape(op, args):
     try:
         dims = tuple(operator.index(d) for d in shape)
     except TypeError:
-        raise ShapeMismatch(f"{op}: sizes must be integers, got {shape!r}",
-                            op=op, shape=shape) from None
+        raise ShapeMismatch(
+            f"{op}: sizes must be integers, got {shape!r}", op=op, shape=shape
+        ) from None
     if any(d < 0 for d in dims):
-        raise ShapeMismatch(f"{op}: negative size in shape {fmt_shape(dims)}",
-                            op=op, shape=dims)
+        raise ShapeMismatch(f"{op}: negative size in shape {fmt_shape(dims)}", op=op, shape=dims)
     return dims
 
 
@@ -868,7 +958,9 @@ def _overlaps(layout):
     if layout.numel == 0:
         return False
     reach = 0
-    for stride, size in sorted((s, d) for d, s in zip(layout.shape, layout.strides, strict=True) if d > 1):
+    for stride, size in sorted(
+        (s, d) for d, s in zip(layout.shape, layout.strides, strict=True) if d > 1
+    ):
         if stride <= reach:
             return True
         reach += stride * (size - 1)
@@ -879,8 +971,9 @@ def _infer_shape(shape, total, old_shape):
     try:
         shape = [operator.index(d) for d in shape]
     except TypeError:
-        raise ShapeMismatch(f"reshape: sizes must be integers, got {tuple(shape)!r}",
-                            op="reshape", shape=old_shape) from None
+        raise ShapeMismatch(
+            f"reshape: sizes must be integers, got {tuple(shape)!r}", op="reshape", shape=old_shape
+        ) from None
     unknown = [i for i, d in enumerate(shape) if d == -1]
     if len(unknown) > 1:
         raise ShapeMismatch(f"reshape: only one dim can be -1, got {shape}", op="reshape")
@@ -889,12 +982,17 @@ def _infer_shape(shape, total, old_shape):
         if known == 0 or total % known:
             raise ShapeMismatch(
                 f"reshape: cannot reshape {fmt_shape(old_shape)} ({total} elements) into {shape}",
-                op="reshape", shapes=(old_shape,))
+                op="reshape",
+                shapes=(old_shape,),
+            )
         shape[unknown[0]] = total // known
     if numel(shape) != total or any(d < 0 for d in shape):
         raise ShapeMismatch(
             f"reshape: cannot reshape {fmt_shape(old_shape)} ({total} elements) into "
-            f"{fmt_shape(shape)} ({numel(shape)} elements)", op="reshape", shapes=(old_shape,))
+            f"{fmt_shape(shape)} ({numel(shape)} elements)",
+            op="reshape",
+            shapes=(old_shape,),
+        )
     return tuple(shape)
 
 
@@ -903,6 +1001,7 @@ def _transfer(t, device):
     dst = device.backend
     try:
         import numpy
+
         host = src.to_numpy(t.storage, t.layout, t.dtype)
         if t.dtype is dt.bf16:
             host = f32_to_bf16(numpy, host)
@@ -922,23 +1021,32 @@ def _norm(x, weight, bias, eps, rms, residual=None):
         if residual.shape != x.shape:
             raise ShapeMismatch(
                 f"{op}: residual shape {fmt_shape(residual.shape)} must equal the input's "
-                f"{fmt_shape(x.shape)}", op=op, shapes=(x.shape, residual.shape))
+                f"{fmt_shape(x.shape)}",
+                op=op,
+                shapes=(x.shape, residual.shape),
+            )
     for p in (weight, bias):
         if p is not None:
             x._check_same(op, p)
             if p.shape != x.shape[-1:]:
                 raise ShapeMismatch(
                     f"{op}: weight/bias shape {fmt_shape(p.shape)} must be [{x.shape[-1]}] "
-                    f"for input {fmt_shape(x.shape)}", op=op, shapes=(x.shape, p.shape))
-    parts = [(t.storage, t.layout) if t is not None else (None, None)
-             for t in (weight, bias, residual)]
+                    f"for input {fmt_shape(x.shape)}",
+                    op=op,
+                    shapes=(x.shape, p.shape),
+                )
+    parts = [
+        (t.storage, t.layout) if t is not None else (None, None) for t in (weight, bias, residual)
+    ]
     (w, lw), (b, lb), (r, lr) = parts
     if rms:
-        out = x.backend.rms_norm(x.storage, x.layout, w, lw, float(eps), x.dtype,
-                                 residual=r, lres=lr)
+        out = x.backend.rms_norm(
+            x.storage, x.layout, w, lw, float(eps), x.dtype, residual=r, lres=lr
+        )
     else:
-        out = x.backend.layer_norm(x.storage, x.layout, w, lw, b, lb, float(eps), x.dtype,
-                                   residual=r, lres=lr)
+        out = x.backend.layer_norm(
+            x.storage, x.layout, w, lw, b, lb, float(eps), x.dtype, residual=r, lres=lr
+        )
     return x._new(out, x.shape)
 
 
@@ -962,8 +1070,9 @@ def tensor(data, dtype=None, device=None):
         if dtype is not None and dt.as_dtype(dtype) is not out.dtype:
             return out.to(dtype)
         if out is data:
-            out = data._new(data.backend.copy_strided(data.storage, data.layout, data.dtype),
-                            data.shape)
+            out = data._new(
+                data.backend.copy_strided(data.storage, data.layout, data.dtype), data.shape
+            )
         return out.contiguous()
     device = _device(device)
     if dtype is not None:
@@ -978,6 +1087,7 @@ def tensor(data, dtype=None, device=None):
         except ValueError:
             if isinstance(data, (list, tuple)):
                 from .hostdata import flatten
+
                 flatten(data)  # raises ShapeMismatch naming the ragged item
             raise
         if dtype is None:
@@ -986,6 +1096,7 @@ def tensor(data, dtype=None, device=None):
             _check_values("tensor", arr.min(), arr.max(), dtype)
         return _from_host_array(numpy, arr, dtype, device, copy=True)
     from .hostdata import flatten, infer_dtype, pack
+
     shape, flat = flatten(data)
     dtype = dtype or infer_dtype(flat)
     if dtype.is_int and flat:
@@ -1009,10 +1120,15 @@ def _check_values(op, lo, hi, dtype):
     for value in (lo, hi):
         value = value.item() if hasattr(value, "item") else value  # a numpy scalar
         if not (isinstance(value, numbers.Real) and math.isfinite(value)) or not (
-                _INT_RANGE[dtype.name][0] <= value <= _INT_RANGE[dtype.name][1]):
+            _INT_RANGE[dtype.name][0] <= value <= _INT_RANGE[dtype.name][1]
+        ):
             raise DTypeMismatch(
                 f"{op}: value {value!r} out of range for dtype {dtype.name} "
-                f"{list(_INT_RANGE[dtype.name])}", op=op, dtypes=(dtype,), value=value)
+                f"{list(_INT_RANGE[dtype.name])}",
+                op=op,
+                dtypes=(dtype,),
+                value=value,
+            )
 
 
 def _dtype_of_numpy(arr, data):
@@ -1031,21 +1147,26 @@ def _from_host_array(numpy, arr, dtype, device, copy):
         arr = f32_to_bf16(numpy, numpy.asarray(arr, dtype=numpy.float32))
     else:
         arr = numpy.asarray(arr, dtype=dtype.numpy_name)
-    storage = device.backend.from_host(arr, dtype, arr.shape, copy=copy) if device.kind == "cpu" \
+    storage = (
+        device.backend.from_host(arr, dtype, arr.shape, copy=copy)
+        if device.kind == "cpu"
         else device.backend.from_host(numpy.ascontiguousarray(arr), dtype, arr.shape)
+    )
     return Tensor(storage, Layout(arr.shape), dtype, device)
 
 
 def from_numpy(array, device=None):
     """A CPU tensor sharing the array's memory (a copy when the layout needs one)."""
     import numpy
+
     dtype = dt.u8 if array.dtype == numpy.bool_ else dt.as_dtype(array.dtype.name)
     return _from_host_array(numpy, array, dtype, _device(device), copy=False)
 
 
 def full(shape, value, dtype=dt.f32, device=None):
-    return _filled("full", shape if isinstance(shape, (tuple, list)) else (shape,), value,
-                   dtype, device)
+    return _filled(
+        "full", shape if isinstance(shape, (tuple, list)) else (shape,), value, dtype, device
+    )
 
 
 def zeros(*shape, dtype=dt.f32, device=None):
@@ -1086,8 +1207,9 @@ def arange(start, end=None, step=1, dtype=None, device=None):
         start, end = 0, start
     for name, v in (("start", start), ("end", end), ("step", step)):
         if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
-            raise InvalidArgument(f"arange: {name} must be a finite number, got {v!r}",
-                                  op="arange", value=v)
+            raise InvalidArgument(
+                f"arange: {name} must be a finite number, got {v!r}", op="arange", value=v
+            )
     if step == 0:
         raise InvalidArgument("arange: step must not be 0", op="arange", value=step)
     if dtype is None:
@@ -1137,8 +1259,13 @@ def eye(n, m=None, dtype=dt.f32, device=None):
         one = _filled("eye", (), 1, out.dtype, out.device)
         # The diagonal of a row-major (n, m) tensor: k elements, m + 1 apart.
         try:
-            out.backend.copy_into(out.storage, Layout((k,), (shape[1] + 1,)), one.storage,
-                                  one.layout.broadcast_to((k,)), out.dtype)
+            out.backend.copy_into(
+                out.storage,
+                Layout((k,), (shape[1] + 1,)),
+                one.storage,
+                one.layout.broadcast_to((k,)),
+                out.dtype,
+            )
         except UnsupportedOp:  # a minimal backend without strided writes, as in arange
             rows = [[int(i == j) for j in range(shape[1])] for i in range(shape[0])]
             return tensor(rows, dtype=out.dtype, device=out.device)
@@ -1166,9 +1293,18 @@ def where(cond, a, b):
     a._check_same("where", b)
     a._check_same("where", cond, same_dtype=False)
     shape = broadcast_shapes("where", cond.shape, a.shape, b.shape)
-    return a._new(a.backend.where(cond.storage, cond.layout.broadcast_to(shape),
-                                  a.storage, a.layout.broadcast_to(shape),
-                                  b.storage, b.layout.broadcast_to(shape), a.dtype), shape)
+    return a._new(
+        a.backend.where(
+            cond.storage,
+            cond.layout.broadcast_to(shape),
+            a.storage,
+            a.layout.broadcast_to(shape),
+            b.storage,
+            b.layout.broadcast_to(shape),
+            a.dtype,
+        ),
+        shape,
+    )
 
 
 def cat(tensors, dim=0):
@@ -1180,15 +1316,21 @@ def cat(tensors, dim=0):
         raise ShapeMismatch(
             f"cat: 0-d tensors cannot be concatenated, got shapes "
             f"{' '.join(fmt_shape(x.shape) for x in tensors)}; use stack",
-            op="cat", shapes=[x.shape for x in tensors])
+            op="cat",
+            shapes=[x.shape for x in tensors],
+        )
     dim = normalize_dim(dim, first.ndim, "cat", first.shape)
     for t in tensors[1:]:
         first._check_same("cat", t)
         if t.ndim != first.ndim or any(
-                t.shape[d] != first.shape[d] for d in range(first.ndim) if d != dim):
+            t.shape[d] != first.shape[d] for d in range(first.ndim) if d != dim
+        ):
             raise ShapeMismatch(
                 f"cat: shapes {' '.join(fmt_shape(x.shape) for x in tensors)} differ outside "
-                f"dim {dim}", op="cat", shapes=[x.shape for x in tensors])
+                f"dim {dim}",
+                op="cat",
+                shapes=[x.shape for x in tensors],
+            )
     shape = list(first.shape)
     shape[dim] = sum(t.shape[dim] for t in tensors)
     backend = first.backend
@@ -1198,8 +1340,9 @@ def cat(tensors, dim=0):
     for t in tensors:
         n = t.shape[dim]
         if n:
-            backend.copy_into(storage, out_layout.narrow(dim, offset, n), t.storage, t.layout,
-                              first.dtype)
+            backend.copy_into(
+                storage, out_layout.narrow(dim, offset, n), t.storage, t.layout, first.dtype
+            )
         offset += n
     return first._new(storage, tuple(shape))
 
@@ -1213,7 +1356,9 @@ def stack(tensors, dim=0):
         if t.shape != tensors[0].shape:
             raise ShapeMismatch(
                 f"stack: all tensors need the same shape, got "
-                f"{' '.join(fmt_shape(x.shape) for x in tensors)}", op="stack")
+                f"{' '.join(fmt_shape(x.shape) for x in tensors)}",
+                op="stack",
+            )
     return cat([t.unsqueeze(dim) for t in tensors], dim)
 
 

@@ -8,6 +8,7 @@ home directory, /etc) is refused with a reason, before any work is done and agai
 before the swap. Bundles made before the marker existed are recognised only at the default
 location (web/bundle in a source checkout), by the manifest every ember build wrote there.
 """
+
 import json
 from pathlib import Path
 
@@ -31,6 +32,7 @@ def _legacy_bundle_at(default):
         except (OSError, ValueError):
             return False
         return isinstance(manifest, dict) and set(manifest) >= _LEGACY_MANIFEST_KEYS
+
     return accept
 
 
@@ -39,8 +41,9 @@ def refusal(path, default=None):
     why = owned.refusal(path, MARKER, _legacy_bundle_at(default))
     if why is None:
         return None
-    return why + (". Pass an absent or empty directory, or serve an existing one as it is "
-                  "without --rebuild")
+    return why + (
+        ". Pass an absent or empty directory, or serve an existing one as it is without --rebuild"
+    )
 
 
 def check(path, default=None):

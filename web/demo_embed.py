@@ -5,6 +5,7 @@ system; the weights are fetched into a JS ArrayBuffer with byte progress and upl
 it to the GPU without becoming Python bytes. The model is then the same BertModel and
 SentenceEmbedder as natively. Answers are JSON strings, like page_runtime's.
 """
+
 import json
 import os
 import time
@@ -15,12 +16,18 @@ _state = {}
 def _progress(stage, fraction, text):
     import js
     from pyodide.ffi import to_js
-    js.postMessage(to_js({"type": "progress", "stage": stage, "fraction": fraction,
-                          "text": text}, dict_converter=js.Object.fromEntries))
+
+    js.postMessage(
+        to_js(
+            {"type": "progress", "stage": stage, "fraction": fraction, "text": text},
+            dict_converter=js.Object.fromEntries,
+        )
+    )
 
 
 async def _fetch_file(url, path):
     import js
+
     response = await js.fetch(url)
     if not response.ok:
         raise FileNotFoundError(f"fetching {url}: HTTP {response.status}")
@@ -33,6 +40,7 @@ async def _fetch_array_buffer(url, size, name):
     """The file as a JS ArrayBuffer, filled chunk by chunk on the JS side (the bytes never
     become Python objects), reporting progress."""
     import js
+
     response = await js.fetch(url)
     if not response.ok:
         raise FileNotFoundError(f"fetching {url}: HTTP {response.status}")
@@ -45,8 +53,11 @@ async def _fetch_array_buffer(url, size, name):
             break
         target.set(chunk.value, done)
         done += int(chunk.value.length)
-        _progress("model", 0.8 * done / size,
-                  f"Downloading {name} weights ({done / 1e6:.1f} / {size / 1e6:.1f} MB)")
+        _progress(
+            "model",
+            0.8 * done / size,
+            f"Downloading {name} weights ({done / 1e6:.1f} / {size / 1e6:.1f} MB)",
+        )
     if done != size:
         raise OSError(f"fetching {url}: got {done} bytes, the manifest says {size}")
     return target.buffer
@@ -59,14 +70,16 @@ async def _fetch_model_to_gpu(entry, name):
     t0 and t1 the perf_counter() before and after the download, for the caller's timings."""
     import ember
     from ember.io.js_buffers import load_safetensors_js
+
     files = entry["files"]
     t0 = time.perf_counter()
     root = f"/models/{name}"
     for rel in files:
         if rel != "model.safetensors":
             await _fetch_file(entry["path"] + rel, f"{root}/{rel}")
-    weights = await _fetch_array_buffer(entry["path"] + "model.safetensors",
-                                        files["model.safetensors"], name)
+    weights = await _fetch_array_buffer(
+        entry["path"] + "model.safetensors", files["model.safetensors"], name
+    )
     t1 = time.perf_counter()
     _progress("model", 0.85, "Uploading the weights to the GPU")
     device = ember.Device.webgpu()
@@ -86,33 +99,44 @@ async def load(manifest_json, name="all-MiniLM-L6-v2"):
     from ember.nn import VarBuilder
     from ember.pipelines.sentence_embedder import SentenceEmbedder
     from ember.pipelines.tokenizer_loader import load_tokenizer
+
     manifest = json.loads(manifest_json)
     model = manifest.get("models", {}).get(name)
     if model is None:
         raise FileNotFoundError(
             f"the bundle has no model {name!r}: run `make models` and then `make web` "
-            f"(or `ember serve --rebuild`) to include it")
+            f"(or `ember serve --rebuild`) to include it"
+        )
     files = model["files"]
     if "model.safetensors" not in files:
         raise FileNotFoundError(f"the bundle's {name} has no model.safetensors")
     root, device, tensors, t0, t1 = await _fetch_model_to_gpu(model, name)
     config = BertConfig.from_json(f"{root}/config.json")
-    bert = BertModel(config, VarBuilder.from_tensors(tensors, device=device,
-                                                     label=f"{name}/model.safetensors"))
+    bert = BertModel(
+        config, VarBuilder.from_tensors(tensors, device=device, label=f"{name}/model.safetensors")
+    )
     pooling = read_pooling_config(root)
     limit = config.max_position_embeddings
-    tokenizer = load_tokenizer(f"{root}/tokenizer.json",
-                               min(pooling.max_seq_length or limit, limit))
-    embedder = SentenceEmbedder(bert, tokenizer, pooling, device, model_path=root,
-                                pad_id=config.pad_token_id or 0)
+    tokenizer = load_tokenizer(
+        f"{root}/tokenizer.json", min(pooling.max_seq_length or limit, limit)
+    )
+    embedder = SentenceEmbedder(
+        bert, tokenizer, pooling, device, model_path=root, pad_id=config.pad_token_id or 0
+    )
     t2 = time.perf_counter()
     _progress("model", 0.9, "Compiling the kernels (first sentence)")
     embedder.encode(["warm up"]).tolist()
     t3 = time.perf_counter()
     _progress("ready", 1.0, f"{name} ready")
     _state["embedder"] = embedder
-    return json.dumps({"model": name, "bytes": sum(files.values()), "dim": embedder.dim,
-                       "seconds": {"download": t1 - t0, "load": t2 - t1, "warm_up": t3 - t2}})
+    return json.dumps(
+        {
+            "model": name,
+            "bytes": sum(files.values()),
+            "dim": embedder.dim,
+            "seconds": {"download": t1 - t0, "load": t2 - t1, "warm_up": t3 - t2},
+        }
+    )
 
 
 def _loaded_embedder():
@@ -131,8 +155,13 @@ def embed(texts_json):
     vectors = embedder.encode(texts)
     similarity = embedder.similarity(vectors, vectors).tolist()
     seconds = time.perf_counter() - t0
-    return json.dumps({"similarity": similarity, "seconds": seconds,
-                       "first_values": [row[:4] for row in vectors.tolist()]})
+    return json.dumps(
+        {
+            "similarity": similarity,
+            "seconds": seconds,
+            "first_values": [row[:4] for row in vectors.tolist()],
+        }
+    )
 
 
 def vectors(texts_json, batch_size=8):
@@ -164,18 +193,22 @@ def search(query, texts_json):
     # One encode for query and documents (query first), as the native demo does: the
     # query rides in the documents' batch instead of costing a pass of its own.
     vectors = embedder.encode([query] + texts)
-    scores = embedder.similarity(vectors.narrow(0, 0, 1),
-                                 vectors.narrow(0, 1, len(texts))).tolist()[0]
+    scores = embedder.similarity(
+        vectors.narrow(0, 0, 1), vectors.narrow(0, 1, len(texts))
+    ).tolist()[0]
     rows = vectors.tolist()
     seconds = time.perf_counter() - t0
     # Ties keep the documents' order (sorted is stable), so the ranking is deterministic.
     order = sorted(range(len(texts)), key=lambda i: -scores[i])
-    return json.dumps({
-        "ranking": [{"index": i, "text": texts[i], "score": scores[i]} for i in order],
-        "seconds": seconds,
-        "timings": {k: embedder.timings[k] for k in ("tokenize", "embed")},
-        "query_first_values": rows[0][:4],
-        "first_values": [row[:4] for row in rows[1:]]})
+    return json.dumps(
+        {
+            "ranking": [{"index": i, "text": texts[i], "score": scores[i]} for i in order],
+            "seconds": seconds,
+            "timings": {k: embedder.timings[k] for k in ("tokenize", "embed")},
+            "query_first_values": rows[0][:4],
+            "first_values": [row[:4] for row in rows[1:]],
+        }
+    )
 
 
 def encode_timed(texts_json, batch_size=64):
@@ -191,5 +224,11 @@ def encode_timed(texts_json, batch_size=64):
     seconds = time.perf_counter() - t0
     # Kernels first met in this call (shapes the one-sentence warm-up did not have) were
     # compiled inside the timed span; the count says how much of it that could be.
-    return json.dumps({"n": len(rows), "dim": len(rows[0]) if rows else 0, "seconds": seconds,
-                       "pipelines_compiled": counters.get("pipeline_misses", 0) - compiled})
+    return json.dumps(
+        {
+            "n": len(rows),
+            "dim": len(rows[0]) if rows else 0,
+            "seconds": seconds,
+            "pipelines_compiled": counters.get("pipeline_misses", 0) - compiled,
+        }
+    )

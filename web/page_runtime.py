@@ -4,6 +4,7 @@ and runs snippets, answering in JSON so no proxy outlives a call.
 Every snippet runs in one shared namespace that already holds `ember` and `dev` (the
 WebGPU device), so a page can build on earlier snippets, as in a notebook.
 """
+
 import contextlib
 import io
 import json
@@ -18,6 +19,7 @@ async def open_device():
     ember's WebGPU device on them; returns JSON with the adapter's name and limits."""
     import ember
     from ember.backends.webgpu import browser
+
     info = await browser.request_device_async()
     _namespace.update({"__name__": "__main__", "ember": ember, "dev": ember.Device.webgpu()})
     return json.dumps(info)
@@ -26,6 +28,7 @@ async def open_device():
 async def run(code):
     """Run `code` as a coroutine (top-level await allowed); the last expression is the value."""
     from pyodide.code import eval_code_async
+
     out = io.StringIO()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
@@ -38,6 +41,7 @@ async def run(code):
 def run_plain(code):
     """Run `code` as an ordinary call: no suspendable stack, as without JSPI."""
     from pyodide.code import eval_code
+
     out = io.StringIO()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
@@ -53,8 +57,10 @@ def _answer(ok, value, out):
     except Exception as exc:  # e.g. a tensor whose repr needs a readback that cannot run here
         text = f"<repr failed: {type(exc).__name__}: {exc}>"
     try:
-        payload = json.dumps({"ok": ok, "value": _json_safe(value), "repr": text,
-                              "stdout": out.getvalue()}, allow_nan=False)
+        payload = json.dumps(
+            {"ok": ok, "value": _json_safe(value), "repr": text, "stdout": out.getvalue()},
+            allow_nan=False,
+        )
     except (TypeError, ValueError):  # not JSON-able: the repr is the answer
         payload = json.dumps({"ok": ok, "value": None, "repr": text, "stdout": out.getvalue()})
     return payload
@@ -72,8 +78,16 @@ def _json_safe(value):
 
 
 def _failure(exc, out):
-    return json.dumps({
-        "ok": False, "value": None, "repr": None, "stdout": out.getvalue(),
-        "error": {"type": type(exc).__name__, "message": str(exc),
-                  "traceback": "".join(traceback.format_exception(exc))},
-    })
+    return json.dumps(
+        {
+            "ok": False,
+            "value": None,
+            "repr": None,
+            "stdout": out.getvalue(),
+            "error": {
+                "type": type(exc).__name__,
+                "message": str(exc),
+                "traceback": "".join(traceback.format_exception(exc)),
+            },
+        }
+    )

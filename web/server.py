@@ -12,6 +12,7 @@ arrive within `header_timeout` seconds however slowly they trickle in (slowloris
 kept-alive connection is closed after `idle_timeout` seconds without a new request, and a
 client that stops reading is dropped after `send_timeout` seconds per 1 MiB written.
 """
+
 import email.utils
 import http.server
 import io
@@ -101,7 +102,7 @@ class _HeadReader(io.RawIOBase):
 
 
 class BundleHandler(http.server.BaseHTTPRequestHandler):
-    root = None          # set on the subclass made by make_server
+    root = None  # set on the subclass made by make_server
     quiet = True
     server_version = "ember-serve"
     # Keep-alive: a page's few dozen files load over a handful of connections.
@@ -207,14 +208,18 @@ class BundleHandler(http.server.BaseHTTPRequestHandler):
 class _Server(http.server.HTTPServer):
     """One thread per connection, at most `workers` at once: a connection is accepted
     only when a worker is free, so the rest wait in the listen backlog."""
+
     allow_reuse_address = True
     request_queue_size = 128  # the listen backlog (5 dropped clients under a burst of 200)
-    slot_wait = 0.2           # seconds; then serve_forever looks for shutdown() again
+    slot_wait = 0.2  # seconds; then serve_forever looks for shutdown() again
 
-    def __init__(self, address, handler, workers, header_timeout, idle_timeout,
-                 send_timeout):
-        for name, value in (("workers", workers), ("header_timeout", header_timeout),
-                            ("idle_timeout", idle_timeout), ("send_timeout", send_timeout)):
+    def __init__(self, address, handler, workers, header_timeout, idle_timeout, send_timeout):
+        for name, value in (
+            ("workers", workers),
+            ("header_timeout", header_timeout),
+            ("idle_timeout", idle_timeout),
+            ("send_timeout", send_timeout),
+        ):
             if not value > 0:
                 raise ValueError(f"ember serve: {name} must be positive, got {value!r}")
         self.header_timeout = header_timeout
@@ -236,8 +241,12 @@ class _Server(http.server.HTTPServer):
 
     def process_request(self, request, client_address):
         try:
-            threading.Thread(target=self._work, args=(request, client_address),
-                             name="ember-serve-worker", daemon=True).start()
+            threading.Thread(
+                target=self._work,
+                args=(request, client_address),
+                name="ember-serve-worker",
+                daemon=True,
+            ).start()
         except BaseException:
             self._slots.release()
             raise
@@ -257,16 +266,24 @@ class _Server(http.server.HTTPServer):
         super().handle_error(request, client_address)
 
 
-def make_server(root, host="127.0.0.1", port=8000, quiet=True, *, workers=32,
-                header_timeout=10.0, idle_timeout=5.0, send_timeout=30.0):
+def make_server(
+    root,
+    host="127.0.0.1",
+    port=8000,
+    quiet=True,
+    *,
+    workers=32,
+    header_timeout=10.0,
+    idle_timeout=5.0,
+    send_timeout=30.0,
+):
     """An HTTP server for `root` (not yet serving); port 0 picks a free port. The limits
     (see the module docstring) are in connections and seconds."""
     root = Path(root)
     if not (root / "index.html").is_file():
         raise FileNotFoundError(f"ember serve: no index.html in bundle directory {root}")
     handler = type("Handler", (BundleHandler,), {"root": str(root), "quiet": quiet})
-    return _Server((host, port), handler, workers, header_timeout, idle_timeout,
-                   send_timeout)
+    return _Server((host, port), handler, workers, header_timeout, idle_timeout, send_timeout)
 
 
 def serve_in_thread(root, host="127.0.0.1", port=0, **limits):

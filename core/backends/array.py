@@ -5,6 +5,7 @@ uint16). A tensor's view is built from its layout without copying; ops compute o
 views directly. f16 and bf16 compute in f32 and round back, because numpy's f16 loops
 are slow and bf16 does not exist there.
 """
+
 from .. import dtype as dt
 from ..errors import DimOutOfRange, OutOfMemory, ShapeMismatch, fmt_shape
 from ..hostdata import bf16_to_f32, f32_to_bf16
@@ -42,9 +43,10 @@ class ArrayBackend(Backend):
         if layout.numel == 0:
             return xp.empty(shape, storage.dtype)
         if self._is_numpy:
-            return xp.ndarray(shape, storage.dtype, buffer=storage,
-                              offset=layout.offset * item, strides=strides)
-        return xp.lib.stride_tricks.as_strided(storage[layout.offset:], shape, strides)
+            return xp.ndarray(
+                shape, storage.dtype, buffer=storage, offset=layout.offset * item, strides=strides
+            )
+        return xp.lib.stride_tricks.as_strided(storage[layout.offset :], shape, strides)
 
     def load(self, storage, layout, dtype):
         """The view in its compute dtype: f16 and bf16 widen to f32."""
@@ -70,6 +72,7 @@ class ArrayBackend(Backend):
         storage_type = dtype.numpy_name
         if isinstance(data, (bytes, bytearray, memoryview)):
             import numpy
+
             host = numpy.frombuffer(data, dtype=storage_type)
         else:
             host = data
@@ -90,6 +93,7 @@ class ArrayBackend(Backend):
         if not self._is_numpy:
             x = self.xp.asnumpy(x)
         import numpy
+
         return numpy.ascontiguousarray(x).tobytes()
 
     def host_bytes(self, storage, layout, dtype):
@@ -140,7 +144,12 @@ class ArrayBackend(Backend):
         return OutOfMemory(
             f"{op}: out of memory allocating {fmt_shape(shape)} {dtype.name} "
             f"({nbytes} bytes, {human_bytes(nbytes)}) on {self.name}{have}",
-            op=op, shape=tuple(shape), dtype=dtype, nbytes=nbytes, device=self.name)
+            op=op,
+            shape=tuple(shape),
+            dtype=dtype,
+            nbytes=nbytes,
+            device=self.name,
+        )
 
     def copy_strided(self, storage, layout, dtype):
         return self.xp.ascontiguousarray(self.view(storage, layout)).reshape(-1)
@@ -231,7 +240,9 @@ class ArrayBackend(Backend):
         x = self.load(a, la, dtype)
         w = self.load(b, lb, dtype)
         batch = la.shape[:-2]
-        shared = batch and all(s == 0 or n == 1 for s, n in zip(lb.strides[:-2], batch, strict=True))
+        shared = batch and all(
+            s == 0 or n == 1 for s, n in zip(lb.strides[:-2], batch, strict=True)
+        )
         rows = la.numel // max(la.shape[-1], 1) if shared else la.shape[-2]
         with self._gemm_threads(rows * la.shape[-1] * lb.shape[-1]):
             if shared:
@@ -249,6 +260,7 @@ class ArrayBackend(Backend):
         if not self._is_numpy:
             return _Null()
         from .blas_threads import single_thread_below
+
         return single_thread_below(macs)
 
     # --- indexing ---------------------------------------------------------------------------
@@ -260,7 +272,10 @@ class ArrayBackend(Backend):
             bad = lo if lo < 0 else hi
             raise DimOutOfRange(
                 f"{op}: index {bad} out of range for dim {dim} of size {size}",
-                op=op, index=bad, size=size)
+                op=op,
+                index=bad,
+                size=size,
+            )
 
     def index_select(self, storage, layout, ids, lids, dim, dtype):
         x = self.view(storage, layout)
@@ -274,8 +289,9 @@ class ArrayBackend(Backend):
         self._check_ids(idx, layout.shape[dim], "gather", dim)
         # torch.gather reads only the leading part of the other dims.
         crop = tuple(slice(0, n) if d != dim else slice(None) for d, n in enumerate(lids.shape))
-        return self.store(self.xp.take_along_axis(x[crop], idx.astype(self.xp.int64), axis=dim),
-                          dtype)
+        return self.store(
+            self.xp.take_along_axis(x[crop], idx.astype(self.xp.int64), axis=dim), dtype
+        )
 
     def scatter_add(self, dst, ldst, ids, lids, src, lsrc, dim, dtype):
         xp = self.xp
@@ -298,8 +314,9 @@ class ArrayBackend(Backend):
         y = softmax_last_dim(xp, xp.moveaxis(x, dim, -1) if x.ndim else x.reshape(1), log)
         return self.store(xp.moveaxis(y, -1, dim) if x.ndim else y.reshape(()), dtype)
 
-    def layer_norm(self, storage, layout, w, lw, b, lb, eps, dtype, rms=False, residual=None,
-                   lres=None):
+    def layer_norm(
+        self, storage, layout, w, lw, b, lb, eps, dtype, rms=False, residual=None, lres=None
+    ):
         """Normalize over the last dim (of x + residual when given); w and b (or None)
         are 1-D."""
         x = self.load(storage, layout, dtype)
@@ -309,12 +326,16 @@ class ArrayBackend(Backend):
         if x.ndim == 0 or x.size == 0:
             if res is not None:
                 x = x + res
-            return self.store(x.copy(), dtype) if x.size == 0 else self.store(
-                norm_last_dim(self.xp, x.reshape(1), weight, bias, eps, rms).reshape(()), dtype)
+            return (
+                self.store(x.copy(), dtype)
+                if x.size == 0
+                else self.store(
+                    norm_last_dim(self.xp, x.reshape(1), weight, bias, eps, rms).reshape(()), dtype
+                )
+            )
         return self.store(norm_last_dim(self.xp, x, weight, bias, eps, rms, res), dtype)
 
-    def linear(self, a, la, b, lb, bias, lbias, dtype, activation=None, residual=None,
-               lres=None):
+    def linear(self, a, la, b, lb, bias, lbias, dtype, activation=None, residual=None, lres=None):
         """activation(a @ b + bias) + residual for a 2-D `a` (rows, in) and `b` (in, out):
         one GEMM, then the rest in place on its output (array_rows.linear_epilogue)."""
         xp = self.xp
@@ -324,9 +345,13 @@ class ArrayBackend(Backend):
             y = _blasable(xp, x) @ _blasable(xp, w)
         if not y.flags.c_contiguous:  # cupy may hand back another order
             y = xp.ascontiguousarray(y)
-        linear_epilogue(xp, y, self.load(bias, lbias, dtype) if bias is not None else None,
-                        activation,
-                        self.load(residual, lres, dtype) if residual is not None else None)
+        linear_epilogue(
+            xp,
+            y,
+            self.load(bias, lbias, dtype) if bias is not None else None,
+            activation,
+            self.load(residual, lres, dtype) if residual is not None else None,
+        )
         return self.store(y, dtype)
 
     # --- quantized weights --------------------------------------------------------------------
@@ -349,8 +374,10 @@ class ArrayBackend(Backend):
         if lx.shape[-1] != n_in:
             raise ShapeMismatch(
                 f"qmatmul: x of shape {fmt_shape(lx.shape)} does not match weight "
-                f"{fmt_shape(qweight.shape)} (needs last dim {n_in})", op="qmatmul",
-                shapes=(lx.shape, tuple(qweight.shape)))
+                f"{fmt_shape(qweight.shape)} (needs last dim {n_in})",
+                op="qmatmul",
+                shapes=(lx.shape, tuple(qweight.shape)),
+            )
         lead = lx.shape[:-1]
         x2 = xp.ascontiguousarray(self.load(x, lx, dtype), dtype=xp.float32).reshape(-1, n_in)
         out = xp.empty((x2.shape[0], n_out), xp.float32)
@@ -359,7 +386,7 @@ class ArrayBackend(Backend):
         buf = xp.empty((step, n_in), xp.float32)
         for r0 in range(0, n_out, step):
             r1 = min(n_out, r0 + step)
-            chunk = qweight.dequantize_rows(r0, r1, out=buf[:r1 - r0])
+            chunk = qweight.dequantize_rows(r0, r1, out=buf[: r1 - r0])
             xp.matmul(x2, chunk.T, out=out[:, r0:r1])
         return self.store(out, dtype), lead + (n_out,)
 

@@ -2,6 +2,7 @@
 carry them (`UnaryOp.fresh`, `UnaryOp.overwrite`): one algorithm per op, so these give
 the bits the rows' `array` forms give (tests/test_array_fast.py, test_one_algorithm.py).
 """
+
 from ..ops import UNARY
 
 # Ops with a form that writes a fresh array in place step by step (x never written).

@@ -9,6 +9,7 @@ arithmetic as whole-array forms, step for step, so their results do not depend o
 block size or the number of threads; softmax shifts a row by 0 or by its own maximum,
 decided by that row alone (softmax_last_dim), so it does not either.
 """
+
 from .array_fast import apply_over
 from .row_parallel import run_rows
 
@@ -125,7 +126,7 @@ def softmax_last_dim(xp, x, log):
         redo = ~(total[:, 0] >= _SHIFT_FLOOR) | ~xp.isfinite(total[:, 0])
         again = bool(redo.any())
         if again:
-            total[redo] = 1.0   # those rows are redone below
+            total[redo] = 1.0  # those rows are redone below
         y /= total
         if again:
             rows = xp.nonzero(redo)[0]

@@ -14,6 +14,7 @@ quantized matmul, async readback) have default bodies that compose the primitive
 misspelled override is a method no one calls rather than a silent slow path. Device
 facts (`info`, `is_software_adapter`, `kernel_set`) are declared properties too.
 """
+
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,15 +32,19 @@ Shape = tuple[int, ...]
 class Backend:
     name: str = "abstract"
 
-    def lacks(self, primitive: str, op: str | None = None,
-              dtype: DType | None = None) -> UnsupportedOp:
+    def lacks(
+        self, primitive: str, op: str | None = None, dtype: DType | None = None
+    ) -> UnsupportedOp:
         """The error for a primitive this backend does not provide: it names the
         primitive, the op and dtype asked for, and the backend."""
         what = primitive if op is None else f"{primitive} {op}"
         of = f" for {dtype.name}" if dtype is not None else ""
         return UnsupportedOp(
             f"{what}: not provided by the {self.name} backend{of}; run it on another "
-            f"device (e.g. .to('cpu'))", op=op or primitive, backend=self.name)
+            f"device (e.g. .to('cpu'))",
+            op=op or primitive,
+            backend=self.name,
+        )
 
     # --- memory ----------------------------------------------------------------------
     def from_host(self, data: Any, dtype: DType, shape: Shape) -> Storage:
@@ -77,37 +82,49 @@ class Backend:
         """A contiguous copy of the strided view."""
         raise self.lacks("copy_strided")
 
-    def copy_into(self, dst: Storage, dst_layout: Layout, src: Storage, src_layout: Layout,
-                  dtype: DType) -> None:
+    def copy_into(
+        self, dst: Storage, dst_layout: Layout, src: Storage, src_layout: Layout, dtype: DType
+    ) -> None:
         """Write src (read through src_layout) into dst's view dst_layout, in place."""
         raise self.lacks("copy_into")
 
-    def cast(self, storage: Storage, layout: Layout, src_dtype: DType,
-             dst_dtype: DType) -> Storage:
+    def cast(self, storage: Storage, layout: Layout, src_dtype: DType, dst_dtype: DType) -> Storage:
         raise self.lacks("cast")
 
     # --- elementwise -----------------------------------------------------------------
-    def unary(self, op: str, storage: Storage, layout: Layout, dtype: DType,
-              params: Sequence[float] = ()) -> Storage:
+    def unary(
+        self, op: str, storage: Storage, layout: Layout, dtype: DType, params: Sequence[float] = ()
+    ) -> Storage:
         raise self.lacks("unary", op, dtype)
 
-    def binary(self, op: str, a: Storage, la: Layout, b: Storage | float, lb: Layout | None,
-               dtype: DType) -> Storage:
+    def binary(
+        self, op: str, a: Storage, la: Layout, b: Storage | float, lb: Layout | None, dtype: DType
+    ) -> Storage:
         """`b` may be a Python scalar (then lb is None): it takes the tensor's dtype."""
         raise self.lacks("binary", op, dtype)
 
-    def compare(self, op: str, a: Storage, la: Layout, b: Storage | float, lb: Layout | None,
-                dtype: DType) -> Storage:
+    def compare(
+        self, op: str, a: Storage, la: Layout, b: Storage | float, lb: Layout | None, dtype: DType
+    ) -> Storage:
         """Result is u8 (1 where true)."""
         raise self.lacks("compare", op, dtype)
 
-    def where(self, cond: Storage, lc: Layout, a: Storage, la: Layout, b: Storage, lb: Layout,
-              dtype: DType) -> Storage:
+    def where(
+        self,
+        cond: Storage,
+        lc: Layout,
+        a: Storage,
+        la: Layout,
+        b: Storage,
+        lb: Layout,
+        dtype: DType,
+    ) -> Storage:
         raise self.lacks("where")
 
     # --- reductions and scans -----------------------------------------------------------
-    def reduce(self, op: str, storage: Storage, layout: Layout, dims: Sequence[int],
-               dtype: DType) -> Storage:
+    def reduce(
+        self, op: str, storage: Storage, layout: Layout, dims: Sequence[int], dtype: DType
+    ) -> Storage:
         """Reduce over `dims` (sorted); the result keeps them as size-1 dims."""
         raise self.lacks("reduce", op, dtype)
 
@@ -119,54 +136,104 @@ class Backend:
         """la (..., M, K) and lb (..., K, N) with equal batch shapes (broadcast strides)."""
         raise self.lacks("matmul")
 
-    def index_select(self, storage: Storage, layout: Layout, ids: Storage, lids: Layout, dim: int,
-                     dtype: DType) -> Storage:
+    def index_select(
+        self, storage: Storage, layout: Layout, ids: Storage, lids: Layout, dim: int, dtype: DType
+    ) -> Storage:
         raise self.lacks("index_select")
 
-    def gather(self, storage: Storage, layout: Layout, ids: Storage, lids: Layout, dim: int,
-               dtype: DType) -> Storage:
+    def gather(
+        self, storage: Storage, layout: Layout, ids: Storage, lids: Layout, dim: int, dtype: DType
+    ) -> Storage:
         raise self.lacks("gather")
 
-    def scatter_add(self, dst: Storage, ldst: Layout, ids: Storage, lids: Layout, src: Storage,
-                    lsrc: Layout, dim: int, dtype: DType) -> Storage:
+    def scatter_add(
+        self,
+        dst: Storage,
+        ldst: Layout,
+        ids: Storage,
+        lids: Layout,
+        src: Storage,
+        lsrc: Layout,
+        dim: int,
+        dtype: DType,
+    ) -> Storage:
         """A new tensor: dst with src added at ids along dim."""
         raise self.lacks("scatter_add")
 
     # --- fused ops: defaults composed from the primitives (composites.py) -----------------
-    def softmax(self, storage: Storage, layout: Layout, dim: int, dtype: DType,
-                log: bool = False) -> Storage:
+    def softmax(
+        self, storage: Storage, layout: Layout, dim: int, dtype: DType, log: bool = False
+    ) -> Storage:
         """Softmax along `dim` (log-softmax with `log`), for a non-empty float tensor."""
         return composites.softmax(self, storage, layout, dim, dtype, log)
 
     def log_softmax(self, storage: Storage, layout: Layout, dim: int, dtype: DType) -> Storage:
         return self.softmax(storage, layout, dim, dtype, log=True)
 
-    def layer_norm(self, storage: Storage, layout: Layout, w: Storage | None, lw: Layout | None,
-                   b: Storage | None, lb: Layout | None, eps: float, dtype: DType,
-                   rms: bool = False, residual: Storage | None = None,
-                   lres: Layout | None = None) -> Storage:
+    def layer_norm(
+        self,
+        storage: Storage,
+        layout: Layout,
+        w: Storage | None,
+        lw: Layout | None,
+        b: Storage | None,
+        lb: Layout | None,
+        eps: float,
+        dtype: DType,
+        rms: bool = False,
+        residual: Storage | None = None,
+        lres: Layout | None = None,
+    ) -> Storage:
         """Layer norm over the last dim of x (+ residual, same shape, when given); w and b
         are 1-D or None. With `rms`, RMS norm (b unused)."""
-        return composites.layer_norm(self, storage, layout, w, lw, b, lb, eps, dtype, rms,
-                                     residual, lres)
+        return composites.layer_norm(
+            self, storage, layout, w, lw, b, lb, eps, dtype, rms, residual, lres
+        )
 
-    def rms_norm(self, storage: Storage, layout: Layout, w: Storage | None, lw: Layout | None,
-                 eps: float, dtype: DType, residual: Storage | None = None,
-                 lres: Layout | None = None) -> Storage:
-        return self.layer_norm(storage, layout, w, lw, None, None, eps, dtype, rms=True,
-                               residual=residual, lres=lres)
+    def rms_norm(
+        self,
+        storage: Storage,
+        layout: Layout,
+        w: Storage | None,
+        lw: Layout | None,
+        eps: float,
+        dtype: DType,
+        residual: Storage | None = None,
+        lres: Layout | None = None,
+    ) -> Storage:
+        return self.layer_norm(
+            storage, layout, w, lw, None, None, eps, dtype, rms=True, residual=residual, lres=lres
+        )
 
-    def linear(self, a: Storage, la: Layout, b: Storage, lb: Layout, bias: Storage | None,
-               lbias: Layout | None, dtype: DType, activation: str | None = None,
-               residual: Storage | None = None, lres: Layout | None = None) -> Storage:
+    def linear(
+        self,
+        a: Storage,
+        la: Layout,
+        b: Storage,
+        lb: Layout,
+        bias: Storage | None,
+        lbias: Layout | None,
+        dtype: DType,
+        activation: str | None = None,
+        residual: Storage | None = None,
+        lres: Layout | None = None,
+    ) -> Storage:
         """activation(a @ b + bias) + residual for a 2-D `a` (rows, in) and `b` (in, out);
         bias (out,) and residual (rows, out) may be None; activation is a parameterless
         unary op name (functional.LINEAR_ACTIVATIONS) or None."""
-        return composites.linear(self, a, la, b, lb, bias, lbias, dtype, activation, residual,
-                                 lres)
+        return composites.linear(self, a, la, b, lb, bias, lbias, dtype, activation, residual, lres)
 
-    def rope(self, storage: Storage, layout: Layout, cos: Storage, lcos: Layout, sin: Storage,
-             lsin: Layout, dtype: DType, interleaved: bool = False) -> Storage:
+    def rope(
+        self,
+        storage: Storage,
+        layout: Layout,
+        cos: Storage,
+        lcos: Layout,
+        sin: Storage,
+        lsin: Layout,
+        dtype: DType,
+        interleaved: bool = False,
+    ) -> Storage:
         """Rotary embedding of x [..., T, D] (read through `layout`) with cos and sin tables
         [T, D/2], or [B, T, D/2] for an x [B, ..., T, D] whose rows have positions of their
         own (a left-padded batch); table layouts may be strided or broadcast. Pairs are
@@ -177,16 +244,27 @@ class Backend:
         The result is contiguous."""
         return composites.rope(self, storage, layout, cos, lcos, sin, lsin, dtype, interleaved)
 
-    def scaled_dot_product_attention(self, q: Storage, lq: Layout, k: Storage, lk: Layout,
-                                     v: Storage, lv: Layout, mask: Storage | None,
-                                     lmask: Layout | None, scale: float, dtype: DType,
-                                     causal: bool = False) -> Storage:
+    def scaled_dot_product_attention(
+        self,
+        q: Storage,
+        lq: Layout,
+        k: Storage,
+        lk: Layout,
+        v: Storage,
+        lv: Layout,
+        mask: Storage | None,
+        lmask: Layout | None,
+        scale: float,
+        dtype: DType,
+        causal: bool = False,
+    ) -> Storage:
         """softmax(q @ k^T * scale + mask) @ v: q [..., Tq, D], k [..., Tk, D], v [..., Tk,
         Dv] with equal batch dims (broadcast strides), mask (or None) laid out as [...,
         Tq, Tk] and added to the scores; `causal` hides the keys after each query's
         position. The default computes the scores in tiles of queries."""
-        return composites.scaled_dot_product_attention(self, q, lq, k, lk, v, lv, mask, lmask,
-                                                       scale, dtype, causal)
+        return composites.scaled_dot_product_attention(
+            self, q, lq, k, lk, v, lv, mask, lmask, scale, dtype, causal
+        )
 
     # --- quantized weights ------------------------------------------------------------------
     def keeps_quantized(self, ggml_type: int) -> bool:
@@ -211,8 +289,7 @@ class Backend:
             return self.upload_quantized(weight.raw, weight.ggml_type, weight.shape)
         return composites.dense_weight(self, weight)
 
-    def qmatmul(self, x: Storage, lx: Layout, qweight: Any,
-                dtype: DType) -> tuple[Storage, Shape]:
+    def qmatmul(self, x: Storage, lx: Layout, qweight: Any, dtype: DType) -> tuple[Storage, Shape]:
         """x [..., K] @ dequantize(qweight).T -> (storage, shape [..., N]). `qweight` is
         what place_quantized returned: a dense weight (a matmul), or a host weight, which
         the default dequantizes a chunk of rows at a time and multiplies (composites.py)."""

@@ -7,6 +7,7 @@ product measured 39 ms on two threads against 1 ms on one. `single_thread_below(
 pins such products to one thread; large ones keep the pool. When the BLAS library or
 its thread call cannot be found, it does nothing.
 """
+
 import glob
 import os
 
@@ -21,9 +22,11 @@ def _probe():
         import ctypes
 
         import numpy
+
         base = os.path.dirname(numpy.__file__)
-        paths = glob.glob(os.path.join(base, "..", "numpy.libs", "*openblas*")) + \
-            glob.glob(os.path.join(base, ".dylibs", "*openblas*"))
+        paths = glob.glob(os.path.join(base, "..", "numpy.libs", "*openblas*")) + glob.glob(
+            os.path.join(base, ".dylibs", "*openblas*")
+        )
         for path in paths:
             lib = ctypes.CDLL(path)  # the copy numpy already loaded: same handle
             for stem in ("scipy_openblas_", "openblas_"):
@@ -86,5 +89,6 @@ def prepare_numpy_import():
     OpenBLAS loads) so BLAS workers stop spinning soon after each GEMM. A value the user
     set wins, and once numpy is loaded nothing is changed (it would have no effect)."""
     import sys
+
     if "numpy" not in sys.modules:
         os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", IDLE_SPIN_EXPONENT)

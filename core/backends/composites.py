@@ -5,6 +5,7 @@ backend has every op: a new backend writes the primitives and overrides a fused 
 where it has something faster. Operands are (storage, layout) pairs of one dtype; every
 function returns a new contiguous storage.
 """
+
 from typing import TYPE_CHECKING
 
 from .. import dtype as dt
@@ -12,7 +13,7 @@ from ..hostdata import pack
 from ..layout import Layout
 from ..shape import broadcast_shapes, numel
 
-if TYPE_CHECKING:   # base.py imports this module: the name is for the type checker only
+if TYPE_CHECKING:  # base.py imports this module: the name is for the type checker only
     from .base import Backend
 
 # Elements of one tile of attention scores: a long sequence's (Tq, Tk) score matrix is
@@ -26,8 +27,10 @@ def _binary(be: "Backend", op, x, y, dtype):
     if not isinstance(y, tuple):
         return be.binary(op, x[0], x[1], y, None, dtype), Layout(x[1].shape)
     shape = broadcast_shapes(op, x[1].shape, y[1].shape)
-    return (be.binary(op, x[0], x[1].broadcast_to(shape), y[0], y[1].broadcast_to(shape), dtype),
-            Layout(shape))
+    return (
+        be.binary(op, x[0], x[1].broadcast_to(shape), y[0], y[1].broadcast_to(shape), dtype),
+        Layout(shape),
+    )
 
 
 def _reduce(be: "Backend", op, x, dim, dtype):
@@ -50,8 +53,9 @@ def softmax(be: "Backend", storage, layout, dim, dtype, log=False):
     return _binary(be, "div", e, total, dtype)[0]
 
 
-def layer_norm(be: "Backend", storage, layout, w, lw, b, lb, eps, dtype, rms=False, residual=None,
-               lres=None):
+def layer_norm(
+    be: "Backend", storage, layout, w, lw, b, lb, eps, dtype, rms=False, residual=None, lres=None
+):
     """(x - mean) / sqrt(var + eps) * w + b over the last dim (RMS: x / sqrt(mean(x^2) +
     eps) * w), of x + residual when given."""
     x = (storage, layout)
@@ -70,7 +74,9 @@ def layer_norm(be: "Backend", storage, layout, w, lw, b, lb, eps, dtype, rms=Fal
     return y[0]
 
 
-def linear(be: "Backend", a, la, b, lb, bias, lbias, dtype, activation=None, residual=None, lres=None):
+def linear(
+    be: "Backend", a, la, b, lb, bias, lbias, dtype, activation=None, residual=None, lres=None
+):
     """activation(a @ b + bias) + residual, for a (rows, in) and b (in, out)."""
     y = (be.matmul(a, la, b, lb, dtype), Layout((la.shape[0], lb.shape[1])))
     if bias is not None:
@@ -91,7 +97,7 @@ def rope(be: "Backend", storage, layout, cos, lcos, sin, lsin, dtype, interleave
     if interleaved:
         pairs = Layout(shape[:-1] + (half, 2))
         x = layout.reshape(shape[:-1] + (half, 2))
-        if x is None:   # a view that cannot be split into pairs: copy it first
+        if x is None:  # a view that cannot be split into pairs: copy it first
             storage, x = be.copy_strided(storage, layout, dtype), pairs
         a, b = x.select(-1, 0), x.select(-1, 1)
         first, second = pairs.select(-1, 0), pairs.select(-1, 1)
@@ -105,8 +111,10 @@ def rope(be: "Backend", storage, layout, cos, lcos, sin, lsin, dtype, interleave
         return _binary(be, "mul", p, q, dtype)
 
     out = be.empty(shape, dtype)
-    for place, (p, q, op) in ((first, (mul(a, c), mul(b, s), "sub")),
-                              (second, (mul(b, c), mul(a, s), "add"))):
+    for place, (p, q, op) in (
+        (first, (mul(a, c), mul(b, s), "sub")),
+        (second, (mul(b, c), mul(a, s), "add")),
+    ):
         value = _binary(be, op, p, q, dtype)
         be.copy_into(out, place, value[0], value[1], dtype)
     return out
@@ -124,8 +132,9 @@ def _table_layout(table, shape):
     return table.broadcast_to(target)
 
 
-def scaled_dot_product_attention(be: "Backend", q, lq, k, lk, v, lv, mask, lmask, scale, dtype,
-                                 causal=False):
+def scaled_dot_product_attention(
+    be: "Backend", q, lq, k, lk, v, lv, mask, lmask, scale, dtype, causal=False
+):
     """softmax(q @ k^T * scale + mask) @ v over q [..., Tq, D], k [..., Tk, D], v [...,
     Tk, Dv], with `mask` (or None) laid out as [..., Tq, Tk] and `causal` hiding keys
     after a query's own position (the last query sees every key). Queries go in tiles
@@ -149,8 +158,9 @@ def scaled_dot_product_attention(be: "Backend", q, lq, k, lk, v, lv, mask, lmask
             scores = _binary(be, "add", scores, _causal_tile(be, q0, n, tq, tk, dtype), dtype)
         weights = be.softmax(scores[0], scores[1], len(batch) + 1, dtype)
         tile = be.matmul(weights, scores[1], v, lv, dtype)
-        be.copy_into(out, Layout(out_shape).narrow(-2, q0, n), tile,
-                     Layout(batch + (n, lv.shape[-1])), dtype)
+        be.copy_into(
+            out, Layout(out_shape).narrow(-2, q0, n), tile, Layout(batch + (n, lv.shape[-1])), dtype
+        )
     return out
 
 
@@ -185,8 +195,9 @@ def dense_weight(be: "Backend", weight):
     for r0 in range(0, n_out, step):
         r1 = min(n_out, r0 + step)
         part = be.from_host(weight.dequantize_rows(r0, r1), dt.f32, (r1 - r0, n_in))
-        be.copy_into(out, Layout((n_out, n_in)).narrow(0, r0, r1 - r0), part,
-                     Layout((r1 - r0, n_in)), dt.f32)
+        be.copy_into(
+            out, Layout((n_out, n_in)).narrow(0, r0, r1 - r0), part, Layout((r1 - r0, n_in)), dt.f32
+        )
     return DenseWeight(out, (n_out, n_in))
 
 
@@ -224,6 +235,7 @@ def qmatmul_host_weight(be: "Backend", x, lx, weight, dtype):
         if dtype is not dt.f32:
             w = be.cast(w, Layout((r1 - r0, n_in)), dt.f32, dtype)
         part = be.matmul(x, x2, w, Layout((r1 - r0, n_in)).transpose(0, 1), dtype)
-        be.copy_into(out, Layout((rows, n_out)).narrow(1, r0, r1 - r0), part,
-                     Layout((rows, r1 - r0)), dtype)
+        be.copy_into(
+            out, Layout((rows, n_out)).narrow(1, r0, r1 - r0), part, Layout((rows, r1 - r0)), dtype
+        )
     return out, lead + (n_out,)

@@ -14,6 +14,7 @@ numpy, and `workers()` turns the split off when it could not take effect.
 
 EMBER_CPU_THREADS=N sets the number of threads (1 turns the split off).
 """
+
 import os
 import threading
 
@@ -55,8 +56,9 @@ def workers():
             try:
                 n = max(1, int(wanted))
             except ValueError:
-                raise ValueError(f"EMBER_CPU_THREADS must be a whole number, got {wanted!r}") \
-                    from None
+                raise ValueError(
+                    f"EMBER_CPU_THREADS must be a whole number, got {wanted!r}"
+                ) from None
         else:
             n = min(_cpu_count(), 8) if _blas_workers_sleep_soon() else 1
         _state["workers"] = n
@@ -67,6 +69,7 @@ def _pool():
     with _lock:
         if _state["pool"] is None:
             from concurrent.futures import ThreadPoolExecutor
+
             _state["pool"] = ThreadPoolExecutor(workers() - 1, thread_name_prefix="ember-rows")
         return _state["pool"]
 

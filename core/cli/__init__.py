@@ -8,18 +8,34 @@ know about them; `ember profile VERB ...` is the same as a verb of its own (prof
 
 Nothing heavy is imported until a command runs, so `ember --help` is instant.
 """
+
 import argparse
 import importlib
 import sys
 
-COMMANDS = ("embed", "search", "info", "demo", "generate", "chat", "serve", "bench", "inspect",
-            "convert", "quantize", "verify", "profile")
+COMMANDS = (
+    "embed",
+    "search",
+    "info",
+    "demo",
+    "generate",
+    "chat",
+    "serve",
+    "bench",
+    "inspect",
+    "convert",
+    "quantize",
+    "verify",
+    "profile",
+)
 
 
 def build_parser():
     parser = argparse.ArgumentParser(
-        prog="ember", description="ember: minimalist ML inference on CPU, WebGPU and CUDA")
+        prog="ember", description="ember: minimalist ML inference on CPU, WebGPU and CUDA"
+    )
     from .. import __version__
+
     parser.add_argument("--version", action="version", version=f"ember {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
@@ -38,12 +54,19 @@ def build_parser():
 
 def add_profile_options(parser):
     group = parser.add_argument_group("profiling")
-    group.add_argument("--profile", action="store_true",
-                       help="print time, calls and bytes per op (and per GPU kernel on WebGPU "
-                            "adapters with timestamp queries) to stderr when done")
-    group.add_argument("--profile-trace", metavar="FILE", default=None,
-                       help="also write a Chrome trace JSON (open it in ui.perfetto.dev); "
-                            "an existing FILE is refused")
+    group.add_argument(
+        "--profile",
+        action="store_true",
+        help="print time, calls and bytes per op (and per GPU kernel on WebGPU "
+        "adapters with timestamp queries) to stderr when done",
+    )
+    group.add_argument(
+        "--profile-trace",
+        metavar="FILE",
+        default=None,
+        help="also write a Chrome trace JSON (open it in ui.perfetto.dev); "
+        "an existing FILE is refused",
+    )
 
 
 def run(args):
@@ -54,9 +77,12 @@ def run(args):
 
     from ..errors import InvalidArgument
     from ..profiler import Profiler
+
     if args.profile_trace and os.path.exists(args.profile_trace):
-        raise InvalidArgument(f"--profile-trace: {args.profile_trace} exists; choose another "
-                              f"path (ember does not overwrite it)")
+        raise InvalidArgument(
+            f"--profile-trace: {args.profile_trace} exists; choose another "
+            f"path (ember does not overwrite it)"
+        )
     profiler = Profiler().start()
     try:
         status = args.func(args) or 0
@@ -76,6 +102,7 @@ def main(argv=None):
         parser.print_help()
         return 2
     from ..errors import EmberError
+
     try:
         return run(args)
     except EmberError as exc:
@@ -86,5 +113,6 @@ def main(argv=None):
     except BrokenPipeError:
         # `ember embed ... | head`: the reader left; stop quietly, as Unix tools do.
         import os
+
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

@@ -1,4 +1,5 @@
 """`python -m ember.cli ...` runs the `ember` command."""
+
 import sys
 
 from . import main

@@ -4,6 +4,7 @@ traceback later (`ember serve --port 70000` once raised OverflowError from bind)
 
     p.add_argument("--port", type=args.port, default=8000)
 """
+
 import argparse
 import math
 
@@ -27,11 +28,13 @@ def _number(text, what):
 
 def _checked(parse, what, ok):
     """An argparse type: `parse(text, what)`, then `ok(value)` or the usage error."""
+
     def check(text):
         value = parse(text, what)
         if not ok(value):
             raise argparse.ArgumentTypeError(f"must be {what}, got {value}")
         return value
+
     return check
 
 

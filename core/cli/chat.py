@@ -7,14 +7,18 @@
 Type /reset to start over, /exit (or end of input) to leave. The whole conversation is
 re-rendered through the template each turn, so the prompt is what the model was trained on.
 """
+
 import sys
 
 from .generate import add_model_arguments, generation_config, load_llm, report_finish
 
 
 def add_parser(subparsers):
-    p = subparsers.add_parser("chat", help="chat with a Llama-family model (its chat template)",
-                              description=__doc__.split("\n\n")[0])
+    p = subparsers.add_parser(
+        "chat",
+        help="chat with a Llama-family model (its chat template)",
+        description=__doc__.split("\n\n")[0],
+    )
     add_model_arguments(p)
     p.add_argument("--system", default=None, help="a system message to start with")
     p.set_defaults(func=run)
@@ -24,14 +28,18 @@ def add_parser(subparsers):
 def run(args, inp=None, out=None):
     from ..errors import EmberError
     from ..generation import TextGeneration
+
     inp = inp or sys.stdin
     out = out or sys.stdout
-    config = generation_config(args)   # bad settings fail before the model loads
+    config = generation_config(args)  # bad settings fail before the model loads
     model, tokenizer, template = load_llm(args)
     if template is None:
-        raise EmberError("chat: this model has no chat template (tokenizer_config.json "
-                         "chat_template, or tokenizer.chat_template in the GGUF file); use "
-                         "`ember generate` for plain prompts", op="chat")
+        raise EmberError(
+            "chat: this model has no chat template (tokenizer_config.json "
+            "chat_template, or tokenizer.chat_template in the GGUF file); use "
+            "`ember generate` for plain prompts",
+            op="chat",
+        )
     start = [{"role": "system", "content": args.system}] if args.system else []
     messages = list(start)
     interactive = inp.isatty()

@@ -12,6 +12,7 @@ from tokenizer.json; a GGUF of those architectures comes back under Hugging Face
 Other inputs keep their tensor names. Peak memory is about one tensor: inputs are
 memory-mapped and outputs written incrementally under temporary names, renamed at the end.
 """
+
 import json
 import os
 import sys
@@ -19,22 +20,31 @@ import sys
 import numpy as np
 
 DTYPES = {"f32": "F32", "f16": "F16", "bf16": "BF16"}
-PERMUTED_ARCHS = ("llama", "mistral")        # llama.cpp permutes q/k rows for these
+PERMUTED_ARCHS = ("llama", "mistral")  # llama.cpp permutes q/k rows for these
 LLAMA_ARCHS = PERMUTED_ARCHS + ("qwen2",)
 
 
 def add_parser(subparsers):
-    p = subparsers.add_parser("convert", help="convert weights between formats",
-                              description=__doc__)
-    p.add_argument("input", help="PyTorch, safetensors (file or directory), GGUF, npz or "
-                                 "CTranslate2 weights")
+    p = subparsers.add_parser(
+        "convert", help="convert weights between formats", description=__doc__
+    )
+    p.add_argument(
+        "input", help="PyTorch, safetensors (file or directory), GGUF, npz or CTranslate2 weights"
+    )
     p.add_argument("output", help="the file to write: *.safetensors or *.gguf")
-    p.add_argument("--dtype", choices=sorted(DTYPES), help="store floating-point tensors as "
-                   "this type (default: as in the input; quantized GGUF tensors stay quantized "
-                   "in a GGUF and become f32 in safetensors)")
+    p.add_argument(
+        "--dtype",
+        choices=sorted(DTYPES),
+        help="store floating-point tensors as "
+        "this type (default: as in the input; quantized GGUF tensors stay quantized "
+        "in a GGUF and become f32 in safetensors)",
+    )
     add_output_arguments(p)
-    p.add_argument("--max-shard-size", default="5GB",
-                   help="split safetensors output above this size (bytes, or with KB/MB/GB)")
+    p.add_argument(
+        "--max-shard-size",
+        default="5GB",
+        help="split safetensors output above this size (bytes, or with KB/MB/GB)",
+    )
     p.set_defaults(func=run)
     return p
 
@@ -46,12 +56,20 @@ def add_output_arguments(p):
 
 def parse_size(text):
     from ..errors import EmberError
-    units = {"KB": 10 ** 3, "MB": 10 ** 6, "GB": 10 ** 9, "KIB": 2 ** 10, "MIB": 2 ** 20,
-             "GIB": 2 ** 30, "B": 1}
+
+    units = {
+        "KB": 10**3,
+        "MB": 10**6,
+        "GB": 10**9,
+        "KIB": 2**10,
+        "MIB": 2**20,
+        "GIB": 2**30,
+        "B": 1,
+    }
     t = str(text).strip().upper()
     for unit, scale in sorted(units.items(), key=lambda u: -len(u[0])):
         if t.endswith(unit):
-            t, mult = t[:-len(unit)], scale
+            t, mult = t[: -len(unit)], scale
             break
     else:
         mult = 1
@@ -74,8 +92,10 @@ class Progress:
     def __call__(self, i, tensor):
         if self.enabled:
             filled = 30 * i // max(self.total, 1)
-            sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {i + 1}/{self.total} "
-                             f"{tensor.name[:40]:<40}")
+            sys.stderr.write(
+                f"\r[{'#' * filled}{'.' * (30 - filled)}] {i + 1}/{self.total} "
+                f"{tensor.name[:40]:<40}"
+            )
             sys.stderr.flush()
 
     def done(self):
@@ -88,6 +108,7 @@ def cast(entry, array, target):
     """The entry's values as bytes of `target` (a float dtype name); same type: the same bits."""
     from ..io.quantize import quantize
     from ..io.weights import to_f32
+
     if entry.dtype == target:
         return np.ascontiguousarray(array)
     return quantize(to_f32(entry, array), target)
@@ -100,10 +121,12 @@ def permute_rows(array, heads, inverse=False):
     rest = array.shape[1:]
     hd = rows // heads
     if inverse:
-        return np.ascontiguousarray(array.reshape(heads, hd // 2, 2, *rest).swapaxes(1, 2)
-                                    .reshape(array.shape))
-    return np.ascontiguousarray(array.reshape(heads, 2, hd // 2, *rest).swapaxes(1, 2)
-                                .reshape(array.shape))
+        return np.ascontiguousarray(
+            array.reshape(heads, hd // 2, 2, *rest).swapaxes(1, 2).reshape(array.shape)
+        )
+    return np.ascontiguousarray(
+        array.reshape(heads, 2, hd // 2, *rest).swapaxes(1, 2).reshape(array.shape)
+    )
 
 
 # --- the Llama family ------------------------------------------------------------------------
@@ -125,15 +148,19 @@ def llama_metadata(cfg, name):
     theta = cfg.get("rope_theta") or (cfg.get("rope_parameters") or {}).get("rope_theta", 10000.0)
     from ..io.gguf import GGUFValueType as V
     from ..io.gguf_writer import Typed
+
     md = {
-        "general.architecture": arch, "general.name": name,
+        "general.architecture": arch,
+        "general.name": name,
         f"{arch}.context_length": int(cfg.get("max_position_embeddings", 2048)),
         f"{arch}.embedding_length": int(hidden),
         f"{arch}.block_count": int(cfg["num_hidden_layers"]),
         f"{arch}.feed_forward_length": int(cfg["intermediate_size"]),
         f"{arch}.attention.head_count": int(heads),
         f"{arch}.attention.head_count_kv": int(cfg.get("num_key_value_heads") or heads),
-        f"{arch}.attention.layer_norm_rms_epsilon": Typed(V.FLOAT32, float(cfg.get("rms_norm_eps", 1e-6))),
+        f"{arch}.attention.layer_norm_rms_epsilon": Typed(
+            V.FLOAT32, float(cfg.get("rms_norm_eps", 1e-6))
+        ),
         f"{arch}.rope.freq_base": Typed(V.FLOAT32, float(theta)),
         f"{arch}.rope.dimension_count": int(hd),
         f"{arch}.attention.key_length": int(hd),
@@ -156,7 +183,7 @@ def tokenizer_metadata(path, cfg):
         return {}
     n = int(cfg["vocab_size"])
     tokens = [f"[PAD{i}]" for i in range(n)]
-    types = [5] * n                  # llama.cpp's token types: 1 normal, 3 control, 4 user, 5 unused
+    types = [5] * n  # llama.cpp's token types: 1 normal, 3 control, 4 user, 5 unused
     for tok, i in model.get("vocab", {}).items():
         if i < n:
             tokens[i], types[i] = tok, 1
@@ -166,13 +193,21 @@ def tokenizer_metadata(path, cfg):
             types[a["id"]] = 3 if a.get("special") else 4
     from ..io.gguf import GGUFValueType as V
     from ..io.gguf_writer import Typed
-    md = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "default",
-          "tokenizer.ggml.tokens": tokens,
-          "tokenizer.ggml.token_type": Typed(V.ARRAY, types, V.INT32),
-          "tokenizer.ggml.merges": [m if isinstance(m, str) else " ".join(m)
-                                    for m in model.get("merges", [])]}
-    for key, field in (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id"),
-                       ("pad_token_id", "padding_token_id")):
+
+    md = {
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.pre": "default",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.token_type": Typed(V.ARRAY, types, V.INT32),
+        "tokenizer.ggml.merges": [
+            m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])
+        ],
+    }
+    for key, field in (
+        ("bos_token_id", "bos_token_id"),
+        ("eos_token_id", "eos_token_id"),
+        ("pad_token_id", "padding_token_id"),
+    ):
         if cfg.get(key) is not None and not isinstance(cfg[key], list):
             md[f"tokenizer.ggml.{field}"] = int(cfg[key])
     return md
@@ -192,7 +227,7 @@ class Source:
 
     def __init__(self, weights, names, inverse, metadata, skipped):
         self.weights = weights
-        self.items = names          # [(out name, entry, heads to permute by or None)]
+        self.items = names  # [(out name, entry, heads to permute by or None)]
         self.inverse = inverse
         self.metadata = metadata
         self.skipped = skipped
@@ -202,21 +237,26 @@ class Source:
         if heads is not None:
             if entry.dtype in ("F32", "F16", "BF16", "F64") or len(entry.shape) == 1:
                 array = permute_rows(np.asarray(array).reshape(entry.shape), heads, self.inverse)
-            else:   # quantized: rows of raw blocks
-                array = permute_rows(np.asarray(array).reshape(entry.shape[0], -1), heads,
-                                     self.inverse)
+            else:  # quantized: rows of raw blocks
+                array = permute_rows(
+                    np.asarray(array).reshape(entry.shape[0], -1), heads, self.inverse
+                )
         return array
 
 
 def for_gguf(weights, path):
     """The input under llama.cpp's names when it is a Llama-family Hugging Face model."""
     from ..models.gguf_llama import gguf_name
+
     cfg = hf_config(path) if weights.format != "gguf" else None
     if weights.format == "gguf":
         meta = dict(weights.metadata)
         types = getattr(weights, "gguf_types", {})
-        meta = {k: _retyped(k, v, types[k]) if k in types else v
-                for k, v in meta.items() if k != "general.alignment"}
+        meta = {
+            k: _retyped(k, v, types[k]) if k in types else v
+            for k, v in meta.items()
+            if k != "general.alignment"
+        }
         return Source(weights, [(e.name, e, None) for e in weights.entries], False, meta, [])
     if cfg is None or cfg.get("model_type") not in LLAMA_ARCHS:
         return Source(weights, [(e.name, e, None) for e in weights.entries], False, {}, [])
@@ -242,6 +282,7 @@ _ARRAY_ELEMENTS = {"tokenizer.ggml.token_type": "INT32", "tokenizer.ggml.scores"
 def _retyped(key, value, t):
     from ..io.gguf import GGUFValueType as V
     from ..io.gguf_writer import Typed, infer
+
     if t != V.ARRAY:
         return Typed(t, value)
     if key in _ARRAY_ELEMENTS:
@@ -252,6 +293,7 @@ def _retyped(key, value, t):
 def for_safetensors(weights):
     """The input under Hugging Face names (a Llama-family GGUF is mapped back)."""
     from ..models.gguf_llama import _GLOBAL_NAMES, _LAYER_NAMES
+
     md = weights.metadata
     arch = md.get("general.architecture") if weights.format == "gguf" else None
     if arch not in LLAMA_ARCHS:
@@ -262,7 +304,7 @@ def for_safetensors(weights):
     back = {g: hf for hf, g in _GLOBAL_NAMES.items()}
     tails = {}
     for hf_tail, g_tail in _LAYER_NAMES.items():
-        tails.setdefault(g_tail, hf_tail)   # first wins: ffn_up is up_proj, not Phi-3's fused one
+        tails.setdefault(g_tail, hf_tail)  # first wins: ffn_up is up_proj, not Phi-3's fused one
     items, skipped = [], []
     for e in weights.entries:
         name = back.get(e.name)
@@ -280,6 +322,7 @@ def for_safetensors(weights):
 # --- planning and writing ---------------------------------------------------------------------
 def safetensors_dtype(entry, want):
     from ..io.weights import FLOAT_DTYPES
+
     if entry.is_float:
         if want is not None:
             return want
@@ -290,20 +333,25 @@ def safetensors_dtype(entry, want):
 def gguf_type(entry, want):
     from ..errors import UnsupportedDType
     from ..io.quant import GGMLType
+
     if entry.is_float:
         if want is not None:
             return GGMLType[want]
         return GGMLType[entry.dtype]
     if entry.dtype in ("I8", "I16", "I32", "I64"):
         return GGMLType[entry.dtype]
-    raise UnsupportedDType(f"tensor {entry.name!r}: GGUF has no {entry.dtype} type (it stores "
-                           "I8, I16, I32, I64 and floats)", tensor=entry.name)
+    raise UnsupportedDType(
+        f"tensor {entry.name!r}: GGUF has no {entry.dtype} type (it stores "
+        "I8, I16, I32, I64 and floats)",
+        tensor=entry.name,
+    )
 
 
 def write_gguf_from(source, out_path, outputs, type_for, progress_enabled=None):
     """Plan every tensor's ggml type with `type_for(name, entry)`, then write."""
     from ..io.gguf_writer import PlannedTensor, write_gguf
     from ..io.quantize import quantize
+
     planned = []
     for name, entry, heads in source.items:
         t = type_for(name, entry)
@@ -313,6 +361,7 @@ def write_gguf_from(source, out_path, outputs, type_for, progress_enabled=None):
             if not entry.is_float or entry.dtype == t.name:
                 return np.ascontiguousarray(array)
             from ..io.weights import to_f32
+
             return quantize(to_f32(entry, array).reshape(entry.shape), t)
 
         planned.append(PlannedTensor(name, tuple(entry.shape), t, produce, entry.release))
@@ -327,9 +376,11 @@ def run(args):
     from ..errors import EmberError
     from ..io.outputs import StagedOutputs, check_target
     from ..io.weights import open_weights
+
     out = os.fspath(args.output)
-    kind = "gguf" if out.endswith(".gguf") else "safetensors" if out.endswith(".safetensors") \
-        else None
+    kind = (
+        "gguf" if out.endswith(".gguf") else "safetensors" if out.endswith(".safetensors") else None
+    )
     if kind is None:
         raise EmberError(f"{out}: the output's extension must be .safetensors or .gguf")
     check_target(out, args.force)
@@ -337,11 +388,17 @@ def run(args):
     with open_weights(args.input) as weights, StagedOutputs(args.force) as outputs:
         if kind == "gguf":
             source = for_gguf(weights, args.input)
-            planned = write_gguf_from(source, out, outputs, lambda n, e: gguf_type(e, want),
-                                      None if not args.quiet else False)
+            planned = write_gguf_from(
+                source,
+                out,
+                outputs,
+                lambda n, e: gguf_type(e, want),
+                None if not args.quiet else False,
+            )
             written = [out]
         else:
             from ..io.safetensors_writer import PlannedTensor, write_safetensors
+
             source = for_safetensors(weights)
             planned = []
             for name, entry, heads in source.items:
@@ -349,20 +406,30 @@ def run(args):
 
                 def produce(entry=entry, heads=heads, target=target):
                     array = source.read(entry, heads)
-                    return cast(entry, array, target) if entry.is_float else \
-                        np.ascontiguousarray(array)
+                    return (
+                        cast(entry, array, target)
+                        if entry.is_float
+                        else np.ascontiguousarray(array)
+                    )
 
-                planned.append(PlannedTensor(name, target, tuple(entry.shape), produce,
-                                             entry.release))
+                planned.append(
+                    PlannedTensor(name, target, tuple(entry.shape), produce, entry.release)
+                )
             bar = Progress(len(planned), None if not args.quiet else False)
-            written = write_safetensors(outputs, out, planned,
-                                        metadata={"format": "pt"},
-                                        max_shard_bytes=parse_size(args.max_shard_size),
-                                        progress=bar)
+            written = write_safetensors(
+                outputs,
+                out,
+                planned,
+                metadata={"format": "pt"},
+                max_shard_bytes=parse_size(args.max_shard_size),
+                progress=bar,
+            )
             bar.done()
     if not args.quiet:
         print(f"wrote {len(planned)} tensors to {', '.join(written)}")
         if source.skipped:
-            print(f"left out {len(source.skipped)} tensors with no counterpart: "
-                  f"{', '.join(source.skipped[:8])}{' ...' if len(source.skipped) > 8 else ''}")
+            print(
+                f"left out {len(source.skipped)} tensors with no counterpart: "
+                f"{', '.join(source.skipped[:8])}{' ...' if len(source.skipped) > 8 else ''}"
+            )
     return 0

@@ -1,5 +1,6 @@
 """`ember demo` (what `make demo` runs): semantic search with all-MiniLM-L6-v2 on the best
 device, printing the device, the timings and the ranked sentences."""
+
 import sys
 import time
 
@@ -23,8 +24,11 @@ QUERY = "How do I take care of my cat?"
 
 
 def add_parser(subparsers):
-    p = subparsers.add_parser("demo", help="semantic-search demo on the default model",
-                              description=__doc__.split("\n\n")[0])
+    p = subparsers.add_parser(
+        "demo",
+        help="semantic-search demo on the default model",
+        description=__doc__.split("\n\n")[0],
+    )
     add_device_argument(p)
     p.add_argument("--model", default=None, help="model directory or hub id")
     p.add_argument("--query", default=QUERY, help=f"the search query (default: {QUERY!r})")
@@ -39,10 +43,15 @@ def semantic_search(query=QUERY, sentences=SENTENCES, device="best", model=None)
     opened = time.perf_counter() - start
     embedder = load_embedder(model, dev)
     vectors = embedder.encode([query] + list(sentences))
-    timings = {"device": opened, "load": embedder.timings["load"],
-               "tokenize": embedder.timings["tokenize"], "embed": embedder.timings["embed"]}
-    scores = embedder.similarity(vectors.narrow(0, 0, 1),
-                                 vectors.narrow(0, 1, len(sentences))).tolist()[0]
+    timings = {
+        "device": opened,
+        "load": embedder.timings["load"],
+        "tokenize": embedder.timings["tokenize"],
+        "embed": embedder.timings["embed"],
+    }
+    scores = embedder.similarity(
+        vectors.narrow(0, 0, 1), vectors.narrow(0, 1, len(sentences))
+    ).tolist()[0]
     return dev, timings, [(s, sentences[i]) for i, s in rank(scores)]
 
 
@@ -55,8 +64,11 @@ def run(args, out=None):
     out = out or sys.stdout
     dev, timings, results = semantic_search(args.query, device=args.device, model=args.model)
     out.write(f"ember semantic search — device: {dev}{describe(dev)}\n")
-    out.write("timings: " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in timings.items())
-              + f" ({len(results) + 1} texts)\n")
+    out.write(
+        "timings: "
+        + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in timings.items())
+        + f" ({len(results) + 1} texts)\n"
+    )
     out.write(f"query: {args.query}\n")
     for score, sentence in results:
         out.write(f"  {score:6.3f}  {sentence}\n")

@@ -1,12 +1,14 @@
 """`ember info`: the devices ember can use here, with their libraries, adapters and limits."""
+
 import json
 import platform
 import sys
 
 
 def add_parser(subparsers):
-    p = subparsers.add_parser("info", help="list the devices ember can use here",
-                              description=__doc__)
+    p = subparsers.add_parser(
+        "info", help="list the devices ember can use here", description=__doc__
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
     return p
@@ -30,6 +32,7 @@ def cpu_info():
         out["blas"] = "unknown"
     try:
         from threadpoolctl import threadpool_info
+
         pools = [p for p in threadpool_info() if p.get("user_api") == "blas"]
         if pools:
             out["blas_threads"] = pools[0].get("num_threads")
@@ -37,6 +40,7 @@ def cpu_info():
     except ImportError:
         pass
     import os
+
     out["cores"] = os.cpu_count()
     return out
 
@@ -45,8 +49,11 @@ def _plain(value):
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
-        return [_plain(v) for v in sorted(value, key=str)] if isinstance(value, (set, frozenset)) \
+        return (
+            [_plain(v) for v in sorted(value, key=str)]
+            if isinstance(value, (set, frozenset))
             else [_plain(v) for v in value]
+        )
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     if hasattr(value, "__dict__"):
@@ -59,8 +66,10 @@ def wgpu_info():
     try:
         from ..backends.webgpu.info import list_adapters
     except ImportError as exc:
-        return {"available": False,
-                "reason": f"adapter listing is not available in this build ({exc})"}
+        return {
+            "available": False,
+            "reason": f"adapter listing is not available in this build ({exc})",
+        }
     try:
         adapters = list_adapters()
     except Exception as exc:  # no wgpu, no driver: report, never crash `info`
@@ -72,10 +81,12 @@ def wgpu_info():
 
 def cuda_info():
     import importlib.util
+
     if importlib.util.find_spec("cupy") is None:
         return {"available": False, "reason": "cupy is not installed (pip install ember[cuda])"}
     try:
         from ..device import Device
+
         dev = Device.cuda(0)
         return {"available": True, "device": str(dev)}
     except Exception as exc:
@@ -95,10 +106,15 @@ def run(args, out=None):
         return 0
     cpu = info["cpu"]
     if cpu["available"]:
-        extra = "".join(f", {k.replace('_', ' ')} {cpu[k]}" for k in ("blas_threads", "blas_kernel")
-                        if cpu.get(k) is not None)
-        out.write(f"cpu     available: numpy {cpu['numpy']}, BLAS {cpu['blas']}{extra}, "
-                  f"{cpu['cores']} cores, Python {cpu['python']} ({cpu['machine']})\n")
+        extra = "".join(
+            f", {k.replace('_', ' ')} {cpu[k]}"
+            for k in ("blas_threads", "blas_kernel")
+            if cpu.get(k) is not None
+        )
+        out.write(
+            f"cpu     available: numpy {cpu['numpy']}, BLAS {cpu['blas']}{extra}, "
+            f"{cpu['cores']} cores, Python {cpu['python']} ({cpu['machine']})\n"
+        )
     else:
         out.write(f"cpu     unavailable: {cpu['reason']}\n")
     w = info["wgpu"]
@@ -109,7 +125,9 @@ def run(args, out=None):
     else:
         out.write(f"wgpu    unavailable: {w['reason']}\n")
     c = info["cuda"]
-    out.write(f"cuda    {'available: ' + c['device'] if c['available'] else 'unavailable: ' + c['reason']}\n")
+    out.write(
+        f"cuda    {'available: ' + c['device'] if c['available'] else 'unavailable: ' + c['reason']}\n"
+    )
     return 0
 
 

@@ -12,15 +12,38 @@ are not whole blocks of its type falls back, as llama.cpp does, to a type whose 
 fits (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, Q2_K/Q3_K -> Q4_0, then F16); the
 summary lists each fallback.
 """
+
 import re
 
 from .convert import add_output_arguments
 
-TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
-         "Q4_K_M", "Q5_K_M")
+TYPES = (
+    "Q4_0",
+    "Q4_1",
+    "Q5_0",
+    "Q5_1",
+    "Q8_0",
+    "Q2_K",
+    "Q3_K",
+    "Q4_K",
+    "Q5_K",
+    "Q6_K",
+    "Q4_K_M",
+    "Q5_K_M",
+)
 _MIXES = {"Q4_K_M": "Q4_K", "Q5_K_M": "Q5_K"}
-FALLBACK = {"Q2_K": "Q4_0", "Q3_K": "Q4_0", "Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0",
-            "Q4_0": "F16", "Q4_1": "F16", "Q5_0": "F16", "Q5_1": "F16", "Q8_0": "F16"}
+FALLBACK = {
+    "Q2_K": "Q4_0",
+    "Q3_K": "Q4_0",
+    "Q4_K": "Q5_0",
+    "Q5_K": "Q5_1",
+    "Q6_K": "Q8_0",
+    "Q4_0": "F16",
+    "Q4_1": "F16",
+    "Q5_0": "F16",
+    "Q5_1": "F16",
+    "Q8_0": "F16",
+}
 _LAYER = re.compile(r"^blk\.(\d+)\.")
 
 
@@ -28,8 +51,13 @@ def add_parser(subparsers):
     p = subparsers.add_parser("quantize", help="write a quantized GGUF", description=__doc__)
     p.add_argument("input", help="GGUF, safetensors (file or directory) or PyTorch weights")
     p.add_argument("output", help="the .gguf file to write")
-    p.add_argument("--type", required=True, type=str.upper, choices=TYPES,
-                   help="the ggml type (or llama.cpp preset) to store matrices as")
+    p.add_argument(
+        "--type",
+        required=True,
+        type=str.upper,
+        choices=TYPES,
+        help="the ggml type (or llama.cpp preset) to store matrices as",
+    )
     add_output_arguments(p)
     p.set_defaults(func=run)
     return p
@@ -37,13 +65,13 @@ def add_parser(subparsers):
 
 def more_bits(layer, n_layers):
     """llama.cpp's layers that get a bigger type in the _M mixes."""
-    return layer < n_layers // 8 or layer >= 7 * n_layers // 8 or \
-        (layer - n_layers // 8) % 3 == 2
+    return layer < n_layers // 8 or layer >= 7 * n_layers // 8 or (layer - n_layers // 8) % 3 == 2
 
 
 def planner(preset, names):
     """type_for(name, entry) -> (ggml type name, wanted type name) for one preset."""
     from ..io.quantize import fits
+
     base = _MIXES.get(preset, preset)
     layers = [int(m.group(1)) for m in map(_LAYER.match, names) if m]
     n_layers = max(layers) + 1 if layers else 0
@@ -55,8 +83,11 @@ def planner(preset, names):
         if name == "output.weight" or (not has_output and name == "token_embd.weight"):
             return "Q6_K"
         m = _LAYER.match(name)
-        if m and name.endswith(("attn_v.weight", "ffn_down.weight")) \
-                and more_bits(int(m.group(1)), n_layers):
+        if (
+            m
+            and name.endswith(("attn_v.weight", "ffn_down.weight"))
+            and more_bits(int(m.group(1)), n_layers)
+        ):
             return "Q6_K"
         return base
 
@@ -79,6 +110,7 @@ def run(args):
     from ..io.quant import GGMLType
     from ..io.weights import open_weights
     from .convert import for_gguf, gguf_type, write_gguf_from
+
     if not str(args.output).endswith(".gguf"):
         raise EmberError(f"{args.output}: quantize writes GGUF; the output must end in .gguf")
     check_target(args.output, args.force)
@@ -97,15 +129,18 @@ def run(args):
             return GGMLType[got]
 
         if "general.file_type" in source.metadata:
-            del source.metadata["general.file_type"]   # it would describe the input
+            del source.metadata["general.file_type"]  # it would describe the input
         # the ggml block-format revision, which llama.cpp's quantizer records
         source.metadata["general.quantization_version"] = 2
-        planned = write_gguf_from(source, args.output, outputs, type_for,
-                                  None if not args.quiet else False)
+        planned = write_gguf_from(
+            source, args.output, outputs, type_for, None if not args.quiet else False
+        )
     if not args.quiet:
         mix = ", ".join(f"{n} {t}" for t, n in sorted(counts.items()))
         print(f"wrote {len(planned)} tensors to {args.output} ({args.type}: {mix})")
         for name, shape, want, got in fallbacks:
-            print(f"  {name} {shape}: rows of {shape[-1]} are not whole {want} blocks; "
-                  f"stored as {got}")
+            print(
+                f"  {name} {shape}: rows of {shape[-1]} are not whole {want} blocks; "
+                f"stored as {got}"
+            )
     return 0

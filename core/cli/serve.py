@@ -9,6 +9,7 @@ only into an absent or empty directory or a bundle it built, and refuses anythin
 Hidden files are never served, and slow or idle clients are closed after a timeout (see
 ember.web.server for the limits).
 """
+
 import sys
 from pathlib import Path
 
@@ -16,14 +17,20 @@ from . import args as argtypes
 
 
 def add_parser(subparsers):
-    p = subparsers.add_parser("serve", help="serve the browser playground on localhost",
-                              description=__doc__.split("\n\n")[0])
-    p.add_argument("--host", default="127.0.0.1",
-                   help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=argtypes.port, default=8000,
-                   help="port 0..65535 (default 8000; 0 picks one)")
-    p.add_argument("--bundle", default=None,
-                   help="bundle directory (default: web/bundle, built if missing)")
+    p = subparsers.add_parser(
+        "serve",
+        help="serve the browser playground on localhost",
+        description=__doc__.split("\n\n")[0],
+    )
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)"
+    )
+    p.add_argument(
+        "--port", type=argtypes.port, default=8000, help="port 0..65535 (default 8000; 0 picks one)"
+    )
+    p.add_argument(
+        "--bundle", default=None, help="bundle directory (default: web/bundle, built if missing)"
+    )
     p.add_argument("--rebuild", action="store_true", help="rebuild the bundle before serving")
     p.set_defaults(func=run)
     return p
@@ -32,6 +39,7 @@ def add_parser(subparsers):
 def _build_script():
     """build_scripts/build_web.py of the checkout this ember runs from, or None."""
     from ember.web.server import bundle_dir
+
     script = bundle_dir().parent.parent / "build_scripts" / "build_web.py"
     return script if script.is_file() else None
 
@@ -44,33 +52,42 @@ def ensure_bundle(bundle=None, rebuild=False):
     from ember.errors import EmberError
     from ember.web import bundle_place
     from ember.web.server import bundle_dir
+
     default = bundle_dir()
     path = Path(bundle) if bundle else default
     script = _build_script()
-    if (path / "index.html").is_file() and not rebuild and (
-            bundle is not None or (path / "manifest.json").is_file()):
+    if (
+        (path / "index.html").is_file()
+        and not rebuild
+        and (bundle is not None or (path / "manifest.json").is_file())
+    ):
         if bundle is None and script is not None and _load(script).is_stale(path):
-            print("ember serve: note: the bundle is older than the sources; `ember serve "
-                  "--rebuild` or `make web` refreshes it", file=sys.stderr, flush=True)
+            print(
+                "ember serve: note: the bundle is older than the sources; `ember serve "
+                "--rebuild` or `make web` refreshes it",
+                file=sys.stderr,
+                flush=True,
+            )
         return path
     why = bundle_place.refusal(path, default)
     if why is not None:
-        raise EmberError(f"will not build a bundle here: {why}",
-                         op="serve")
+        raise EmberError(f"will not build a bundle here: {why}", op="serve")
     if script is None:
-        raise EmberError(f"no bundle at {path}, and no build_scripts/build_web.py "
-                         "to build one (run `make web` in an ember source checkout, or pass "
-                         "--bundle DIR)")
+        raise EmberError(
+            f"no bundle at {path}, and no build_scripts/build_web.py "
+            "to build one (run `make web` in an ember source checkout, or pass "
+            "--bundle DIR)"
+        )
     print(f"ember serve: building the bundle into {path}", file=sys.stderr, flush=True)
     try:
         return _load(script).build(path)
-    except bundle_place.BundlePlaceError as exc:   # the place changed while building
-        raise EmberError(f"will not build a bundle here: {exc}",
-                         op="serve") from None
+    except bundle_place.BundlePlaceError as exc:  # the place changed while building
+        raise EmberError(f"will not build a bundle here: {exc}", op="serve") from None
 
 
 def _load(script):
     import importlib.util
+
     spec = importlib.util.spec_from_file_location("ember_build_web", script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -79,19 +96,26 @@ def _load(script):
 
 def run(args):
     from ember.web.server import make_server
+
     path = ensure_bundle(args.bundle, args.rebuild)
     try:
         server = make_server(path, args.host, args.port, quiet=False)
     except OSError as exc:
-        print(f"ember serve: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}",
-              file=sys.stderr, flush=True)
+        print(
+            f"ember serve: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}",
+            file=sys.stderr,
+            flush=True,
+        )
         return 1
     host, port = server.server_address[:2]
     shown = f"[{host}]" if ":" in host else host
     print(f"ember serve: {path} on http://{shown}:{port}/  (Ctrl+C stops)", flush=True)
     if host not in ("127.0.0.1", "::1", "localhost"):
-        print(f"ember serve: note: listening on {host}, so other machines can load these "
-              "pages too", file=sys.stderr, flush=True)
+        print(
+            f"ember serve: note: listening on {host}, so other machines can load these pages too",
+            file=sys.stderr,
+            flush=True,
+        )
     try:
         server.serve_forever()
     except KeyboardInterrupt:

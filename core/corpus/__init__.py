@@ -6,6 +6,7 @@ index (parquet, npy with a rows sidecar, or JSON lines) and exact top-k search o
 
 See docs/corpus.md for the command line (`ember embed --input`, `ember search`).
 """
+
 from .errors import BadRow, CorpusError
 from .job import CorpusJob, embed_corpus
 

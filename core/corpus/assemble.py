@@ -6,6 +6,7 @@ file under a temporary name renamed into place (memory: one part at a time).
     .parquet  columns id (string), text (string), vector (fixed-size list of float32);
               one row group per part
 """
+
 import json
 
 import numpy as np
@@ -26,7 +27,8 @@ def _npy(parts, dim, facts):
     rows = parts.rows_done
     with atomic_file(parts.output) as fh:
         np.lib.format.write_array_header_2_0(
-            fh, {"descr": np.dtype(np.float32).str, "fortran_order": False, "shape": (rows, dim)})
+            fh, {"descr": np.dtype(np.float32).str, "fortran_order": False, "shape": (rows, dim)}
+        )
         for entry in parts.entries:
             vectors, _ = parts.read(entry)
             fh.write(np.ascontiguousarray(vectors).tobytes())
@@ -44,15 +46,18 @@ def _jsonl(parts, dim, facts):
         for entry in parts.entries:
             vectors, rows = parts.read(entry)
             for (row_id, text), vector in zip(rows, vectors.tolist(), strict=True):
-                fh.write(json.dumps({"id": row_id, "text": text, "vector": vector},
-                                    ensure_ascii=False) + "\n")
+                fh.write(
+                    json.dumps({"id": row_id, "text": text, "vector": vector}, ensure_ascii=False)
+                    + "\n"
+                )
         owned_files.mark(parts.output, fh, **facts)
 
 
 def parquet_schema(dim):
     pa = pyarrow()
-    return pa.schema([("id", pa.string()), ("text", pa.string()),
-                      ("vector", pa.list_(pa.float32(), dim))])
+    return pa.schema(
+        [("id", pa.string()), ("text", pa.string()), ("vector", pa.list_(pa.float32(), dim))]
+    )
 
 
 def _parquet(parts, dim, facts):
@@ -63,8 +68,14 @@ def _parquet(parts, dim, facts):
             for entry in parts.entries:
                 vectors, rows = parts.read(entry)
                 flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1))
-                writer.write_table(pa.table(
-                    [pa.array([r[0] for r in rows], pa.string()),
-                     pa.array([r[1] for r in rows], pa.string()),
-                     pa.FixedSizeListArray.from_arrays(flat, dim)], schema=schema))
+                writer.write_table(
+                    pa.table(
+                        [
+                            pa.array([r[0] for r in rows], pa.string()),
+                            pa.array([r[1] for r in rows], pa.string()),
+                            pa.FixedSizeListArray.from_arrays(flat, dim),
+                        ],
+                        schema=schema,
+                    )
+                )
         owned_files.mark(parts.output, fh, **facts)

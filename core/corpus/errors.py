@@ -1,4 +1,5 @@
 """The corpus errors: one for a job that cannot run, one for a row that cannot be read."""
+
 from ..errors import EmberError, FormatError
 
 
@@ -15,5 +16,6 @@ class BadRow(FormatError):
         where = f"{path} {unit} {line}"
         if field is not None:
             where += f", field {field!r}"
-        super().__init__(f"{where}: {problem}", path=str(path), line=line, field=field,
-                         problem=problem)
+        super().__init__(
+            f"{where}: {problem}", path=str(path), line=line, field=field, problem=problem
+        )

@@ -1,5 +1,6 @@
 """Output formats of a corpus job, the files each one writes, and what an existing file
 holds (to say so when it is of another format than its name)."""
+
 import os
 
 from .errors import CorpusError
@@ -11,8 +12,11 @@ _MAGIC = ((b"PAR1", ".parquet"), (b"\x93NUMPY", ".npy"), (b"{", ".jsonl"))
 def output_format(path):
     ext = os.path.splitext(os.fspath(path))[1].lower()
     if ext not in OUTPUT_FORMATS:
-        raise CorpusError(f"{path}: unknown output format {ext or '(no extension)'!r}; "
-                          f"ember writes {', '.join(OUTPUT_FORMATS)}", path=str(path))
+        raise CorpusError(
+            f"{path}: unknown output format {ext or '(no extension)'!r}; "
+            f"ember writes {', '.join(OUTPUT_FORMATS)}",
+            path=str(path),
+        )
     return ext
 
 

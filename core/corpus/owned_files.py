@@ -6,6 +6,7 @@ time the file had when ember wrote it, and the job's fingerprint. A file is embe
 it still has that size and time: one changed since, or one without a record, is someone
 else's and is never overwritten (unless the caller forces it).
 """
+
 import json
 import os
 
@@ -44,8 +45,10 @@ def refusal(path):
         return f"{path} is a directory, not an output file"
     if record(path) is not None:
         return None
-    return (f"{path} exists and was not written by ember (or was changed since); "
-            "ember never overwrites a file it did not write (--force replaces it)")
+    return (
+        f"{path} exists and was not written by ember (or was changed since); "
+        "ember never overwrites a file it did not write (--force replaces it)"
+    )
 
 
 def mark(path, fh, **facts):
@@ -61,4 +64,3 @@ def mark(path, fh, **facts):
     with atomic_file(record_path(path), "w") as out:
         json.dump({"made_by": "ember", "states": states, **facts}, out)
         out.write("\n")
-

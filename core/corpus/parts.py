@@ -8,6 +8,7 @@ was being written when the process died is not in the manifest and is written ag
 resume. The manifest carries the job's fingerprint (inputs' hashes, options, model): a
 resume of other inputs or options is refused rather than mixed in.
 """
+
 import json
 import os
 import shutil
@@ -43,9 +44,12 @@ class Parts:
     def check_ours(self):
         """NotOurs when the place of the journal holds something ember did not make."""
         if self.exists() and not os.path.isfile(os.path.join(self.dir, MARKER)):
-            raise owned.NotOurs(f"{self.dir} exists and was not made by ember (it has no "
-                                f"{MARKER} marker); ember keeps a job's parts there and "
-                                "will not write into it", path=self.dir)
+            raise owned.NotOurs(
+                f"{self.dir} exists and was not made by ember (it has no "
+                f"{MARKER} marker); ember keeps a job's parts there and "
+                "will not write into it",
+                path=self.dir,
+            )
 
     def open(self, fingerprint, restart=False):
         """Start a journal, or take up the one of an interrupted run of the same job.
@@ -61,7 +65,10 @@ class Parts:
                 raise CorpusError(
                     f"{self.dir} holds an interrupted run of {self.output} with other "
                     f"{', '.join(diff)}; rerun the same command to finish it, or add --force "
-                    "to discard it and start again", path=self.dir, differs=diff)
+                    "to discard it and start again",
+                    path=self.dir,
+                    differs=diff,
+                )
             self.remove()
         os.makedirs(self.dir)
         owned.write_marker(self.dir, MARKER, output=os.path.basename(self.output))
@@ -77,17 +84,19 @@ class Parts:
             if not isinstance(manifest.get("parts"), list):
                 raise ValueError("no list of parts")
         except FileNotFoundError:
-            return {"fingerprint": None, "parts": []}   # died before its first manifest
+            return {"fingerprint": None, "parts": []}  # died before its first manifest
         except (OSError, ValueError, AttributeError):
-            raise CorpusError(f"{path}: the journal of an interrupted run cannot be read; "
-                              "add --force to discard it and start again", path=path) from None
+            raise CorpusError(
+                f"{path}: the journal of an interrupted run cannot be read; "
+                "add --force to discard it and start again",
+                path=path,
+            ) from None
         self.fingerprint = manifest.get("fingerprint")
         return manifest
 
     def _write_manifest(self, fingerprint):
         with owned.atomic_file(os.path.join(self.dir, MANIFEST), "w") as fh:
-            json.dump({"made_by": "ember", "fingerprint": fingerprint, "parts": self.entries},
-                      fh)
+            json.dump({"made_by": "ember", "fingerprint": fingerprint, "parts": self.entries}, fh)
             fh.write("\n")
 
     @property
@@ -117,9 +126,11 @@ class Parts:
         with open(rows_path, encoding="utf-8") as fh:
             rows = [(r["id"], r["text"]) for r in map(json.loads, fh)]
         if len(rows) != entry["rows"] or vectors.shape[0] != entry["rows"]:
-            raise CorpusError(f"{vec_path}: a committed part does not hold its "
-                              f"{entry['rows']} rows; add --force to start again",
-                              path=vec_path)
+            raise CorpusError(
+                f"{vec_path}: a committed part does not hold its "
+                f"{entry['rows']} rows; add --force to start again",
+                path=vec_path,
+            )
         return vectors, rows
 
     def remove(self):

@@ -1,9 +1,10 @@
 """A one-line progress bar on a terminal: rows done, rows/s, ETA. Quiet when the stream
 is not a terminal (a log file, a pipe, a test)."""
+
 import time
 
 WIDTH = 24
-EVERY_S = 0.25   # redraw at most this often: a redraw per window would flood a slow tty
+EVERY_S = 0.25  # redraw at most this often: a redraw per window would flood a slow tty
 
 
 class Progress:
@@ -33,8 +34,9 @@ class Progress:
             bar = "#" * int(frac * WIDTH)
             left = (self.total - self.done) / rate if rate > 0 else float("inf")
             eta = "--:--" if left == float("inf") else f"{int(left) // 60:02d}:{int(left) % 60:02d}"
-            text = (f"[{bar:<{WIDTH}}] {self.done:,}/{self.total:,} rows  {rate:,.0f} rows/s  "
-                    f"ETA {eta}")
+            text = (
+                f"[{bar:<{WIDTH}}] {self.done:,}/{self.total:,} rows  {rate:,.0f} rows/s  ETA {eta}"
+            )
         return text
 
     def close(self):

@@ -9,6 +9,7 @@ A row that cannot be embedded (not UTF-8, not JSON, no text field, an empty text
 ragged CSV record) raises BadRow naming the file, line and field; with `on_bad` set it
 is handed to `on_bad(BadRow)` instead and the reading goes on.
 """
+
 import csv
 import json
 import os
@@ -23,8 +24,11 @@ PARQUET_BATCH_ROWS = 1024
 def input_format(path):
     ext = os.path.splitext(os.fspath(path))[1].lower()
     if ext not in INPUT_FORMATS:
-        raise CorpusError(f"{path}: unknown input format {ext or '(no extension)'!r}; "
-                          f"ember reads {', '.join(INPUT_FORMATS)}", path=str(path))
+        raise CorpusError(
+            f"{path}: unknown input format {ext or '(no extension)'!r}; "
+            f"ember reads {', '.join(INPUT_FORMATS)}",
+            path=str(path),
+        )
     return ext
 
 
@@ -38,9 +42,11 @@ def check_inputs(paths, text_field="text", id_field=None):
         if not os.path.isfile(path):
             raise CorpusError(f"{path}: no such input file", path=str(path))
         if ext == ".txt" and id_field is not None:
-            raise CorpusError(f"{path}: a .txt input has no fields (one text per line); "
-                              "--id-field applies to .jsonl, .csv and .parquet inputs",
-                              path=str(path))
+            raise CorpusError(
+                f"{path}: a .txt input has no fields (one text per line); "
+                "--id-field applies to .jsonl, .csv and .parquet inputs",
+                path=str(path),
+            )
 
 
 def read_rows(paths, text_field="text", id_field=None, on_bad=None):
@@ -74,8 +80,9 @@ def _checked_text(path, line, value, field, unit="line"):
     if value is None:
         return BadRow(path, line, "the text is null", field, unit)
     if not isinstance(value, str):
-        return BadRow(path, line, f"the text is a {type(value).__name__}, not a string",
-                      field, unit)
+        return BadRow(
+            path, line, f"the text is a {type(value).__name__}, not a string", field, unit
+        )
     if not value.strip():
         return BadRow(path, line, "the text is empty", field, unit)
     return value
@@ -88,8 +95,14 @@ def _decoded_lines(path):
             try:
                 yield number, raw.decode("utf-8").rstrip("\r\n")
             except UnicodeDecodeError as exc:
-                yield number, BadRow(path, number, f"not UTF-8 (byte 0x{raw[exc.start]:02x} "
-                                                   f"at column {exc.start + 1})")
+                yield (
+                    number,
+                    BadRow(
+                        path,
+                        number,
+                        f"not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})",
+                    ),
+                )
 
 
 def _read_txt(path, text_field, id_field):
@@ -119,8 +132,13 @@ def _read_jsonl(path, text_field, id_field):
 
 def _record_row(path, number, record, text_field, id_field, unit="line"):
     if text_field not in record:
-        return BadRow(path, number, f"no field {text_field!r} (fields: "
-                      f"{', '.join(map(str, record)) or 'none'})", text_field, unit)
+        return BadRow(
+            path,
+            number,
+            f"no field {text_field!r} (fields: {', '.join(map(str, record)) or 'none'})",
+            text_field,
+            unit,
+        )
     text = _checked_text(path, number, record[text_field], text_field, unit)
     if isinstance(text, BadRow):
         return text
@@ -133,7 +151,7 @@ def _record_row(path, number, record, text_field, id_field, unit="line"):
 
 def _read_csv(path, text_field, id_field):
     lines = _decoded_lines(path)
-    bad = []   # lines that are not UTF-8, reported once the reader is past them
+    bad = []  # lines that are not UTF-8, reported once the reader is past them
 
     def texts():
         for _, line in lines:
@@ -146,16 +164,20 @@ def _read_csv(path, text_field, id_field):
     try:
         header = next(reader, None)
     except csv.Error as exc:
-        raise CorpusError(f"{path} line 1: the CSV header cannot be read ({exc})",
-                          path=str(path)) from None
+        raise CorpusError(
+            f"{path} line 1: the CSV header cannot be read ({exc})", path=str(path)
+        ) from None
     yield from bad
     bad.clear()
     if header is None:
         return
     for field in (text_field, id_field):
         if field is not None and field not in header:
-            raise CorpusError(f"{path}: the CSV header has no column {field!r} "
-                              f"(columns: {', '.join(header)})", path=str(path), field=field)
+            raise CorpusError(
+                f"{path}: the CSV header has no column {field!r} (columns: {', '.join(header)})",
+                path=str(path),
+                field=field,
+            )
     start = reader.line_num + 1
     while True:
         try:
@@ -171,10 +193,11 @@ def _read_csv(path, text_field, id_field):
         yield from bad
         bad.clear()
         if len(record) != len(header):
-            yield BadRow(path, start, f"has {len(record)} fields, the header has "
-                                      f"{len(header)}")
+            yield BadRow(path, start, f"has {len(record)} fields, the header has {len(header)}")
         elif record:
-            yield _record_row(path, start, dict(zip(header, record, strict=True)), text_field, id_field)
+            yield _record_row(
+                path, start, dict(zip(header, record, strict=True)), text_field, id_field
+            )
         start = reader.line_num + 1
     yield from bad
 
@@ -183,13 +206,16 @@ def _read_parquet(path, text_field, id_field):
     pq = parquet()
     try:
         file = pq.ParquetFile(path)
-    except Exception as exc:   # pyarrow's own error classes: ArrowInvalid, OSError
+    except Exception as exc:  # pyarrow's own error classes: ArrowInvalid, OSError
         raise CorpusError(f"{path}: not a readable parquet file ({exc})", path=str(path)) from None
     names = file.schema_arrow.names
     for field in (text_field, id_field):
         if field is not None and field not in names:
-            raise CorpusError(f"{path}: the parquet file has no column {field!r} "
-                              f"(columns: {', '.join(names)})", path=str(path), field=field)
+            raise CorpusError(
+                f"{path}: the parquet file has no column {field!r} (columns: {', '.join(names)})",
+                path=str(path),
+                field=field,
+            )
     columns = [text_field] + ([id_field] if id_field is not None else [])
     number = 0
     for batch in file.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns):
@@ -203,5 +229,4 @@ def _read_parquet(path, text_field, id_field):
             yield _record_row(path, number, record, text_field, id_field, unit="row")
 
 
-_READERS = {".txt": _read_txt, ".jsonl": _read_jsonl, ".csv": _read_csv,
-            ".parquet": _read_parquet}
+_READERS = {".txt": _read_txt, ".jsonl": _read_jsonl, ".csv": _read_csv, ".parquet": _read_parquet}

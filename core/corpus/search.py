@@ -3,6 +3,7 @@ vectors and the k best rows, whatever the index size.
 
 An index is what a corpus job writes: `.npy` (+ NAME.rows.jsonl), `.jsonl` or `.parquet`.
 """
+
 import itertools
 import json
 import os
@@ -21,8 +22,9 @@ def index_chunks(path, chunk_rows=CHUNK_ROWS):
     fmt = output_format(path)
     if not os.path.isfile(path):
         raise CorpusError(f"{path}: no such index", path=str(path))
-    return {".npy": _npy_chunks, ".jsonl": _jsonl_chunks,
-            ".parquet": _parquet_chunks}[fmt](path, chunk_rows)
+    return {".npy": _npy_chunks, ".jsonl": _jsonl_chunks, ".parquet": _parquet_chunks}[fmt](
+        path, chunk_rows
+    )
 
 
 def _npy_chunks(path, chunk_rows):
@@ -31,8 +33,10 @@ def _npy_chunks(path, chunk_rows):
     except ValueError as exc:
         raise CorpusError(f"{path}: not a .npy file ({exc})", path=str(path)) from None
     if vectors.ndim != 2:
-        raise CorpusError(f"{path}: holds an array of shape {list(vectors.shape)}, not "
-                          "(rows, dim) vectors", path=str(path))
+        raise CorpusError(
+            f"{path}: holds an array of shape {list(vectors.shape)}, not (rows, dim) vectors",
+            path=str(path),
+        )
     sidecar = rows_sidecar(path)
     if not os.path.isfile(sidecar):
         raise CorpusError(f"{path}: its ids and texts ({sidecar}) are missing", path=sidecar)
@@ -43,15 +47,18 @@ def _npy_chunks(path, chunk_rows):
             if not lines:
                 break
             rows = _json_rows(sidecar, start, lines)
-            chunk = np.asarray(vectors[start:start + len(rows)], dtype=np.float32)
+            chunk = np.asarray(vectors[start : start + len(rows)], dtype=np.float32)
             if chunk.shape[0] != len(rows):
-                raise CorpusError(f"{sidecar} has more rows than {path} has vectors "
-                                  f"({vectors.shape[0]})", path=sidecar)
+                raise CorpusError(
+                    f"{sidecar} has more rows than {path} has vectors ({vectors.shape[0]})",
+                    path=sidecar,
+                )
             yield [r["id"] for r in rows], [r["text"] for r in rows], chunk
             start += len(rows)
     if start != vectors.shape[0]:
-        raise CorpusError(f"{sidecar} has {start} rows, {path} {vectors.shape[0]} vectors",
-                          path=sidecar)
+        raise CorpusError(
+            f"{sidecar} has {start} rows, {path} {vectors.shape[0]} vectors", path=sidecar
+        )
 
 
 def _json_rows(path, start, lines):
@@ -60,8 +67,9 @@ def _json_rows(path, start, lines):
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError as exc:
-            raise CorpusError(f"{path} line {start + offset + 1}: not JSON ({exc.msg})",
-                              path=str(path)) from None
+            raise CorpusError(
+                f"{path} line {start + offset + 1}: not JSON ({exc.msg})", path=str(path)
+            ) from None
     return rows
 
 
@@ -76,8 +84,11 @@ def _jsonl_chunks(path, chunk_rows):
             try:
                 vectors = np.asarray([r["vector"] for r in rows], dtype=np.float32)
             except (KeyError, ValueError, TypeError):
-                raise CorpusError(f"{path} lines {start + 1}-{start + len(rows)}: not rows "
-                                  "of {id, text, vector} of one width", path=str(path)) from None
+                raise CorpusError(
+                    f"{path} lines {start + 1}-{start + len(rows)}: not rows "
+                    "of {id, text, vector} of one width",
+                    path=str(path),
+                ) from None
             yield [r.get("id") for r in rows], [r.get("text") for r in rows], vectors
             start += len(rows)
 
@@ -86,8 +97,9 @@ def _parquet_chunks(path, chunk_rows):
     file = parquet().ParquetFile(path)
     names = file.schema_arrow.names
     if "vector" not in names:
-        raise CorpusError(f"{path}: no 'vector' column (columns: {', '.join(names)})",
-                          path=str(path))
+        raise CorpusError(
+            f"{path}: no 'vector' column (columns: {', '.join(names)})", path=str(path)
+        )
     columns = [c for c in ("id", "text", "vector") if c in names]
     for batch in file.iter_batches(batch_size=chunk_rows, columns=columns):
         table = dict(zip(columns, batch.columns, strict=True))
@@ -111,8 +123,10 @@ def top_k(query, chunks, k=10):
     seen = 0
     for ids, texts, vectors in chunks:
         if vectors.shape[1] != query.shape[0]:
-            raise CorpusError(f"the index holds {vectors.shape[1]}-wide vectors, the query's "
-                              f"model makes {query.shape[0]}-wide ones (use the index's model)")
+            raise CorpusError(
+                f"the index holds {vectors.shape[1]}-wide vectors, the query's "
+                f"model makes {query.shape[0]}-wide ones (use the index's model)"
+            )
         norms = np.linalg.norm(vectors, axis=1)
         scores = (vectors @ query) / np.maximum(norms, 1e-12)
         take = np.argsort(-scores, kind="stable")[:k]

@@ -19,6 +19,7 @@ The loop is written once, as an async generator that awaits each step's readback
 running); the synchronous API drives the same generator with a readback that never
 suspends (`_drive`), so there is no second copy of the loop.
 """
+
 import contextlib
 import math
 
@@ -58,11 +59,15 @@ def _fit(row, context, truncate):
     if len(row) <= context:
         return row
     if truncate == "left":
-        return row[len(row) - (context - 1):]
+        return row[len(row) - (context - 1) :]
     raise EmberError(
         f"generate: the prompt has {len(row)} tokens, more than the model's context of "
         f"{context} positions; shorten it or truncate it (truncate='left', "
-        f"--truncate-prompt)", op="generate", length=len(row), context=context)
+        f"--truncate-prompt)",
+        op="generate",
+        length=len(row),
+        context=context,
+    )
 
 
 async def _read(t):
@@ -88,8 +93,11 @@ def _drive(agen):
                 continue
             except StopAsyncIteration:
                 return
-            raise EmberError("generate: a synchronous step waited on something (use "
-                             "`async for` with an asynchronous readback)", op="generate")
+            raise EmberError(
+                "generate: a synchronous step waited on something (use "
+                "`async for` with an asynchronous readback)",
+                op="generate",
+            )
     finally:
         with contextlib.suppress(StopIteration):
             agen.aclose().send(None)
@@ -103,8 +111,11 @@ class _Decoding:
         self.model, self.config = model, config
         context = int(model.context_length)
         rows = [_fit(r, context, config.truncate) for r in _as_batch(prompts)]
-        self.stops = set(config.stop_token_ids if config.stop_token_ids is not None
-                         else model.config.eos_token_ids)
+        self.stops = set(
+            config.stop_token_ids
+            if config.stop_token_ids is not None
+            else model.config.eos_token_ids
+        )
         self.generator = generator if generator is not None else Generator(config.seed)
         self.b = b = len(rows)
         self.width = width = max(len(r) for r in rows)
@@ -135,13 +146,18 @@ class _Decoding:
 
     def first_logits(self):
         """The prompt in one batched pass: logits [batch, 1, vocab] of its last position."""
-        return self.model(self.ids, cache=self.cache, attention_mask=self._mask(self.width),
-                          last_only=True)
+        return self.model(
+            self.ids, cache=self.cache, attention_mask=self._mask(self.width), last_only=True
+        )
 
     def next_logits(self, nxt):
         """One decode step: the ids just chosen, through the cache."""
-        return self.model([[t] for t in nxt], cache=self.cache,
-                          attention_mask=self._mask(self.width + self.new), last_only=True)
+        return self.model(
+            [[t] for t in nxt],
+            cache=self.cache,
+            attention_mask=self._mask(self.width + self.new),
+            last_only=True,
+        )
 
     def to_read(self, logits):
         """The device tensor this step reads back: [2, batch] (argmax, NaN flag) i64 when
@@ -162,13 +178,16 @@ class _Decoding:
         if greedy_on_device:
             picks, nan_rows = host
         else:
-            nan_rows = [math.isnan(sum(row)) for row in host]   # NaN anywhere: a NaN sum
+            nan_rows = [math.isnan(sum(row)) for row in host]  # NaN anywhere: a NaN sum
         if any(nan_rows):
             row = [bool(v) for v in nan_rows].index(True)
             raise EmberError(
                 f"generate: the model's logits are NaN (row {row}, new token {self.new + 1}); "
                 "the weights or the config's values (eps, rope base) may be broken",
-                op="generate", row=row, step=self.new)
+                op="generate",
+                row=row,
+                step=self.new,
+            )
         if self.on_device and config.do_sample:
             picks = sampling.draw_tokens(host, config, self.generator)
         elif not greedy_on_device:
@@ -217,8 +236,15 @@ def generate_steps_async(model, prompts, config=None, generator=None, **override
     return _steps(run, _read_async)
 
 
-def generate(model, prompts, config=None, generator=None, tokenizer=None,
-             return_finish_reasons=False, **overrides):
+def generate(
+    model,
+    prompts,
+    config=None,
+    generator=None,
+    tokenizer=None,
+    return_finish_reasons=False,
+    **overrides,
+):
     """New token ids per prompt (a list of lists; one list when given one prompt of ints).
 
     A row ends after a stop token (kept in its output), after max_new_tokens, when the
@@ -227,11 +253,14 @@ def generate(model, prompts, config=None, generator=None, tokenizer=None,
     ended ("stop_token", "stop_string", "length", "context").
     """
     config = _config(config, overrides)
-    single = isinstance(prompts, (list, tuple)) and bool(prompts) and \
-        not hasattr(prompts[0], "__len__")
+    single = (
+        isinstance(prompts, (list, tuple)) and bool(prompts) and not hasattr(prompts[0], "__len__")
+    )
     if config.stop_strings and tokenizer is None:
-        raise EmberError("generate: stop_strings need a tokenizer to decode the text "
-                         "(pass tokenizer=...)", op="generate")
+        raise EmberError(
+            "generate: stop_strings need a tokenizer to decode the text (pass tokenizer=...)",
+            op="generate",
+        )
     run = _Decoding(model, prompts, config, generator)
     outs = [[] for _ in range(run.b)]
     reasons = [None] * run.b
@@ -240,10 +269,15 @@ def generate(model, prompts, config=None, generator=None, tokenizer=None,
             if reasons[i]:
                 continue
             outs[i].append(t)
-            if run.reasons[i] != STOP_TOKEN and config.stop_strings and any(
+            if (
+                run.reasons[i] != STOP_TOKEN
+                and config.stop_strings
+                and any(
                     s in tokenizer.decode(outs[i], skip_special_tokens=True)
-                    for s in config.stop_strings):
-                reasons[i] = run.reasons[i] = "stop_string"   # the run pads this row now
+                    for s in config.stop_strings
+                )
+            ):
+                reasons[i] = run.reasons[i] = "stop_string"  # the run pads this row now
             elif run.reasons[i]:
                 reasons[i] = run.reasons[i]
         if all(reasons):
@@ -263,8 +297,16 @@ class TextGeneration:
     'stop_string', 'length', or 'context' when the sequence filled the model's context).
     """
 
-    def __init__(self, model, tokenizer, prompt, config=None, generator=None,
-                 add_special_tokens=True, **overrides):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        prompt,
+        config=None,
+        generator=None,
+        add_special_tokens=True,
+        **overrides,
+    ):
         self.model = model
         self.tokenizer = tokenizer
         self.config = _config(config, overrides)

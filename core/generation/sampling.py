@@ -14,6 +14,7 @@ Penalised and tempered logits are rounded to float32, as transformers computes t
 Sampling draws one uniform number per row from an `ember.Generator`, so a seed gives
 the same tokens on every device.
 """
+
 import heapq
 import math
 from array import array
@@ -68,11 +69,11 @@ def apply_top_p(rows, p):
 def _top_p(row, p):
     if p >= 1.0:
         return row
-    order = sorted(range(len(row)), key=row.__getitem__)          # ascending, stable
+    order = sorted(range(len(row)), key=row.__getitem__)  # ascending, stable
     probs = softmax([row[i] for i in order])
     out = list(row)
     cumulative = 0.0
-    for rank, i in enumerate(order[:-1]):                          # keep the most likely
+    for rank, i in enumerate(order[:-1]):  # keep the most likely
         cumulative += probs[rank]
         if cumulative <= 1 - p:
             out[i] = NEG_INF
@@ -120,7 +121,7 @@ def draw_tokens(rows, config, generator):
     the filters apply_top_k / apply_top_p define (exp keeps the logits' order); the
     C-level helpers (sorted, accumulate, bisect) do the work, so a vocabulary-sized row
     costs little in pure Python."""
-    u = generator.uniform((len(rows),))        # a list, or an array where numpy is
+    u = generator.uniform((len(rows),))  # a list, or an array where numpy is
     return [_draw(row, config, float(u[r])) for r, row in enumerate(rows)]
 
 
@@ -132,7 +133,7 @@ def _draw(w, config, u):
         floor, ties = _top_p_floor(w, floor, config.top_p)
     if floor > 0.0:
         w = [v if v >= floor else 0.0 for v in w]
-    if ties:   # top-p drops the first `ties` weights equal to the floor, in index order
+    if ties:  # top-p drops the first `ties` weights equal to the floor, in index order
         w = list(w)
         for i, v in enumerate(w):
             if v == floor:

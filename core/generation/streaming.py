@@ -12,8 +12,8 @@ class IncrementalDecoder:
         self.tokenizer = tokenizer
         self.skip_special_tokens = skip_special_tokens
         self.ids = []
-        self._prefix = 0   # window start: decoding from here reproduces earlier text's end
-        self._read = 0     # ids before this have been emitted as text
+        self._prefix = 0  # window start: decoding from here reproduces earlier text's end
+        self._read = 0  # ids before this have been emitted as text
 
     def _decode(self, ids):
         return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
@@ -21,20 +21,20 @@ class IncrementalDecoder:
     def push(self, token_id):
         """Add one id; the text it completes ('' while a character is still partial)."""
         self.ids.append(int(token_id))
-        before = self._decode(self.ids[self._prefix:self._read])
-        after = self._decode(self.ids[self._prefix:])
+        before = self._decode(self.ids[self._prefix : self._read])
+        after = self._decode(self.ids[self._prefix :])
         if len(after) > len(before) and not after.endswith("\ufffd"):
-            delta = after[len(before):]
+            delta = after[len(before) :]
             self._prefix, self._read = self._read, len(self.ids)
             return delta
         return ""
 
     def flush(self):
         """Whatever is still held back (an incomplete character decodes as U+FFFD)."""
-        before = self._decode(self.ids[self._prefix:self._read])
-        after = self._decode(self.ids[self._prefix:])
+        before = self._decode(self.ids[self._prefix : self._read])
+        after = self._decode(self.ids[self._prefix :])
         self._prefix = self._read = len(self.ids)
-        return after[len(before):] if len(after) > len(before) else ""
+        return after[len(before) :] if len(after) > len(before) else ""
 
 
 class StopStrings:
@@ -66,8 +66,8 @@ class StopStrings:
                 if text.endswith(s[:n]):
                     hold = max(hold, n)
                     break
-        self.pending = text[len(text) - hold:] if hold else ""
-        return text[:len(text) - hold], False
+        self.pending = text[len(text) - hold :] if hold else ""
+        return text[: len(text) - hold], False
 
     def flush(self):
         out, self.pending = self.pending, ""

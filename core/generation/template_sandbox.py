@@ -17,6 +17,7 @@ from the model's files, so rendering here is bounded by counting, never by a clo
 Going past a bound raises TemplateLimit, which the chat template turns into its own
 error naming the template's file.
 """
+
 import re
 import threading
 
@@ -46,8 +47,9 @@ def _size(value):
 
 def _check_size(size, what):
     if size > MAX_VALUE:
-        raise TemplateLimit(f"{what} would make a value of {size:,} chars or items "
-                            f"(at most {MAX_VALUE:,})")
+        raise TemplateLimit(
+            f"{what} would make a value of {size:,} chars or items (at most {MAX_VALUE:,})"
+        )
 
 
 def _check_format(fmt):
@@ -55,7 +57,9 @@ def _check_format(fmt):
         for m in pattern.finditer(fmt):
             for width in m.groups():
                 if width == "*":
-                    raise TemplateLimit("a format width taken from the arguments ('*') is not allowed")
+                    raise TemplateLimit(
+                        "a format width taken from the arguments ('*') is not allowed"
+                    )
                 if width and int(width) > MAX_VALUE:
                     raise TemplateLimit(f"a format width of {int(width):,} (at most {MAX_VALUE:,})")
 
@@ -110,8 +114,9 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
         b = self.budget
         b.steps += 1
         if b.steps > MAX_STEPS:
-            raise TemplateLimit(f"rendering took more than {MAX_STEPS:,} steps (loop iterations "
-                                "and calls)")
+            raise TemplateLimit(
+                f"rendering took more than {MAX_STEPS:,} steps (loop iterations and calls)"
+            )
 
     def _loop(self, iterable):
         for item in iterable:
@@ -154,7 +159,7 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
 
         def bounded(*args, **kwargs):
             self.step()
-            value_args = args[1:] if pass_arg is not None else args   # after context/eval_ctx
+            value_args = args[1:] if pass_arg is not None else args  # after context/eval_ctx
             _check_args(value_args[1:], kwargs)
             if bound is not None:
                 _check_size(bound(*value_args, **kwargs), name)
@@ -200,14 +205,26 @@ class _Guard(NodeTransformer):
 
     def visit_For(self, node):
         self.generic_visit(node)
-        node.iter = nodes.Call(nodes.Name(_LOOP, "load", lineno=node.lineno), [node.iter], [], None, None,
-                               lineno=node.lineno)
+        node.iter = nodes.Call(
+            nodes.Name(_LOOP, "load", lineno=node.lineno),
+            [node.iter],
+            [],
+            None,
+            None,
+            lineno=node.lineno,
+        )
         return node
 
     def visit_Concat(self, node):
         self.generic_visit(node)
-        return nodes.Call(nodes.Name(_CONCAT, "load", lineno=node.lineno), list(node.nodes), [], None, None,
-                          lineno=node.lineno)
+        return nodes.Call(
+            nodes.Name(_CONCAT, "load", lineno=node.lineno),
+            list(node.nodes),
+            [],
+            None,
+            None,
+            lineno=node.lineno,
+        )
 
 
 def render_bounded(template, env, **context):
@@ -220,4 +237,3 @@ def render_bounded(template, env, **context):
             raise TemplateLimit(f"the output passed {MAX_OUTPUT:,} chars")
         out.append(chunk)
     return "".join(out)
-

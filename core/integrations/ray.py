@@ -13,6 +13,7 @@ each node's), then embeds every batch it is given: the batch's `text` column in,
 same batch with a `vector` column (float32, one row per text) out. Ray is an optional
 extra: `pip install 'ember[ray]'`.
 """
+
 import collections
 
 import numpy as np
@@ -25,17 +26,21 @@ def require_ray():
         import ray
         import ray.data  # the Data library is a separate extra of ray's
     except ImportError as exc:
-        raise EmberError(f"Ray Data is not installed here ({exc}); "
-                         "pip install 'ember[ray]'  (or pip install 'ray[data]')") from None
+        raise EmberError(
+            f"Ray Data is not installed here ({exc}); "
+            "pip install 'ember[ray]'  (or pip install 'ray[data]')"
+        ) from None
     return ray
 
 
 class EmbedBatch:
     """map_batches callable: one SentenceEmbedder per actor; `__call__` embeds a batch."""
 
-    def __init__(self, model=None, device="best", text_column="text", vector_column="vector",
-                 batch_size=32):
+    def __init__(
+        self, model=None, device="best", text_column="text", vector_column="vector", batch_size=32
+    ):
         from ..pipelines import SentenceEmbedder
+
         self.embedder = SentenceEmbedder.from_pretrained(model, device=device)
         self.text_column, self.vector_column = text_column, vector_column
         self.batch_size = batch_size
@@ -48,7 +53,7 @@ class EmbedBatch:
     def __call__(self, batch):
         """A dict of numpy columns (Ray's default batch format) or a pandas DataFrame."""
         vectors = self.embed(batch[self.text_column])
-        if hasattr(batch, "columns"):   # pandas: one array per cell
+        if hasattr(batch, "columns"):  # pandas: one array per cell
             batch = batch.copy()
             batch[self.vector_column] = list(vectors)
             return batch
@@ -84,8 +89,9 @@ def ray_windows(model, device="best", actors=2, batch_size=32, in_flight_per_act
     worker = ray.remote(num_cpus=1, num_gpus=gpus)(EmbedBatch)
 
     def run(windows):
-        pool = [worker.remote(model=model, device=device, batch_size=batch_size)
-                for _ in range(actors)]
+        pool = [
+            worker.remote(model=model, device=device, batch_size=batch_size) for _ in range(actors)
+        ]
         pending = collections.deque()
         try:
             for n, rows in enumerate(windows):
@@ -100,4 +106,5 @@ def ray_windows(model, device="best", actors=2, batch_size=32, in_flight_per_act
         finally:
             for actor in pool:
                 ray.kill(actor)
+
     return run

@@ -10,6 +10,7 @@ A string is a u16 byte length then that many bytes, the last one a NUL. Variable
 are memory-mapped; every count and length is checked against the file first, so a
 malformed file raises FormatError naming the file and field.
 """
+
 import contextlib
 import mmap
 import os
@@ -22,16 +23,22 @@ from ..errors import FormatError
 
 SUPPORTED_VERSIONS = (6,)
 # CTranslate2's DataType codes -> (safetensors dtype name, numpy dtype)
-DTYPES = {0: ("F32", "<f4"), 1: ("I8", "i1"), 2: ("I16", "<i2"), 3: ("I32", "<i4"),
-          4: ("F16", "<f2"), 5: ("BF16", "<u2")}
+DTYPES = {
+    0: ("F32", "<f4"),
+    1: ("I8", "i1"),
+    2: ("I16", "<i2"),
+    3: ("I32", "<i4"),
+    4: ("F16", "<f2"),
+    5: ("BF16", "<u2"),
+}
 
 
 @dataclass(frozen=True)
 class CT2Variable:
     name: str
-    dtype: str            # safetensors name
+    dtype: str  # safetensors name
     shape: tuple
-    offset: int           # absolute byte offset of the data
+    offset: int  # absolute byte offset of the data
     nbytes: int
 
 
@@ -52,8 +59,11 @@ class CTranslate2File:
         with open(self.path, "rb") as fh:
             self.size = os.fstat(fh.fileno()).st_size
             if self.size == 0:
-                raise FormatError(f"{self.path}: CTranslate2 header: the file is empty",
-                                  path=self.path, field="version")
+                raise FormatError(
+                    f"{self.path}: CTranslate2 header: the file is empty",
+                    path=self.path,
+                    field="version",
+                )
             self._mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         try:
             self._pos = 0
@@ -63,13 +73,15 @@ class CTranslate2File:
             raise
 
     def _fail(self, field, what):
-        raise FormatError(f"{self.path}: CTranslate2 {field}: {what}", path=self.path,
-                          field=field)
+        raise FormatError(f"{self.path}: CTranslate2 {field}: {what}", path=self.path, field=field)
 
     def _take(self, n, field):
         if n > self.size - self._pos:
-            self._fail(field, f"needs {n} bytes at offset {self._pos}, but the file ends at "
-                              f"{self.size} (truncated?)")
+            self._fail(
+                field,
+                f"needs {n} bytes at offset {self._pos}, but the file ends at "
+                f"{self.size} (truncated?)",
+            )
         at = self._pos
         self._pos += n
         return at
@@ -81,7 +93,7 @@ class CTranslate2File:
     def _string(self, field):
         n = self._int("<H", field + " length")
         at = self._take(n, field)
-        raw = bytes(self._mm[at:at + n])
+        raw = bytes(self._mm[at : at + n])
         if not raw.endswith(b"\0"):
             self._fail(field, f"string at offset {at} is not NUL-terminated")
         try:
@@ -92,15 +104,20 @@ class CTranslate2File:
     def _parse(self):
         self.version = self._int("<I", "version")
         if self.version not in SUPPORTED_VERSIONS:
-            self._fail("version", f"binary version {self.version} is not supported (ember reads "
-                                  f"{', '.join(map(str, SUPPORTED_VERSIONS))}); is this a "
-                                  "CTranslate2 model.bin?")
+            self._fail(
+                "version",
+                f"binary version {self.version} is not supported (ember reads "
+                f"{', '.join(map(str, SUPPORTED_VERSIONS))}); is this a "
+                "CTranslate2 model.bin?",
+            )
         self.spec = self._string("spec name")
         self.revision = self._int("<I", "spec revision")
         count = self._int("<I", "variable count")
         if count * 8 > self.size - self._pos:
-            self._fail("variable count", f"{count} variables cannot fit in the "
-                                         f"{self.size - self._pos} bytes left")
+            self._fail(
+                "variable count",
+                f"{count} variables cannot fit in the {self.size - self._pos} bytes left",
+            )
         self.variables = {}
         for i in range(count):
             name = self._string(f"variables[{i}].name")
@@ -112,16 +129,21 @@ class CTranslate2File:
             shape = struct.unpack_from(f"<{rank}I", self._mm, at)
             code = self._int("<B", field + " dtype")
             if code not in DTYPES:
-                self._fail(field + " dtype", f"unknown data type code {code} (known: "
-                                             f"{', '.join(f'{k}={v[0]}' for k, v in DTYPES.items())})")
+                self._fail(
+                    field + " dtype",
+                    f"unknown data type code {code} (known: "
+                    f"{', '.join(f'{k}={v[0]}' for k, v in DTYPES.items())})",
+                )
             dtype, np_dtype = DTYPES[code]
             nbytes = self._int("<I", field + " byte count")
             numel = 1
             for d in shape:
                 numel *= d
             if numel * np.dtype(np_dtype).itemsize != nbytes:
-                self._fail(field + " byte count", f"{nbytes} bytes do not hold shape "
-                                                  f"{list(shape)} of {dtype}")
+                self._fail(
+                    field + " byte count",
+                    f"{nbytes} bytes do not hold shape {list(shape)} of {dtype}",
+                )
             offset = self._take(nbytes, field + " data")
             self.variables[name] = CT2Variable(name, dtype, tuple(shape), offset, nbytes)
         self.aliases = {}
@@ -139,8 +161,9 @@ class CTranslate2File:
         """Variable `name` (or an alias of one) as a read-only numpy view of the file."""
         v = self.variables[self.aliases.get(name, name)]
         np_dtype = next(d[1] for d in DTYPES.values() if d[0] == v.dtype)
-        return np.frombuffer(self._mm, dtype=np_dtype, count=v.nbytes // np.dtype(np_dtype).itemsize,
-                             offset=v.offset).reshape(v.shape)
+        return np.frombuffer(
+            self._mm, dtype=np_dtype, count=v.nbytes // np.dtype(np_dtype).itemsize, offset=v.offset
+        ).reshape(v.shape)
 
     def release(self, name):
         """Hand the pages of variable `name` back to the OS (after it was converted)."""

@@ -5,6 +5,7 @@ Model files come from strangers: a path may be missing, a directory or a FIFO (w
 and an index may name `../../etc/passwd`. Everything here turns those into FormatError
 naming the file (and the field), never a traceback or a hang.
 """
+
 import json
 import os
 import stat
@@ -46,8 +47,9 @@ def open_regular(path, what="file"):
     except IsADirectoryError:
         raise FormatError(f"{what} {path!r} is a directory, not a file", path=path) from None
     except OSError as exc:
-        raise FormatError(f"{what} {path!r} cannot be opened ({exc.strerror or exc})",
-                          path=path) from None
+        raise FormatError(
+            f"{what} {path!r} cannot be opened ({exc.strerror or exc})", path=path
+        ) from None
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
@@ -75,12 +77,14 @@ def parse_json(raw, path, what="JSON file"):
         text = raw.decode("utf-8") if isinstance(raw, (bytes, bytearray)) else raw
         return json.loads(text)
     except UnicodeDecodeError as exc:
-        raise FormatError(f"{what} {path!r} is not UTF-8 ({exc.reason} at byte {exc.start})",
-                          path=path) from None
+        raise FormatError(
+            f"{what} {path!r} is not UTF-8 ({exc.reason} at byte {exc.start})", path=path
+        ) from None
     except RecursionError:
-        raise FormatError(f"{what} {path!r} nests arrays or objects too deeply to parse",
-                          path=path) from None
-    except ValueError as exc:   # JSONDecodeError, and ints of more than 4300 digits
+        raise FormatError(
+            f"{what} {path!r} nests arrays or objects too deeply to parse", path=path
+        ) from None
+    except ValueError as exc:  # JSONDecodeError, and ints of more than 4300 digits
         raise FormatError(f"{what} {path!r} is not valid JSON ({exc})", path=path) from None
 
 
@@ -88,13 +92,21 @@ def path_inside(base, name, source, field):
     """`name` (a relative path read from the file `source`) joined to the directory
     `base`; FormatError unless the result, with every symlink resolved, stays inside
     `base` (also resolved). `field` names where in `source` the path was read."""
+
     def fail(why):
-        return FormatError(f"{source}: field {field!r} names {name!r}, which {why}",
-                           path=source, field=field, name=name)
+        return FormatError(
+            f"{source}: field {field!r} names {name!r}, which {why}",
+            path=source,
+            field=field,
+            name=name,
+        )
 
     if not isinstance(name, str) or not name:
-        raise FormatError(f"{source}: field {field!r} must be a non-empty file name, got "
-                          f"{name!r}", path=source, field=field)
+        raise FormatError(
+            f"{source}: field {field!r} must be a non-empty file name, got {name!r}",
+            path=source,
+            field=field,
+        )
     if "\0" in name:
         raise fail("contains a NUL byte")
     if os.path.isabs(name) or os.path.splitdrive(name)[0] or name.startswith(("/", "\\")):
@@ -107,5 +119,11 @@ def path_inside(base, name, source, field):
     return joined
 
 
-__all__ = ["MAX_JSON_BYTES", "MissingFile", "open_regular", "parse_json", "path_inside",
-           "read_json"]
+__all__ = [
+    "MAX_JSON_BYTES",
+    "MissingFile",
+    "open_regular",
+    "parse_json",
+    "path_inside",
+    "read_json",
+]

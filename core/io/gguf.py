@@ -35,7 +35,7 @@ from .quant import dequantize as _dequantize
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
-MAX_DIMS = 4          # GGML_MAX_DIMS
+MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_ARRAY_DEPTH = 64  # arrays of arrays nest at most this deep
 _I64_MAX = (1 << 63) - 1
 
@@ -127,12 +127,18 @@ class _Reader:
         self.pos = 0
 
     def fail(self, field, problem, **details):
-        raise FormatError(f"{self.path}: GGUF {field}: {problem}", path=self.path, field=field, **details)
+        raise FormatError(
+            f"{self.path}: GGUF {field}: {problem}", path=self.path, field=field, **details
+        )
 
     def need(self, n, field):
         if n > self.size - self.pos:
-            self.fail(field, f"file truncated: needs {n} bytes at offset {self.pos}, "
-                             f"but the file ends at {self.size}", offset=self.pos)
+            self.fail(
+                field,
+                f"file truncated: needs {n} bytes at offset {self.pos}, "
+                f"but the file ends at {self.size}",
+                offset=self.pos,
+            )
 
     def u32(self, field):
         self.need(4, field)
@@ -152,17 +158,27 @@ class _Reader:
         n = self.u64(field)
         left = self.size - self.pos
         if n * min_each > left:
-            self.fail(field, f"{what} count {n} (at offset {at}) is impossible: the {left} bytes left "
-                             f"in the file hold at most {left // min_each}", offset=at, count=n)
+            self.fail(
+                field,
+                f"{what} count {n} (at offset {at}) is impossible: the {left} bytes left "
+                f"in the file hold at most {left // min_each}",
+                offset=at,
+                count=n,
+            )
         return n
 
     def bytes_(self, field):
         at = self.pos
         n = self.u64(field + " length")
         if n > self.size - self.pos:
-            self.fail(field, f"string length {n} (at offset {at}) runs past the end of the file "
-                             f"({self.size - self.pos} bytes left)", offset=at, length=n)
-        b = bytes(self.buf[self.pos:self.pos + n])
+            self.fail(
+                field,
+                f"string length {n} (at offset {at}) runs past the end of the file "
+                f"({self.size - self.pos} bytes left)",
+                offset=at,
+                length=n,
+            )
+        b = bytes(self.buf[self.pos : self.pos + n])
         self.pos += n
         return b
 
@@ -180,9 +196,14 @@ class _Reader:
             pos += 8
             if k > size - pos:
                 self.pos = pos - 8
-                self.fail(f"{field}[{i}]", f"string length {k} (at offset {pos - 8}) runs past the end "
-                                           f"of the file ({size - pos} bytes left)", offset=pos - 8, length=k)
-            b = buf[pos:pos + k]
+                self.fail(
+                    f"{field}[{i}]",
+                    f"string length {k} (at offset {pos - 8}) runs past the end "
+                    f"of the file ({size - pos} bytes left)",
+                    offset=pos - 8,
+                    length=k,
+                )
+            b = buf[pos : pos + k]
             pos += k
             try:
                 append(b.decode("utf-8"))
@@ -206,8 +227,12 @@ class _Reader:
         try:
             return GGUFValueType(t)
         except ValueError:
-            self.fail(field, f"unknown value type {t} at offset {at} "
-                             f"(known: 0..{max(GGUFValueType)})", offset=at, value_type=t)
+            self.fail(
+                field,
+                f"unknown value type {t} at offset {at} (known: 0..{max(GGUFValueType)})",
+                offset=at,
+                value_type=t,
+            )
 
     def value(self, t, field, depth=0):
         """One value of type ``t``: python scalar, str (bytes when not UTF-8), or list."""
@@ -261,8 +286,11 @@ class GGUFFile:
         with open_regular(self.path, "GGUF file") as f:
             size = os.fstat(f.fileno()).st_size
             if size == 0:
-                raise FormatError(f"{self.path}: GGUF header.magic: file truncated: the file is empty",
-                                  path=self.path, field="header.magic")
+                raise FormatError(
+                    f"{self.path}: GGUF header.magic: file truncated: the file is empty",
+                    path=self.path,
+                    field="header.magic",
+                )
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         try:
             self._parse(mm, size)
@@ -279,16 +307,28 @@ class GGUFFile:
         r.need(4, "header.magic")
         magic = bytes(mm[0:4])
         if magic != GGUF_MAGIC:
-            r.fail("header.magic", f"expected {GGUF_MAGIC!r}, got {magic!r}: not a GGUF file", magic=magic)
+            r.fail(
+                "header.magic",
+                f"expected {GGUF_MAGIC!r}, got {magic!r}: not a GGUF file",
+                magic=magic,
+            )
         r.pos = 4
         version = r.u32("header.version")
         if version not in SUPPORTED_VERSIONS:
             swapped = int.from_bytes(version.to_bytes(4, "little"), "big")
             if swapped in SUPPORTED_VERSIONS or swapped == 1:
-                r.fail("header.version", f"version {swapped} in big-endian byte order: "
-                                         f"big-endian GGUF files are not supported", version=version)
-            r.fail("header.version", f"unsupported version {version} "
-                                     f"(supported: {', '.join(map(str, SUPPORTED_VERSIONS))})", version=version)
+                r.fail(
+                    "header.version",
+                    f"version {swapped} in big-endian byte order: "
+                    f"big-endian GGUF files are not supported",
+                    version=version,
+                )
+            r.fail(
+                "header.version",
+                f"unsupported version {version} "
+                f"(supported: {', '.join(map(str, SUPPORTED_VERSIONS))})",
+                version=version,
+            )
         self.version = version
 
         at = r.pos
@@ -296,14 +336,22 @@ class GGUFFile:
         n_kv = r.u64("header.metadata_kv_count")
         left = size - r.pos
         if n_tensors * _MIN_TENSOR_INFO > left:
-            r.fail("header.tensor_count", f"tensor_count {n_tensors} (at offset {at}) is impossible: "
-                                          f"the {left} bytes left hold at most {left // _MIN_TENSOR_INFO} "
-                                          f"tensor infos", count=n_tensors)
+            r.fail(
+                "header.tensor_count",
+                f"tensor_count {n_tensors} (at offset {at}) is impossible: "
+                f"the {left} bytes left hold at most {left // _MIN_TENSOR_INFO} "
+                f"tensor infos",
+                count=n_tensors,
+            )
         if n_kv * _MIN_KV + n_tensors * _MIN_TENSOR_INFO > left:
-            r.fail("header.metadata_kv_count", f"metadata_kv_count {n_kv} (at offset {at + 8}) is impossible: "
-                                               f"with {n_tensors} tensor infos, the {left} bytes left hold at "
-                                               f"most {(left - n_tensors * _MIN_TENSOR_INFO) // _MIN_KV} "
-                                               f"key-value pairs", count=n_kv)
+            r.fail(
+                "header.metadata_kv_count",
+                f"metadata_kv_count {n_kv} (at offset {at + 8}) is impossible: "
+                f"with {n_tensors} tensor infos, the {left} bytes left hold at "
+                f"most {(left - n_tensors * _MIN_TENSOR_INFO) // _MIN_KV} "
+                f"key-value pairs",
+                count=n_kv,
+            )
 
         metadata, types = {}, {}
         for i in range(n_kv):
@@ -322,10 +370,17 @@ class GGUFFile:
         if "general.alignment" in metadata:
             t = types["general.alignment"]
             if t != GGUFValueType.UINT32:
-                r.fail("general.alignment", f"must be of type UINT32, got {t.name}", alignment=alignment)
+                r.fail(
+                    "general.alignment",
+                    f"must be of type UINT32, got {t.name}",
+                    alignment=alignment,
+                )
             if alignment == 0 or alignment & (alignment - 1):
-                r.fail("general.alignment", f"must be a non-zero power of two, got {alignment}",
-                       alignment=alignment)
+                r.fail(
+                    "general.alignment",
+                    f"must be a non-zero power of two, got {alignment}",
+                    alignment=alignment,
+                )
         self.alignment = alignment
 
         infos = []
@@ -339,34 +394,51 @@ class GGUFFile:
             at = r.pos
             n_dims = r.u32(field + ".n_dims")
             if n_dims > MAX_DIMS:
-                r.fail(field + ".n_dims", f"n_dims {n_dims} (at offset {at}) exceeds the maximum {MAX_DIMS}",
-                       n_dims=n_dims)
+                r.fail(
+                    field + ".n_dims",
+                    f"n_dims {n_dims} (at offset {at}) exceeds the maximum {MAX_DIMS}",
+                    n_dims=n_dims,
+                )
             ne = []
             for d in range(n_dims):
                 at = r.pos
                 v = r.u64(f"{field}.dims[{d}]")
                 if v > _I64_MAX:
-                    r.fail(f"{field}.dims[{d}]", f"dimension {v} (at offset {at}) is out of range", dim=v)
+                    r.fail(
+                        f"{field}.dims[{d}]",
+                        f"dimension {v} (at offset {at}) is out of range",
+                        dim=v,
+                    )
                 ne.append(v)
             at = r.pos
             code = r.u32(field + ".ggml_type")
             try:
                 gt = GGMLType(code)
             except ValueError:
-                r.fail(field + ".ggml_type", f"unknown ggml type {code} (at offset {at})", ggml_type=code)
+                r.fail(
+                    field + ".ggml_type",
+                    f"unknown ggml type {code} (at offset {at})",
+                    ggml_type=code,
+                )
             block, tsize = BLOCK_SIZES[gt]
             row = ne[0] if ne else 1
             if row % block:
-                r.fail(field + ".dims[0]", f"row length {row} is not a multiple of the {gt.name} "
-                                           f"block size {block}", dim=row)
+                r.fail(
+                    field + ".dims[0]",
+                    f"row length {row} is not a multiple of the {gt.name} block size {block}",
+                    dim=row,
+                )
             n = 1
             for v in ne:
                 n *= v
             at = r.pos
             off = r.u64(field + ".offset")
             if off % alignment:
-                r.fail(field + ".offset", f"offset {off} (at offset {at}) is not a multiple of the "
-                                          f"alignment {alignment}", offset=off)
+                r.fail(
+                    field + ".offset",
+                    f"offset {off} (at offset {at}) is not a multiple of the alignment {alignment}",
+                    offset=off,
+                )
             infos.append((name, tuple(reversed(ne)), gt, off, n // block * tsize, field))
 
         data_offset = ceil_div(r.pos, alignment) * alignment
@@ -375,8 +447,12 @@ class GGUFFile:
         for name, shape, gt, off, nbytes, field in infos:
             start = data_offset + off
             if start + nbytes > size:
-                r.fail(field + ".offset", f"tensor data [{start}, {start + nbytes}) lies outside the file "
-                                          f"({size} bytes)", offset=off, nbytes=nbytes)
+                r.fail(
+                    field + ".offset",
+                    f"tensor data [{start}, {start + nbytes}) lies outside the file ({size} bytes)",
+                    offset=off,
+                    nbytes=nbytes,
+                )
             tensors[name] = GGUFTensorInfo(name, shape, gt, start, nbytes)
         self.tensors = tensors
 

@@ -6,6 +6,7 @@ shape are known before its bytes are, so the header is written first and each te
 data is produced (read, converted, quantized) only when its turn comes: peak memory is
 about one tensor.
 """
+
 import struct
 from dataclasses import dataclass
 
@@ -19,20 +20,37 @@ from .quant import tensor_nbytes
 VERSION = 3
 
 _SCALARS = {
-    GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValueType.UINT16: "<H",
-    GGUFValueType.INT16: "<h", GGUFValueType.UINT32: "<I", GGUFValueType.INT32: "<i",
-    GGUFValueType.FLOAT32: "<f", GGUFValueType.BOOL: "<B", GGUFValueType.UINT64: "<Q",
-    GGUFValueType.INT64: "<q", GGUFValueType.FLOAT64: "<d",
+    GGUFValueType.UINT8: "<B",
+    GGUFValueType.INT8: "<b",
+    GGUFValueType.UINT16: "<H",
+    GGUFValueType.INT16: "<h",
+    GGUFValueType.UINT32: "<I",
+    GGUFValueType.INT32: "<i",
+    GGUFValueType.FLOAT32: "<f",
+    GGUFValueType.BOOL: "<B",
+    GGUFValueType.UINT64: "<Q",
+    GGUFValueType.INT64: "<q",
+    GGUFValueType.FLOAT64: "<d",
 }
-_ARRAYS = {GGUFValueType.UINT8: "<u1", GGUFValueType.INT8: "<i1", GGUFValueType.UINT16: "<u2",
-           GGUFValueType.INT16: "<i2", GGUFValueType.UINT32: "<u4", GGUFValueType.INT32: "<i4",
-           GGUFValueType.FLOAT32: "<f4", GGUFValueType.BOOL: "<u1", GGUFValueType.UINT64: "<u8",
-           GGUFValueType.INT64: "<i8", GGUFValueType.FLOAT64: "<f8"}
+_ARRAYS = {
+    GGUFValueType.UINT8: "<u1",
+    GGUFValueType.INT8: "<i1",
+    GGUFValueType.UINT16: "<u2",
+    GGUFValueType.INT16: "<i2",
+    GGUFValueType.UINT32: "<u4",
+    GGUFValueType.INT32: "<i4",
+    GGUFValueType.FLOAT32: "<f4",
+    GGUFValueType.BOOL: "<u1",
+    GGUFValueType.UINT64: "<u8",
+    GGUFValueType.INT64: "<i8",
+    GGUFValueType.FLOAT64: "<f8",
+}
 
 
 @dataclass(frozen=True)
 class Typed:
     """A metadata value with its GGUF type; for arrays, `element` is the element type."""
+
     type: GGUFValueType
     value: object
     element: GGUFValueType = None
@@ -41,11 +59,12 @@ class Typed:
 @dataclass
 class PlannedTensor:
     """One tensor to write: `produce()` returns its bytes (exactly nbytes) when called."""
+
     name: str
-    shape: tuple          # numpy order; ggml's ne is this reversed
+    shape: tuple  # numpy order; ggml's ne is this reversed
     ggml_type: object
     produce: object
-    written: object = None   # called once the bytes are in the file (to drop input pages)
+    written: object = None  # called once the bytes are in the file (to drop input pages)
 
     @property
     def nbytes(self):
@@ -118,13 +137,17 @@ def write_gguf(fh, metadata, tensors, alignment=DEFAULT_ALIGNMENT, progress=None
     out = [b"GGUF", struct.pack("<IQQ", VERSION, len(tensors), len(metadata))]
     for key, value in metadata.items():
         typed = infer(value)
-        out.append(_string(key) + struct.pack("<I", int(typed.type))
-                   + _value(typed.type, typed.value, typed.element))
+        out.append(
+            _string(key)
+            + struct.pack("<I", int(typed.type))
+            + _value(typed.type, typed.value, typed.element)
+        )
     offset = 0
     for t in tensors:
         ne = tuple(reversed([int(d) for d in t.shape])) or (1,)
-        out.append(_string(t.name) + struct.pack(f"<I{len(ne)}QIQ", len(ne), *ne,
-                                                 int(t.ggml_type), offset))
+        out.append(
+            _string(t.name) + struct.pack(f"<I{len(ne)}QIQ", len(ne), *ne, int(t.ggml_type), offset)
+        )
         offset = _align(offset + t.nbytes, alignment)
     head = b"".join(out)
     fh.write(head + b"\0" * (_align(len(head), alignment) - len(head)))
@@ -133,8 +156,11 @@ def write_gguf(fh, metadata, tensors, alignment=DEFAULT_ALIGNMENT, progress=None
             progress(i, t)
         data = memoryview(t.produce()).cast("B")
         if data.nbytes != t.nbytes:
-            raise FormatError(f"GGUF output: tensor {t.name!r} ({fmt_shape(t.shape)}) produced "
-                              f"{data.nbytes} bytes, expected {t.nbytes}", tensor=t.name)
+            raise FormatError(
+                f"GGUF output: tensor {t.name!r} ({fmt_shape(t.shape)}) produced "
+                f"{data.nbytes} bytes, expected {t.nbytes}",
+                tensor=t.name,
+            )
         fh.write(data)
         del data
         if t.written is not None:

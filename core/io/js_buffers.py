@@ -5,6 +5,7 @@ Only importable inside Pyodide (it imports `js`). The WebGPU backend's transfer 
 takes the Uint8Array views made here and, for dtypes held as they are, has the browser
 driver queue them straight into the GPU buffer.
 """
+
 import struct
 
 import js
@@ -28,9 +29,11 @@ def tensor_from_js(data, dtype, shape, device=None):
     dtype = dt.as_dtype(dtype)
     shape = tuple(int(d) for d in shape)
     if not isinstance(data, JsProxy):
-        raise TypeError(f"tensor_from_js: expected a JS ArrayBuffer or typed array, got "
-                        f"{type(data).__name__}; use ember.tensor() for Python data")
-    if hasattr(data, "BYTES_PER_ELEMENT"):     # any typed array: its bytes, as a Uint8Array
+        raise TypeError(
+            f"tensor_from_js: expected a JS ArrayBuffer or typed array, got "
+            f"{type(data).__name__}; use ember.tensor() for Python data"
+        )
+    if hasattr(data, "BYTES_PER_ELEMENT"):  # any typed array: its bytes, as a Uint8Array
         view = js.Uint8Array.new(data.buffer, data.byteOffset, data.byteLength)
     else:
         view = js.Uint8Array.new(data)
@@ -39,9 +42,13 @@ def tensor_from_js(data, dtype, shape, device=None):
     for d in shape:
         n *= d
     if nbytes != n * dtype.itemsize:
-        raise ShapeMismatch(f"tensor_from_js: {nbytes} bytes cannot hold shape {list(shape)} "
-                            f"of {dtype.name} ({n * dtype.itemsize} bytes)",
-                            op="tensor_from_js", shape=shape, dtype=dtype)
+        raise ShapeMismatch(
+            f"tensor_from_js: {nbytes} bytes cannot hold shape {list(shape)} "
+            f"of {dtype.name} ({n * dtype.itemsize} bytes)",
+            op="tensor_from_js",
+            shape=shape,
+            dtype=dtype,
+        )
     storage = upload_js_view(device.backend, view, dtype, shape)
     return Tensor(storage, Layout(shape), dtype, device)
 
@@ -51,14 +58,19 @@ def load_safetensors_js(array_buffer, device=None, name="<ArrayBuffer>"):
     the header crosses into Python; each tensor's bytes go from a view of the buffer
     straight into its GPU buffer (`tensor_from_js`). Returns a dict name -> Tensor."""
     if not isinstance(array_buffer, JsProxy):
-        raise TypeError(f"load_safetensors_js: expected a JS ArrayBuffer, got "
-                        f"{type(array_buffer).__name__}; use ember.io.load_safetensors_bytes")
+        raise TypeError(
+            f"load_safetensors_js: expected a JS ArrayBuffer, got "
+            f"{type(array_buffer).__name__}; use ember.io.load_safetensors_bytes"
+        )
     size = int(array_buffer.byteLength)
     head = js.Uint8Array.new(array_buffer, 0, min(8, size)).to_bytes()
     length = struct.unpack("<Q", head)[0] if len(head) == 8 else 0
-    header_bytes = js.Uint8Array.new(array_buffer, 0, min(size, 8 + length)).to_bytes() \
-        if 8 + length <= size else head
-    header = parse_header(header_bytes, size, name)   # validates against the full size
+    header_bytes = (
+        js.Uint8Array.new(array_buffer, 0, min(size, 8 + length)).to_bytes()
+        if 8 + length <= size
+        else head
+    )
+    header = parse_header(header_bytes, size, name)  # validates against the full size
     out = {}
     for key, info in header.tensors.items():
         _check_supported(name, info)

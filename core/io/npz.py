@@ -4,6 +4,7 @@ numpy reads these formats itself, so this module only maps names to tensors, ref
 pickled objects (an .npz may carry code), and turns numpy's many error types into a
 FormatError naming the file and the array. numpy is required here (CPU-side format).
 """
+
 import os
 import zipfile
 
@@ -27,8 +28,9 @@ def _to_tensor(path, name, array, device, dtype):
     try:
         edtype = dt.as_dtype(array.dtype.name)
     except UnsupportedDType:
-        raise _fail(path, f"numpy dtype {array.dtype} has no ember dtype", name,
-                    cls=UnsupportedDType) from None
+        raise _fail(
+            path, f"numpy dtype {array.dtype} has no ember dtype", name, cls=UnsupportedDType
+        ) from None
     t = tensor(array, dtype=edtype, device=_device(device))
     if dtype is not None and edtype.is_float and dt.as_dtype(dtype) is not edtype:
         t = t.to(dtype)
@@ -50,8 +52,10 @@ def load_npz(path, device=None, dtype=None):
         if isinstance(data, numpy.ndarray):  # an .npy holds one array
             return {"arr_0": _to_tensor(path, "arr_0", data, device, dtype)}
         with data:
-            return {name: _to_tensor(path, name, _read(path, data, name), device, dtype)
-                    for name in data.files}
+            return {
+                name: _to_tensor(path, name, _read(path, data, name), device, dtype)
+                for name in data.files
+            }
 
 
 def _read(path, data, name):
@@ -73,8 +77,11 @@ def save_npz(tensors, path, compressed=False):
         if not isinstance(t, Tensor):
             raise TypeError(f"save_npz: {name!r} is a {type(t).__name__}, not an ember Tensor")
         if t.dtype is dt.bf16:
-            raise UnsupportedDType(f"save_npz: tensor {name!r} is bf16, which numpy cannot "
-                                   "store; convert it with .to(ember.f32)", dtype=t.dtype)
+            raise UnsupportedDType(
+                f"save_npz: tensor {name!r} is bf16, which numpy cannot "
+                "store; convert it with .to(ember.f32)",
+                dtype=t.dtype,
+            )
         arrays[name] = numpy.ascontiguousarray(t.cpu().numpy())
     (numpy.savez_compressed if compressed else numpy.savez)(path, **arrays)
 

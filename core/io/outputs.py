@@ -6,6 +6,7 @@ target and renames them all only once every one is complete. An existing target 
 refused unless `force` (then replaced only at the final rename); a directory that
 cannot be written is reported before any work starts.
 """
+
 import contextlib
 import os
 import tempfile
@@ -30,8 +31,9 @@ def check_target(path, force=False):
         if not force:
             raise OutputError(f"{path} already exists; pass --force to replace it", path=path)
         if os.path.isdir(path) or os.path.islink(path):
-            raise OutputError(f"{path} exists and is not a regular file; ember replaces only "
-                              "a file", path=path)
+            raise OutputError(
+                f"{path} exists and is not a regular file; ember replaces only a file", path=path
+            )
 
 
 class StagedOutputs:
@@ -39,7 +41,7 @@ class StagedOutputs:
 
     def __init__(self, force=False):
         self.force = force
-        self._staged = []   # (temporary path, target, file object)
+        self._staged = []  # (temporary path, target, file object)
 
     def open(self, path):
         path = os.fspath(path)
@@ -48,11 +50,14 @@ class StagedOutputs:
             raise OutputError(f"{path}: written twice by one command", path=path)
         directory = os.path.dirname(os.path.abspath(path))
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".partial",
-                                       dir=directory)
-        except OSError as exc:   # access() passed (root, say) but the file system refuses
-            raise OutputError(f"{path}: the directory {directory} cannot be written "
-                              f"({exc.strerror or exc})", path=path) from None
+            fd, tmp = tempfile.mkstemp(
+                prefix=f".{os.path.basename(path)}.", suffix=".partial", dir=directory
+            )
+        except OSError as exc:  # access() passed (root, say) but the file system refuses
+            raise OutputError(
+                f"{path}: the directory {directory} cannot be written ({exc.strerror or exc})",
+                path=path,
+            ) from None
         mask = os.umask(0o022)
         os.umask(mask)
         os.chmod(tmp, 0o666 & ~mask)
@@ -68,7 +73,7 @@ class StagedOutputs:
             fh.close()
         if kind is None:
             for _, path, _ in self._staged:
-                check_target(path, self.force)   # again: something may have appeared since
+                check_target(path, self.force)  # again: something may have appeared since
             for tmp, path, _ in self._staged:
                 os.replace(tmp, path)
             return False

@@ -129,12 +129,14 @@ def tensor_nbytes(ggml_type, shape):
         raise ShapeMismatch(
             f"{t.name}: row length {row} of shape {fmt_shape(shape)} is not a multiple of "
             f"the block size {block}",
-            shape=tuple(shape), ggml_type=t,
+            shape=tuple(shape),
+            ggml_type=t,
         )
     return n // block * size
 
 
 # --- block layouts ---------------------------------------------------------
+
 
 def _blocks(*fields):
     return np.dtype(list(fields))
@@ -146,12 +148,25 @@ _LAYOUTS = {
     GGMLType.Q5_0: _blocks(("d", "<f2"), ("qh", "<u4"), ("qs", "u1", (16,))),
     GGMLType.Q5_1: _blocks(("d", "<f2"), ("m", "<f2"), ("qh", "<u4"), ("qs", "u1", (16,))),
     GGMLType.Q8_0: _blocks(("d", "<f2"), ("qs", "i1", (32,))),
-    GGMLType.Q2_K: _blocks(("scales", "u1", (16,)), ("qs", "u1", (64,)), ("d", "<f2"), ("dmin", "<f2")),
-    GGMLType.Q3_K: _blocks(("hmask", "u1", (32,)), ("qs", "u1", (64,)), ("scales", "u1", (12,)), ("d", "<f2")),
-    GGMLType.Q4_K: _blocks(("d", "<f2"), ("dmin", "<f2"), ("scales", "<u4", (3,)), ("qs", "u1", (128,))),
-    GGMLType.Q5_K: _blocks(("d", "<f2"), ("dmin", "<f2"), ("scales", "<u4", (3,)), ("qh", "u1", (32,)),
-                           ("qs", "u1", (128,))),
-    GGMLType.Q6_K: _blocks(("ql", "u1", (128,)), ("qh", "u1", (64,)), ("scales", "i1", (16,)), ("d", "<f2")),
+    GGMLType.Q2_K: _blocks(
+        ("scales", "u1", (16,)), ("qs", "u1", (64,)), ("d", "<f2"), ("dmin", "<f2")
+    ),
+    GGMLType.Q3_K: _blocks(
+        ("hmask", "u1", (32,)), ("qs", "u1", (64,)), ("scales", "u1", (12,)), ("d", "<f2")
+    ),
+    GGMLType.Q4_K: _blocks(
+        ("d", "<f2"), ("dmin", "<f2"), ("scales", "<u4", (3,)), ("qs", "u1", (128,))
+    ),
+    GGMLType.Q5_K: _blocks(
+        ("d", "<f2"),
+        ("dmin", "<f2"),
+        ("scales", "<u4", (3,)),
+        ("qh", "u1", (32,)),
+        ("qs", "u1", (128,)),
+    ),
+    GGMLType.Q6_K: _blocks(
+        ("ql", "u1", (128,)), ("qh", "u1", (64,)), ("scales", "i1", (16,)), ("d", "<f2")
+    ),
 }
 for _t, _dt in _LAYOUTS.items():
     assert _dt.itemsize == BLOCK_SIZES[_t][1], _t
@@ -192,12 +207,12 @@ def _bits_le(raw):
 
 def _deq_q4_0(b, out):
     n = len(b)
-    lo, hi = _lohi(_bytes(b))                                  # (n, 18); bytes 2: hold the weights
+    lo, hi = _lohi(_bytes(b))  # (n, 18); bytes 2: hold the weights
     lo, hi = lo.view(_I8), hi.view(_I8)
     np.subtract(lo, _I8(8), out=lo)
     np.subtract(hi, _I8(8), out=hi)
     o = out.reshape(n, 2, 16)
-    np.copyto(o[:, 0], lo[:, 2:], casting="unsafe")            # exact int -> f32
+    np.copyto(o[:, 0], lo[:, 2:], casting="unsafe")  # exact int -> f32
     np.copyto(o[:, 1], hi[:, 2:], casting="unsafe")
     np.multiply(out, _f16(b["d"]), out=out)
 
@@ -221,7 +236,7 @@ def _q5_values(b, qs_at):
     np.copyto(q[:, 0], lo[:, qs_at:])
     np.copyto(q[:, 1], hi[:, qs_at:])
     q = q.reshape(n, 32)
-    h = _bits_le(raw[:, qs_at - 4:qs_at])                      # bit j of qh: high bit of weight j
+    h = _bits_le(raw[:, qs_at - 4 : qs_at])  # bit j of qh: high bit of weight j
     np.left_shift(h, _N4, out=h)
     np.bitwise_or(q, h, out=q)
     return q
@@ -271,7 +286,7 @@ def _two_bit_fields(qs, shift=0):
 
 def _deq_q2_k(b, out):
     n = len(b)
-    sc = b["scales"]                                            # (n, 16): 16 groups of 16
+    sc = b["scales"]  # (n, 16): 16 groups of 16
     dl = _f16(b["d"]) * (sc & _M15).astype(_F32)
     ml = _f16(b["dmin"]) * (sc >> _N4).astype(_F32)
     o = out.reshape(n, 16, 16)
@@ -282,17 +297,17 @@ def _deq_q2_k(b, out):
 
 def _deq_q3_k(b, out):
     n = len(b)
-    s = b["scales"]                                             # 16 6-bit scales in 12 bytes
-    lo = np.empty((n, 2, 8), _U8)                               # low 4 bits of scale i
+    s = b["scales"]  # 16 6-bit scales in 12 bytes
+    lo = np.empty((n, 2, 8), _U8)  # low 4 bits of scale i
     np.bitwise_and(s[:, :8], _M15, out=lo[:, 0])
     np.right_shift(s[:, :8], _N4, out=lo[:, 1])
     hi = (s[:, 8:12].reshape(n, 1, 4) >> _SHIFT2[:, None]) & _M3  # (n, 4, 4): high 2 bits
     sc = (lo.reshape(n, 16) | (hi.reshape(n, 16) << _N4)).view(_I8)
     np.subtract(sc, _I8(32), out=sc)
-    dl = _f16(b["d"]) * sc.astype(_F32)                         # (n, 16)
+    dl = _f16(b["d"]) * sc.astype(_F32)  # (n, 16)
     q = _two_bit_fields(b["qs"]).reshape(n, 8, 32)
-    h = _fields(b["hmask"].reshape(n, 1, 32), 1, 2)             # bit k of byte j: weight k*32 + j
-    np.bitwise_or(q, h.reshape(n, 8, 32), out=q)                # value + 4 where the bit is set
+    h = _fields(b["hmask"].reshape(n, 1, 32), 1, 2)  # bit k of byte j: weight k*32 + j
+    np.bitwise_or(q, h.reshape(n, 8, 32), out=q)  # value + 4 where the bit is set
     qi = q.view(_I8)
     np.subtract(qi, _I8(4), out=qi)
     o = out.reshape(n, 16, 16)
@@ -313,7 +328,7 @@ def _k_scales(s):
     4 bytes at a time (a byte's top 2 bits are (x >> 2) & 0x30 of the word).
     """
     n = len(s)
-    a, m, c = s[:, 0], s[:, 1], s[:, 2]                         # little-endian u32 words
+    a, m, c = s[:, 0], s[:, 1], s[:, 2]  # little-endian u32 words
     sc = np.empty((n, 2), _LE32)
     mn = np.empty((n, 2), _LE32)
     np.bitwise_and(a, _K3F, out=sc[:, 0])
@@ -333,8 +348,8 @@ def _k_scale_min(b):
 
 def _deq_q4_k(b, out):
     n = len(b)
-    lo, hi = _lohi(_bytes(b))                                   # qs are bytes 16:144
-    o = out.reshape(n, 4, 2, 32)                                # sub-block = chunk*2 + nibble
+    lo, hi = _lohi(_bytes(b))  # qs are bytes 16:144
+    o = out.reshape(n, 4, 2, 32)  # sub-block = chunk*2 + nibble
     np.copyto(o[:, :, 0], lo[:, 16:].reshape(n, 4, 32), casting="unsafe")
     np.copyto(o[:, :, 1], hi[:, 16:].reshape(n, 4, 32), casting="unsafe")
     ds, dm = _k_scale_min(b)
@@ -346,12 +361,12 @@ def _deq_q4_k(b, out):
 def _deq_q5_k(b, out):
     n = len(b)
     raw = _bytes(b)
-    lo, hi = _lohi(raw)                                         # qs are bytes 48:176
+    lo, hi = _lohi(raw)  # qs are bytes 48:176
     q = np.empty((n, 4, 2, 32), _U8)
     np.copyto(q[:, :, 0], lo[:, 48:].reshape(n, 4, 32))
     np.copyto(q[:, :, 1], hi[:, 48:].reshape(n, 4, 32))
     q = q.reshape(n, 8, 32)
-    h = _fields(raw[:, 16:48].reshape(n, 1, 32), 1, 4)          # bit k of qh byte j: sub-block k
+    h = _fields(raw[:, 16:48].reshape(n, 1, 32), 1, 4)  # bit k of qh byte j: sub-block k
     np.bitwise_or(q, h.reshape(n, 8, 32), out=q)
     ds, dm = _k_scale_min(b)
     o = out.reshape(n, 8, 32)
@@ -362,20 +377,20 @@ def _deq_q5_k(b, out):
 def _deq_q6_k(b, out):
     n = len(b)
     raw = _bytes(b)
-    lo, hi = _lohi(raw[:, :128])                                # ql
-    q = np.empty((n, 2, 2, 64), _U8)                            # weight = half*128 + nibble*64 + k
+    lo, hi = _lohi(raw[:, :128])  # ql
+    q = np.empty((n, 2, 2, 64), _U8)  # weight = half*128 + nibble*64 + k
     np.copyto(q[:, :, 0], lo.reshape(n, 2, 64))
     np.copyto(q[:, :, 1], hi.reshape(n, 2, 64))
     q = q.reshape(n, 256)
-    h = _two_bit_fields(raw[:, 128:192], shift=4)               # high 2 bits, in place
+    h = _two_bit_fields(raw[:, 128:192], shift=4)  # high 2 bits, in place
     np.bitwise_or(q, h.reshape(n, 256), out=q)
     qi = q.view(_I8)
     np.subtract(qi, _I8(32), out=qi)
-    d = _f16(b["d"]) * b["scales"].astype(_F32)                 # (n, 16)
+    d = _f16(b["d"]) * b["scales"].astype(_F32)  # (n, 16)
     np.multiply(d[:, :, None], qi.reshape(n, 16, 16), out=out.reshape(n, 16, 16))
 
 
-_TINY = np.array([1e-45], _F32)   # the smallest float32 subnormal
+_TINY = np.array([1e-45], _F32)  # the smallest float32 subnormal
 
 
 def _subnormals_flushed():
@@ -400,7 +415,7 @@ def _f16_to_f32(u, out):
     bits = out.view(np.uint32)
     np.bitwise_and(u, np.uint16(0x7FFF), out=bits)
     np.left_shift(bits, np.uint32(13), out=bits)
-    np.multiply(out, _F32(2.0 ** 112), out=out)
+    np.multiply(out, _F32(2.0**112), out=out)
     special = (u & np.uint16(0x7C00)) == np.uint16(0x7C00)
     if special.any():
         bits[special] |= np.uint32(0x7F800000)
@@ -476,7 +491,7 @@ def _dequantize_into(raw, t, out):
     vals = flat.reshape(-1, block) if block > 1 else flat
     step = max(1, _STEP_BYTES // (block * 4))
     for i in range(0, len(vals), step):
-        kernel(blocks[i:i + step], vals[i:i + step])
+        kernel(blocks[i : i + step], vals[i : i + step])
     return out
 
 
@@ -493,7 +508,9 @@ def dequantize(raw, ggml_type, shape):
     if raw.size != need:
         raise ShapeMismatch(
             f"dequantize {t.name}: shape {fmt_shape(shape)} needs {need} bytes, got {raw.size}",
-            shape=shape, ggml_type=t, nbytes=raw.size,
+            shape=shape,
+            ggml_type=t,
+            nbytes=raw.size,
         )
     out = np.empty(shape, _F32)
     return _dequantize_into(raw, t, out)
@@ -517,7 +534,9 @@ class QTensor:
         if raw.size != need:
             raise ShapeMismatch(
                 f"QTensor {t.name}: shape {fmt_shape(shape)} needs {need} bytes, got {raw.size}",
-                shape=shape, ggml_type=t, nbytes=raw.size,
+                shape=shape,
+                ggml_type=t,
+                nbytes=raw.size,
             )
         self.raw = raw
         self.ggml_type = t
@@ -539,23 +558,31 @@ class QTensor:
     def dequantize_rows(self, start, stop, out=None):
         """Rows ``start:stop`` of a 2-D tensor as float32, into ``out`` when given."""
         if self.ndim != 2:
-            raise ShapeMismatch(f"dequantize_rows: needs a 2-D QTensor, got shape {fmt_shape(self.shape)}",
-                                shape=self.shape)
+            raise ShapeMismatch(
+                f"dequantize_rows: needs a 2-D QTensor, got shape {fmt_shape(self.shape)}",
+                shape=self.shape,
+            )
         start, stop = max(0, int(start)), min(self.shape[0], int(stop))
         stop = max(start, stop)
         if out is None:
             out = np.empty((stop - start, self.shape[1]), _F32)
-        elif out.dtype != _F32 or out.shape != (stop - start, self.shape[1]) or not out.flags.c_contiguous:
+        elif (
+            out.dtype != _F32
+            or out.shape != (stop - start, self.shape[1])
+            or not out.flags.c_contiguous
+        ):
             raise ShapeMismatch(
                 f"dequantize_rows: out must be a C-contiguous float32 array of shape "
                 f"{fmt_shape((stop - start, self.shape[1]))}, got {out.dtype} {fmt_shape(out.shape)}",
                 shape=out.shape,
             )
         rb = self._row_bytes
-        return _dequantize_into(self.raw[start * rb:stop * rb], self.ggml_type, out)
+        return _dequantize_into(self.raw[start * rb : stop * rb], self.ggml_type, out)
 
     def __repr__(self):
-        return f"QTensor({self.ggml_type.name}, shape={fmt_shape(self.shape)}, nbytes={self.nbytes})"
+        return (
+            f"QTensor({self.ggml_type.name}, shape={fmt_shape(self.shape)}, nbytes={self.nbytes})"
+        )
 
 
 # weight rows dequantized per GEMM: the f32 chunk stays around this many bytes
@@ -577,7 +604,9 @@ def qmatmul(x, w, *, chunk_rows=None):
     if not isinstance(w, QTensor):
         raise TypeError(f"qmatmul: weight must be a QTensor, got {type(w).__name__}")
     if w.ndim != 2:
-        raise ShapeMismatch(f"qmatmul: weight must be 2-D, got shape {fmt_shape(w.shape)}", shape=w.shape)
+        raise ShapeMismatch(
+            f"qmatmul: weight must be 2-D, got shape {fmt_shape(w.shape)}", shape=w.shape
+        )
     x = np.asarray(x)
     if x.dtype != _F32:
         raise DTypeMismatch(f"qmatmul: x must be float32, got {x.dtype}", dtype=x.dtype)
@@ -585,7 +614,9 @@ def qmatmul(x, w, *, chunk_rows=None):
     if x.ndim == 0 or x.shape[-1] != n_in:
         raise ShapeMismatch(
             f"qmatmul: x of shape {fmt_shape(x.shape)} does not match weight {fmt_shape(w.shape)} "
-            f"(needs last dim {n_in})", lhs=x.shape, rhs=w.shape,
+            f"(needs last dim {n_in})",
+            lhs=x.shape,
+            rhs=w.shape,
         )
     lead = x.shape[:-1]
     x2 = np.ascontiguousarray(x.reshape(-1, n_in))
@@ -596,6 +627,6 @@ def qmatmul(x, w, *, chunk_rows=None):
     buf = np.empty((chunk_rows, n_in), _F32)
     for r0 in range(0, n_out, chunk_rows):
         r1 = min(n_out, r0 + chunk_rows)
-        wc = w.dequantize_rows(r0, r1, out=buf[:r1 - r0])
+        wc = w.dequantize_rows(r0, r1, out=buf[: r1 - r0])
         np.matmul(x2, wc.T, out=out[:, r0:r1])
     return out.reshape(*lead, n_out)

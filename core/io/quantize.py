@@ -12,13 +12,14 @@ weighted squared error, then the sub-block scales quantized against one f16 supe
 scale, then every weight requantized with the scale it will actually be decoded with.
 The `gguf` package has no K-quantizer to compare against; ember's dequantizer checks them.
 """
+
 import numpy as np
 
 from ..errors import ShapeMismatch, UnsupportedDType, fmt_shape
 from .quant import BLOCK_SIZES, QK_K, GGMLType, as_ggml_type
 
 _F32 = np.float32
-_CHUNK_VALUES = 1 << 18   # weights quantized per step: bounds the temporaries
+_CHUNK_VALUES = 1 << 18  # weights quantized per step: bounds the temporaries
 
 # the smallest maximum a group may have and still be scaled (ggml's GROUP_MAX_EPS)
 _GROUP_MAX_EPS = 1e-15
@@ -89,8 +90,9 @@ def _q5_1(b):
     lo, hi = b.min(axis=1, keepdims=True), b.max(axis=1, keepdims=True)
     d = (hi - lo) / _F32(31)
     q = _truncated((b - lo) * _inverse(d) + _F32(0.5), 31)
-    return np.concatenate([_f16_bytes(d), _f16_bytes(lo), _high_bits(q),
-                           _nibbles(q & np.uint8(15))], axis=1)
+    return np.concatenate(
+        [_f16_bytes(d), _f16_bytes(lo), _high_bits(q), _nibbles(q & np.uint8(15))], axis=1
+    )
 
 
 def _q8_0(b):
@@ -156,9 +158,10 @@ def _scale_and_min(x, w, nmax, rmin, rdelta, nstep, use_mad):
         det = np.where(ok, det, _F32(1))
         scale = (sum_w * sum_xl - sum_x * sum_l) / det
         offset = (sum_l2 * sum_x - sum_l * sum_xl) / det
-        positive = offset > 0     # an offset above zero would not fit an unsigned min
-        scale = np.where(positive, np.divide(sum_xl, sum_l2, out=np.zeros_like(sum_xl),
-                                             where=sum_l2 > 0), scale)
+        positive = offset > 0  # an offset above zero would not fit an unsigned min
+        scale = np.where(
+            positive, np.divide(sum_xl, sum_l2, out=np.zeros_like(sum_xl), where=sum_l2 > 0), scale
+        )
         offset = np.where(positive, 0, offset)
         err = error(scale, offset, lv)
         better = ok & (err < best_err)
@@ -230,13 +233,13 @@ def _q2_k(b):
 def _q3_k(b):
     x = b.reshape(-1, 16, 16)
     d_bytes, d, ints = _signed_super_scale(_symmetric_scale(x, 4), 32)
-    lv = _levels_signed(x, d * ints, 4).reshape(-1, QK_K)       # 0..7
-    u = (ints + 32).astype(np.uint8)                              # 6-bit scales
+    lv = _levels_signed(x, d * ints, 4).reshape(-1, QK_K)  # 0..7
+    u = (ints + 32).astype(np.uint8)  # 6-bit scales
     scales = np.empty((b.shape[0], 12), np.uint8)
     scales[:, 0:8] = (u[:, 0:8] & 15) | ((u[:, 8:16] & 15) << 4)
-    hi = (u >> 4).reshape(-1, 4, 4)                               # scale 4g + k: bits 2g of byte 8 + k
+    hi = (u >> 4).reshape(-1, 4, 4)  # scale 4g + k: bits 2g of byte 8 + k
     scales[:, 8:12] = hi[:, 0] | (hi[:, 1] << 2) | (hi[:, 2] << 4) | (hi[:, 3] << 6)
-    hbit = (lv >> 2).reshape(-1, 8, 32)                           # bit k of byte l: value 32k + l
+    hbit = (lv >> 2).reshape(-1, 8, 32)  # bit k of byte l: value 32k + l
     hmask = (hbit << np.arange(8, dtype=np.uint8)[None, :, None]).sum(axis=1, dtype=np.uint8)
     return np.concatenate([hmask, _pack_crumbs(lv & 3), scales, d_bytes], axis=1)
 
@@ -272,19 +275,28 @@ def _q6_k(b):
     x = b.reshape(-1, 16, 16)
     d_bytes, d, ints = _signed_super_scale(_symmetric_scale(x, 32), 128)
     ints = np.minimum(ints, 127)
-    lv = _levels_signed(x, d * ints, 32).reshape(-1, 2, 4, 32)   # 0..63
+    lv = _levels_signed(x, d * ints, 32).reshape(-1, 2, 4, 32)  # 0..63
     low, high = lv & 15, lv >> 4
-    ql = np.concatenate([low[:, :, 0] | (low[:, :, 2] << 4),
-                         low[:, :, 1] | (low[:, :, 3] << 4)], axis=2).reshape(-1, 128)
-    qh = (high[:, :, 0] | (high[:, :, 1] << 2) | (high[:, :, 2] << 4)
-          | (high[:, :, 3] << 6)).reshape(-1, 64)
+    ql = np.concatenate(
+        [low[:, :, 0] | (low[:, :, 2] << 4), low[:, :, 1] | (low[:, :, 3] << 4)], axis=2
+    ).reshape(-1, 128)
+    qh = (
+        high[:, :, 0] | (high[:, :, 1] << 2) | (high[:, :, 2] << 4) | (high[:, :, 3] << 6)
+    ).reshape(-1, 64)
     return np.concatenate([ql, qh, ints.astype(np.int8).view(np.uint8), d_bytes], axis=1)
 
 
 _QUANTIZERS = {
-    GGMLType.Q4_0: _q4_0, GGMLType.Q4_1: _q4_1, GGMLType.Q5_0: _q5_0, GGMLType.Q5_1: _q5_1,
-    GGMLType.Q8_0: _q8_0, GGMLType.Q2_K: _q2_k, GGMLType.Q3_K: _q3_k, GGMLType.Q4_K: _q4_k,
-    GGMLType.Q5_K: _q5_k, GGMLType.Q6_K: _q6_k,
+    GGMLType.Q4_0: _q4_0,
+    GGMLType.Q4_1: _q4_1,
+    GGMLType.Q5_0: _q5_0,
+    GGMLType.Q5_1: _q5_1,
+    GGMLType.Q8_0: _q8_0,
+    GGMLType.Q2_K: _q2_k,
+    GGMLType.Q3_K: _q3_k,
+    GGMLType.Q4_K: _q4_k,
+    GGMLType.Q5_K: _q5_k,
+    GGMLType.Q6_K: _q6_k,
 }
 # types `quantize` writes: the block formats above and the plain float types
 QUANTIZABLE = frozenset(_QUANTIZERS) | {GGMLType.F32, GGMLType.F16, GGMLType.BF16}
@@ -308,15 +320,21 @@ def quantize(values, ggml_type):
     (*values.shape[:-1], bytes per row), as the `gguf` package returns them."""
     t = as_ggml_type(ggml_type)
     if t not in QUANTIZABLE:
-        raise UnsupportedDType(f"quantize: ember cannot write ggml type {t.name} (it writes "
-                               f"{', '.join(sorted(x.name for x in QUANTIZABLE))})", ggml_type=t)
+        raise UnsupportedDType(
+            f"quantize: ember cannot write ggml type {t.name} (it writes "
+            f"{', '.join(sorted(x.name for x in QUANTIZABLE))})",
+            ggml_type=t,
+        )
     x = np.ascontiguousarray(values, dtype=_F32)
     shape = x.shape if x.ndim else (1,)
     block, size = BLOCK_SIZES[t]
     if shape[-1] % block:
-        raise ShapeMismatch(f"quantize {t.name}: row length {shape[-1]} of shape "
-                            f"{fmt_shape(shape)} is not a multiple of the block size {block}",
-                            shape=tuple(shape), ggml_type=t)
+        raise ShapeMismatch(
+            f"quantize {t.name}: row length {shape[-1]} of shape "
+            f"{fmt_shape(shape)} is not a multiple of the block size {block}",
+            shape=tuple(shape),
+            ggml_type=t,
+        )
     flat = x.reshape(-1)
     if t == GGMLType.F32:
         return flat.view(np.uint8).reshape(*shape[:-1], shape[-1] * 4)
@@ -327,13 +345,13 @@ def quantize(values, ggml_type):
     # values beyond f16's range become inf in the scales, as in ggml: no warning
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for i in range(0, len(src), blocks_per_step):
-            part = src[i:i + blocks_per_step]
+            part = src[i : i + blocks_per_step]
             if t == GGMLType.F16:
-                dst[i:i + len(part)] = part.astype(np.float16).view(np.uint8).reshape(-1, 2)
+                dst[i : i + len(part)] = part.astype(np.float16).view(np.uint8).reshape(-1, 2)
             elif t == GGMLType.BF16:
-                dst[i:i + len(part)] = _bf16(part).view(np.uint8).reshape(-1, 2)
+                dst[i : i + len(part)] = _bf16(part).view(np.uint8).reshape(-1, 2)
             else:
-                dst[i:i + len(part)] = _QUANTIZERS[t](part)
+                dst[i : i + len(part)] = _QUANTIZERS[t](part)
     return out.reshape(*shape[:-1], shape[-1] // block * size)
 
 

@@ -20,6 +20,7 @@ Every number read from the file is checked against the file's size before it is 
 so a malformed file raises `FormatError` naming the file, the tensor and the field; it
 never makes the reader allocate without bound, loop, or crash.
 """
+
 import contextlib
 import json
 import os
@@ -41,10 +42,26 @@ MAX_ARRAY_BYTES = (1 << 63) - 1
 
 # Every safetensors dtype, with its size in bits (sub-byte float formats exist).
 FILE_DTYPE_BITS = {
-    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8,
-    "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
-    "I32": 32, "U32": 32, "F32": 32, "I64": 64, "U64": 64, "F64": 64, "C64": 64,
-    "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
+    "BOOL": 8,
+    "U8": 8,
+    "I8": 8,
+    "F8_E5M2": 8,
+    "F8_E4M3": 8,
+    "F8_E8M0": 8,
+    "I16": 16,
+    "U16": 16,
+    "F16": 16,
+    "BF16": 16,
+    "I32": 32,
+    "U32": 32,
+    "F32": 32,
+    "I64": 64,
+    "U64": 64,
+    "F64": 64,
+    "C64": 64,
+    "F4": 4,
+    "F6_E2M3": 6,
+    "F6_E3M2": 6,
 }
 
 if sys.byteorder != "little":  # pragma: no cover - every platform ember targets is LE
@@ -62,11 +79,11 @@ class TensorInfo:
 
     def __init__(self, name, file_dtype, dtype, shape, data_offsets, data_start):
         self.name = name
-        self.file_dtype = file_dtype      # the header's name, e.g. "BOOL"
-        self.dtype = dtype                # the ember dtype, or None when ember has none
+        self.file_dtype = file_dtype  # the header's name, e.g. "BOOL"
+        self.dtype = dtype  # the ember dtype, or None when ember has none
         self.shape = shape
         self.data_offsets = data_offsets  # (begin, end) relative to the data section
-        self.data_start = data_start      # absolute offset of the data section
+        self.data_start = data_start  # absolute offset of the data section
 
     @property
     def file_offsets(self):
@@ -85,16 +102,18 @@ class TensorInfo:
         return n
 
     def __repr__(self):
-        return (f"TensorInfo({self.name!r}, dtype={self.file_dtype}, shape={fmt_shape(self.shape)}, "
-                f"data_offsets={list(self.data_offsets)})")
+        return (
+            f"TensorInfo({self.name!r}, dtype={self.file_dtype}, shape={fmt_shape(self.shape)}, "
+            f"data_offsets={list(self.data_offsets)})"
+        )
 
 
 class Header:
     __slots__ = ("tensors", "metadata", "data_start", "data_size")
 
     def __init__(self, tensors, metadata, data_start, data_size):
-        self.tensors = tensors      # name -> TensorInfo, in the file's order
-        self.metadata = metadata    # dict of str -> str, or None
+        self.tensors = tensors  # name -> TensorInfo, in the file's order
+        self.metadata = metadata  # dict of str -> str, or None
         self.data_start = data_start
         self.data_size = data_size
 
@@ -124,17 +143,26 @@ def _is_int(value):
 def parse_header(buf, size, source):
     """Parse and validate the header of `buf` (an mmap or a memoryview of `size` bytes)."""
     if size < 8:
-        raise _fail(source, f"file is {size} bytes, shorter than the 8-byte header length",
-                    field="header_length")
+        raise _fail(
+            source,
+            f"file is {size} bytes, shorter than the 8-byte header length",
+            field="header_length",
+        )
     (n,) = struct.unpack("<Q", bytes(buf[0:8]))
     if n > size - 8:
-        raise _fail(source, f"header length {n} runs beyond the file ({size} bytes, so at "
-                            f"most {size - 8} header bytes); the file is truncated or corrupt",
-                    field="header_length")
+        raise _fail(
+            source,
+            f"header length {n} runs beyond the file ({size} bytes, so at "
+            f"most {size - 8} header bytes); the file is truncated or corrupt",
+            field="header_length",
+        )
     if n > MAX_HEADER_BYTES:
-        raise _fail(source, f"header length {n} exceeds the {MAX_HEADER_BYTES}-byte limit",
-                    field="header_length")
-    raw = bytes(buf[8:8 + n])
+        raise _fail(
+            source,
+            f"header length {n} exceeds the {MAX_HEADER_BYTES}-byte limit",
+            field="header_length",
+        )
+    raw = bytes(buf[8 : 8 + n])
     try:
         header = json.loads(raw.decode("utf-8"), object_pairs_hook=_reject_duplicates)
     except UnicodeDecodeError as exc:
@@ -142,15 +170,17 @@ def parse_header(buf, size, source):
     except (ValueError, RecursionError) as exc:
         raise _fail(source, f"header is not valid JSON ({exc})", field="header") from None
     if not isinstance(header, dict):
-        raise _fail(source, f"header is a JSON {type(header).__name__}, not an object",
-                    field="header")
+        raise _fail(
+            source, f"header is a JSON {type(header).__name__}, not an object", field="header"
+        )
 
     data_start = 8 + n
     data_size = size - data_start
     metadata = header.pop("__metadata__", None)
     if metadata is not None and (
-            not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values())):
-            raise _fail(source, "must be an object of string values", field="__metadata__")
+        not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values())
+    ):
+        raise _fail(source, "must be an object of string values", field="__metadata__")
 
     tensors = {}
     for name, entry in header.items():
@@ -167,21 +197,29 @@ def _parse_entry(source, name, entry, data_start):
             raise _fail(source, "missing", name, field)
     file_dtype = entry["dtype"]
     if not isinstance(file_dtype, str) or file_dtype not in FILE_DTYPE_BITS:
-        raise _fail(source, f"unknown dtype {file_dtype!r} (safetensors knows "
-                            f"{', '.join(FILE_DTYPE_BITS)})", name, "dtype")
+        raise _fail(
+            source,
+            f"unknown dtype {file_dtype!r} (safetensors knows {', '.join(FILE_DTYPE_BITS)})",
+            name,
+            "dtype",
+        )
     shape = entry["shape"]
     if not isinstance(shape, list) or not all(_is_int(d) for d in shape):
         raise _fail(source, f"must be a list of integers, got {shape!r}", name, "shape")
     if len(shape) > MAX_DIMS:
-        raise _fail(source, f"{len(shape)} dimensions, more than the {MAX_DIMS} a tensor may "
-                            "have", name, "shape")
+        raise _fail(
+            source,
+            f"{len(shape)} dimensions, more than the {MAX_DIMS} a tensor may have",
+            name,
+            "shape",
+        )
     if any(d < 0 for d in shape):
         raise _fail(source, f"negative dimension in {shape}", name, "shape")
     offsets = entry["data_offsets"]
-    if (not isinstance(offsets, list) or len(offsets) != 2
-            or not all(_is_int(o) for o in offsets)):
-        raise _fail(source, f"must be a list of two integers, got {offsets!r}", name,
-                    "data_offsets")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_int(o) for o in offsets):
+        raise _fail(
+            source, f"must be a list of two integers, got {offsets!r}", name, "data_offsets"
+        )
     begin, end = offsets
     if begin < 0 or end < begin:
         raise _fail(source, f"[{begin}, {end}] is not a valid byte range", name, "data_offsets")
@@ -193,52 +231,84 @@ def _parse_entry(source, name, entry, data_start):
     for d in shape:
         extent *= max(d, 1)
     if extent * bits > MAX_ARRAY_BYTES * 8:
-        raise _fail(source, f"shape {fmt_shape(shape)} of {file_dtype} is too large to address "
-                            "(its dimensions, a zero counted as one, exceed 2^63 bytes)",
-                    name, "shape")
+        raise _fail(
+            source,
+            f"shape {fmt_shape(shape)} of {file_dtype} is too large to address "
+            "(its dimensions, a zero counted as one, exceed 2^63 bytes)",
+            name,
+            "shape",
+        )
     if numel * bits != (end - begin) * 8:
-        raise _fail(source, f"shape {fmt_shape(shape)} of {file_dtype} needs "
-                            f"{numel * bits / 8:g} bytes but data_offsets [{begin}, {end}] "
-                            f"hold {end - begin}", name, "data_offsets")
-    return TensorInfo(name, file_dtype, dt.from_safetensors(file_dtype), tuple(shape),
-                      (begin, end), data_start)
+        raise _fail(
+            source,
+            f"shape {fmt_shape(shape)} of {file_dtype} needs "
+            f"{numel * bits / 8:g} bytes but data_offsets [{begin}, {end}] "
+            f"hold {end - begin}",
+            name,
+            "data_offsets",
+        )
+    return TensorInfo(
+        name, file_dtype, dt.from_safetensors(file_dtype), tuple(shape), (begin, end), data_start
+    )
 
 
 def _check_tiling(source, tensors, data_size):
     """The byte ranges must cover the data section exactly once, in any order."""
     for info in tensors.values():
         if info.data_offsets[1] > data_size:
-            raise _fail(source, f"[{info.data_offsets[0]}, {info.data_offsets[1]}] lies outside "
-                                f"the data section of {data_size} bytes (file truncated?)",
-                        info.name, "data_offsets")
+            raise _fail(
+                source,
+                f"[{info.data_offsets[0]}, {info.data_offsets[1]}] lies outside "
+                f"the data section of {data_size} bytes (file truncated?)",
+                info.name,
+                "data_offsets",
+            )
     ordered = sorted(tensors.values(), key=lambda i: i.data_offsets)
     covered, previous = 0, None
     for info in ordered:
         begin, end = info.data_offsets
         if begin < covered:
-            raise _fail(source, f"[{begin}, {end}] overlaps tensor {previous.name!r} "
-                                f"{list(previous.data_offsets)}", info.name, "data_offsets")
+            raise _fail(
+                source,
+                f"[{begin}, {end}] overlaps tensor {previous.name!r} {list(previous.data_offsets)}",
+                info.name,
+                "data_offsets",
+            )
         if begin > covered:
-            raise _fail(source, f"[{begin}, {end}] leaves bytes [{covered}, {begin}] of the data "
-                                f"section to no tensor", info.name, "data_offsets")
+            raise _fail(
+                source,
+                f"[{begin}, {end}] leaves bytes [{covered}, {begin}] of the data "
+                f"section to no tensor",
+                info.name,
+                "data_offsets",
+            )
         covered, previous = end, info
     if covered != data_size:
-        raise _fail(source, f"the tensors cover {covered} bytes but the data section holds "
-                            f"{data_size}: {data_size - covered} trailing bytes belong to no tensor",
-                    field="data_offsets")
+        raise _fail(
+            source,
+            f"the tensors cover {covered} bytes but the data section holds "
+            f"{data_size}: {data_size - covered} trailing bytes belong to no tensor",
+            field="data_offsets",
+        )
 
 
 # --- turning header entries into tensors ------------------------------------------------------
 def _device(device):
     from ..tensor import _device as resolve
+
     return resolve(device)
 
 
 def _check_supported(source, info):
     if info.dtype is None:
-        raise _fail(source, f"dtype {info.file_dtype} has no ember dtype (ember has "
-                            f"{', '.join(d.safetensors_name for d in dt.ALL)}, BOOL)",
-                    info.name, "dtype", cls=UnsupportedFileDType)
+        raise _fail(
+            source,
+            f"dtype {info.file_dtype} has no ember dtype (ember has "
+            f"{', '.join(d.safetensors_name for d in dt.ALL)}, BOOL)",
+            info.name,
+            "dtype",
+            cls=UnsupportedFileDType,
+        )
 
 
 def _make_tensor(buf, info, device, dtype, source, after_upload=None):
@@ -254,8 +324,8 @@ def _make_tensor(buf, info, device, dtype, source, after_upload=None):
     convert = dtype is not None and info.dtype.is_float and dtype is not info.dtype
     if device.kind == "cpu":
         import numpy
-        storage = numpy.frombuffer(buf, dtype=info.dtype.numpy_name, count=info.numel,
-                                   offset=begin)
+
+        storage = numpy.frombuffer(buf, dtype=info.dtype.numpy_name, count=info.numel, offset=begin)
     else:
         # No `with` on the slice: a backend may keep a view of it, and releasing an
         # exported memoryview raises; dropping our reference is enough.
@@ -265,8 +335,9 @@ def _make_tensor(buf, info, device, dtype, source, after_upload=None):
         except UnsupportedDType as exc:
             if not convert:
                 hint = "; pass dtype= to convert it while loading" if info.dtype.is_float else ""
-                raise _fail(source, f"{exc}{hint}", info.name, "dtype",
-                            cls=UnsupportedDType) from None
+                raise _fail(
+                    source, f"{exc}{hint}", info.name, "dtype", cls=UnsupportedDType
+                ) from None
             # The device lacks the file's dtype (f64 on WebGPU): convert on the host.
             host = _make_tensor(buf, info, _device("cpu"), dtype, source)
             return host.to(device)
@@ -297,9 +368,13 @@ class SafetensorsFile:
         with open_regular(self.path, "safetensors file") as fh:
             size = os.fstat(fh.fileno()).st_size
             if size < 8:
-                raise _fail(source, f"file is {size} bytes, shorter than the 8-byte header "
-                                    "length", field="header_length")
+                raise _fail(
+                    source,
+                    f"file is {size} bytes, shorter than the 8-byte header length",
+                    field="header_length",
+                )
             import mmap  # here, not at the top: `import ember` must work where it is missing
+
             try:
                 # The mapping keeps its own reference to the file; the handle can close.
                 self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
@@ -351,13 +426,16 @@ class SafetensorsFile:
         for info in self._header.tensors.values():
             _check_supported(self._source, info)
         device = _device(device)
-        return {name: _make_tensor(self._map, info, device, dtype, self._source, self._drop_pages)
-                for name, info in self._header.tensors.items()}
+        return {
+            name: _make_tensor(self._map, info, device, dtype, self._source, self._drop_pages)
+            for name, info in self._header.tensors.items()
+        }
 
     def _drop_pages(self, begin, end):
         # After an upload to another device the host pages are dead weight: hand them
         # back so peak RSS stays near one tensor while a large model streams out.
         import mmap
+
         madvise = getattr(self._map, "madvise", None)
         if madvise is None or not hasattr(mmap, "MADV_DONTNEED"):
             return
@@ -373,8 +451,10 @@ class SafetensorsFile:
         if name not in self._header.tensors:
             known = self.keys()
             shown = ", ".join(repr(k) for k in known[:8]) + (" ..." if len(known) > 8 else "")
-            raise KeyError(f"safetensors file {self._source}: no tensor {name!r} "
-                           f"({len(known)} tensors: {shown})")
+            raise KeyError(
+                f"safetensors file {self._source}: no tensor {name!r} "
+                f"({len(known)} tensors: {shown})"
+            )
 
     # --- lifetime -----------------------------------------------------------------------------
     def close(self):
@@ -416,8 +496,9 @@ def load_safetensors_bytes(buf, device=None, dtype=None, name="<bytes>"):
     for info in header.tensors.values():
         _check_supported(source, info)
     device = _device(device)
-    return {key: _make_tensor(view, info, device, dtype, source)
-            for key, info in header.tensors.items()}
+    return {
+        key: _make_tensor(view, info, device, dtype, source) for key, info in header.tensors.items()
+    }
 
 
 def load_safetensors_metadata(path):
@@ -432,21 +513,27 @@ def _plan(tensors, metadata):
     from ..tensor import Tensor
 
     if not isinstance(tensors, dict):
-        raise TypeError(f"save_safetensors: expects a dict of name -> Tensor, got "
-                        f"{type(tensors).__name__}")
+        raise TypeError(
+            f"save_safetensors: expects a dict of name -> Tensor, got {type(tensors).__name__}"
+        )
     for key, t in tensors.items():
         if not isinstance(key, str) or key == "__metadata__":
-            raise TypeError(f"save_safetensors: tensor name {key!r} must be a string other "
-                            "than '__metadata__'")
+            raise TypeError(
+                f"save_safetensors: tensor name {key!r} must be a string other than '__metadata__'"
+            )
         if not isinstance(t, Tensor):
-            raise TypeError(f"save_safetensors: tensor {key!r} is a {type(t).__name__}, not an "
-                            "ember Tensor (wrap numpy arrays with ember.from_numpy)")
+            raise TypeError(
+                f"save_safetensors: tensor {key!r} is a {type(t).__name__}, not an "
+                "ember Tensor (wrap numpy arrays with ember.from_numpy)"
+            )
     header = {}
     if metadata is not None:
         if not isinstance(metadata, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
-            raise TypeError("save_safetensors: metadata must be a dict of str -> str, got "
-                            f"{metadata!r}")
+            isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
+        ):
+            raise TypeError(
+                f"save_safetensors: metadata must be a dict of str -> str, got {metadata!r}"
+            )
         header["__metadata__"] = dict(metadata)
     # Larger items first, then by name (as the reference writer does): with the 8-byte
     # aligned data section every tensor then starts aligned to its own item size.
@@ -454,8 +541,11 @@ def _plan(tensors, metadata):
     offset = 0
     for key, t in order:
         nbytes = t.numel() * t.dtype.itemsize
-        header[key] = {"dtype": t.dtype.safetensors_name, "shape": list(t.shape),
-                       "data_offsets": [offset, offset + nbytes]}
+        header[key] = {
+            "dtype": t.dtype.safetensors_name,
+            "shape": list(t.shape),
+            "data_offsets": [offset, offset + nbytes],
+        }
         offset += nbytes
     text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     text += b" " * (-(8 + len(text)) % ALIGNMENT)
@@ -473,6 +563,7 @@ def save_safetensors(tensors, path, metadata=None):
     The file is written beside `path` and renamed into place, so a failure never leaves
     a half-written file under the final name."""
     from ..owned import atomic_file
+
     head, order = _plan(tensors, metadata)
     with atomic_file(path) as fh:
         fh.write(head)
@@ -487,7 +578,12 @@ def save_safetensors_bytes(tensors, metadata=None):
 
 
 __all__ = [
-    "SafetensorsFile", "TensorInfo", "UnsupportedFileDType", "load_safetensors",
-    "load_safetensors_bytes", "load_safetensors_metadata", "save_safetensors",
+    "SafetensorsFile",
+    "TensorInfo",
+    "UnsupportedFileDType",
+    "load_safetensors",
+    "load_safetensors_bytes",
+    "load_safetensors_metadata",
+    "save_safetensors",
     "save_safetensors_bytes",
 ]

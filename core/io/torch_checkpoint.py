@@ -18,6 +18,7 @@ Two container layouts:
 
 Storage bytes are memory-mapped; a tensor is read (and made contiguous) only when asked.
 """
+
 import collections
 import contextlib
 import io
@@ -37,11 +38,16 @@ LEGACY_PROTOCOL = 1001
 
 # torch storage class -> (safetensors dtype name, numpy dtype of its elements)
 STORAGE_DTYPES = {
-    "FloatStorage": ("F32", "<f4"), "DoubleStorage": ("F64", "<f8"),
-    "HalfStorage": ("F16", "<f2"), "BFloat16Storage": ("BF16", "<u2"),
-    "LongStorage": ("I64", "<i8"), "IntStorage": ("I32", "<i4"),
-    "ShortStorage": ("I16", "<i2"), "CharStorage": ("I8", "i1"),
-    "ByteStorage": ("U8", "u1"), "BoolStorage": ("BOOL", "u1"),
+    "FloatStorage": ("F32", "<f4"),
+    "DoubleStorage": ("F64", "<f8"),
+    "HalfStorage": ("F16", "<f2"),
+    "BFloat16Storage": ("BF16", "<u2"),
+    "LongStorage": ("I64", "<i8"),
+    "IntStorage": ("I32", "<i4"),
+    "ShortStorage": ("I16", "<i2"),
+    "CharStorage": ("I8", "i1"),
+    "ByteStorage": ("U8", "u1"),
+    "BoolStorage": ("BOOL", "u1"),
 }
 
 
@@ -57,7 +63,7 @@ class _StorageType:
 @dataclass(frozen=True)
 class _Storage:
     key: str
-    dtype: str            # safetensors name
+    dtype: str  # safetensors name
     numpy_dtype: str
     numel: int
 
@@ -65,8 +71,9 @@ class _Storage:
 @dataclass(frozen=True)
 class TorchTensorInfo:
     """One tensor of a checkpoint: a strided view of a storage."""
+
     name: str
-    dtype: str            # safetensors name: F32, BF16, I64, ...
+    dtype: str  # safetensors name: F32, BF16, I64, ...
     shape: tuple
     stride: tuple
     storage: _Storage
@@ -91,8 +98,9 @@ class _TensorRef:
 def _rebuild_tensor(storage, storage_offset, size, stride, *_ignored):
     if not isinstance(storage, _Storage):
         raise TypeError("the first argument is not a storage")
-    return _TensorRef(storage, int(storage_offset), tuple(int(d) for d in size),
-                      tuple(int(s) for s in stride))
+    return _TensorRef(
+        storage, int(storage_offset), tuple(int(d) for d in size), tuple(int(s) for s in stride)
+    )
 
 
 def _rebuild_parameter(data, *_ignored):
@@ -113,7 +121,7 @@ class _RestrictedUnpickler(pickle.Unpickler):
     def __init__(self, fh, path, storages):
         super().__init__(fh)
         self._path = path
-        self._storages = storages   # key -> _Storage, filled as ids are met
+        self._storages = storages  # key -> _Storage, filled as ids are met
 
     def find_class(self, module, name):
         found = _ADMITTED.get((module, name))
@@ -122,32 +130,60 @@ class _RestrictedUnpickler(pickle.Unpickler):
                 f"{self._path}: the checkpoint's pickle names {module}.{name}, which ember "
                 "refuses to import or call (only tensor storages, tensor rebuilds and plain "
                 "containers are admitted, so an untrusted file cannot run code)",
-                path=self._path, field=f"{module}.{name}")
+                path=self._path,
+                field=f"{module}.{name}",
+            )
         return found
 
     def persistent_load(self, pid):
-        if not (isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage"
-                and isinstance(pid[1], _StorageType)):
-            raise FormatError(f"{self._path}: unexpected persistent id {pid!r:.80}",
-                              path=self._path, field="persistent_id")
+        if not (
+            isinstance(pid, tuple)
+            and len(pid) >= 5
+            and pid[0] == "storage"
+            and isinstance(pid[1], _StorageType)
+        ):
+            raise FormatError(
+                f"{self._path}: unexpected persistent id {pid!r:.80}",
+                path=self._path,
+                field="persistent_id",
+            )
         if len(pid) > 5 and pid[5] is not None:
-            raise FormatError(f"{self._path}: storage views (legacy view metadata) are not "
-                              "supported", path=self._path, field="persistent_id")
+            raise FormatError(
+                f"{self._path}: storage views (legacy view metadata) are not supported",
+                path=self._path,
+                field="persistent_id",
+            )
         key, numel = str(pid[2]), pid[4]
         if not isinstance(numel, int) or numel < 0:
-            raise FormatError(f"{self._path}: storage {key!r} has element count {numel!r}",
-                              path=self._path, field="persistent_id")
+            raise FormatError(
+                f"{self._path}: storage {key!r} has element count {numel!r}",
+                path=self._path,
+                field="persistent_id",
+            )
         dtype, np_dtype = STORAGE_DTYPES[pid[1].name]
         storage = _Storage(key, dtype, np_dtype, numel)
         if self._storages.setdefault(key, storage) != storage:
-            raise FormatError(f"{self._path}: storage {key!r} is described twice differently",
-                              path=self._path, field="persistent_id")
+            raise FormatError(
+                f"{self._path}: storage {key!r} is described twice differently",
+                path=self._path,
+                field="persistent_id",
+            )
         return storage
 
 
 # what a malformed pickle makes the unpickler raise
-_PICKLE_ERRORS = (pickle.UnpicklingError, EOFError, TypeError, ValueError, AttributeError,
-                  IndexError, KeyError, struct.error, RecursionError, MemoryError)
+_PICKLE_ERRORS = (
+    pickle.UnpicklingError,
+    EOFError,
+    TypeError,
+    ValueError,
+    AttributeError,
+    IndexError,
+    KeyError,
+    struct.error,
+    RecursionError,
+    MemoryError,
+)
 
 
 def _unpickle(fh, path, storages):
@@ -156,8 +192,12 @@ def _unpickle(fh, path, storages):
     except FormatError:
         raise
     except _PICKLE_ERRORS as exc:
-        raise FormatError(f"{path}: the checkpoint's pickle is malformed or truncated "
-                          f"({type(exc).__name__}: {exc})", path=path, field="pickle") from None
+        raise FormatError(
+            f"{path}: the checkpoint's pickle is malformed or truncated "
+            f"({type(exc).__name__}: {exc})",
+            path=path,
+            field="pickle",
+        ) from None
 
 
 def _flatten(obj, prefix, out, path):
@@ -184,7 +224,7 @@ class TorchCheckpoint:
                 raise FormatError(f"{self.path}: the file is empty", path=self.path)
             self._mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         try:
-            self._starts = {}     # storage key -> byte offset of its data in the file
+            self._starts = {}  # storage key -> byte offset of its data in the file
             self._zip_members = {}
             if zipfile.is_zipfile(self.path):
                 self.format = "zip"
@@ -195,9 +235,12 @@ class TorchCheckpoint:
             refs = {}
             try:
                 _flatten(obj, "", refs, self.path)
-            except RecursionError:   # a container nested without end, or holding itself
-                raise FormatError(f"{self.path}: the checkpoint's containers nest too deeply "
-                                  "(or contain themselves)", path=self.path) from None
+            except RecursionError:  # a container nested without end, or holding itself
+                raise FormatError(
+                    f"{self.path}: the checkpoint's containers nest too deeply "
+                    "(or contain themselves)",
+                    path=self.path,
+                ) from None
             self.tensors = {name: self._info(name, ref) for name, ref in refs.items()}
         except BaseException:
             self._mm.close()
@@ -208,20 +251,27 @@ class TorchCheckpoint:
         try:
             zf = zipfile.ZipFile(self.path)
         except (zipfile.BadZipFile, OSError) as exc:
-            raise FormatError(f"{self.path}: not a readable zip archive ({exc})",
-                              path=self.path) from None
+            raise FormatError(
+                f"{self.path}: not a readable zip archive ({exc})", path=self.path
+            ) from None
         with zf:
             names = zf.namelist()
             pkl = [n for n in names if n.endswith("data.pkl") and n.count("/") == 1]
             if len(pkl) != 1:
-                raise FormatError(f"{self.path}: a zip checkpoint holds one <name>/data.pkl; "
-                                  f"found {len(pkl)} (is this a PyTorch file?)",
-                                  path=self.path, field="data.pkl")
-            root = pkl[0][:-len("data.pkl")]
+                raise FormatError(
+                    f"{self.path}: a zip checkpoint holds one <name>/data.pkl; "
+                    f"found {len(pkl)} (is this a PyTorch file?)",
+                    path=self.path,
+                    field="data.pkl",
+                )
+            root = pkl[0][: -len("data.pkl")]
             order = root + "byteorder"
             if order in names and zf.read(order).strip() not in (b"little", b""):
-                raise FormatError(f"{self.path}: big-endian checkpoints are not supported",
-                                  path=self.path, field="byteorder")
+                raise FormatError(
+                    f"{self.path}: big-endian checkpoints are not supported",
+                    path=self.path,
+                    field="byteorder",
+                )
             storages = {}
             with zf.open(pkl[0]) as fh:
                 obj = _unpickle(io.BytesIO(fh.read()), self.path, storages)
@@ -230,13 +280,19 @@ class TorchCheckpoint:
                 try:
                     zi = zf.getinfo(member)
                 except KeyError:
-                    raise FormatError(f"{self.path}: storage {key!r} has no member {member}",
-                                      path=self.path, field=member) from None
+                    raise FormatError(
+                        f"{self.path}: storage {key!r} has no member {member}",
+                        path=self.path,
+                        field=member,
+                    ) from None
                 need = st.numel * np.dtype(st.numpy_dtype).itemsize
                 if zi.file_size < need:
-                    raise FormatError(f"{self.path}: member {member} holds {zi.file_size} "
-                                      f"bytes; storage {key!r} needs {need}",
-                                      path=self.path, field=member)
+                    raise FormatError(
+                        f"{self.path}: member {member} holds {zi.file_size} "
+                        f"bytes; storage {key!r} needs {need}",
+                        path=self.path,
+                        field=member,
+                    )
                 if zi.compress_type == zipfile.ZIP_STORED:
                     self._starts[key] = self._stored_offset(zi, member, need)
                 else:
@@ -245,18 +301,22 @@ class TorchCheckpoint:
 
     def _stored_offset(self, zi, member, need):
         head = zi.header_offset
-        if head + 30 > self.size or bytes(self._mm[head:head + 4]) != b"PK\x03\x04":
-            raise FormatError(f"{self.path}: member {member} has no local header",
-                              path=self.path, field=member)
+        if head + 30 > self.size or bytes(self._mm[head : head + 4]) != b"PK\x03\x04":
+            raise FormatError(
+                f"{self.path}: member {member} has no local header", path=self.path, field=member
+            )
         n_name, n_extra = struct.unpack_from("<HH", self._mm, head + 26)
         start = head + 30 + n_name + n_extra
         if start + need > self.size:
-            raise FormatError(f"{self.path}: member {member} runs past the end of the file "
-                              "(truncated?)", path=self.path, field=member)
+            raise FormatError(
+                f"{self.path}: member {member} runs past the end of the file (truncated?)",
+                path=self.path,
+                field=member,
+            )
         return start
 
     def _open_legacy(self):
-        with open(self.path, "rb") as fh:   # the pickles are read in order; the data is mapped
+        with open(self.path, "rb") as fh:  # the pickles are read in order; the data is mapped
             return self._read_legacy(fh)
 
     def _read_legacy(self, fh):
@@ -267,65 +327,101 @@ class TorchCheckpoint:
             except FormatError:
                 raise
             except _PICKLE_ERRORS:
-                raise FormatError(f"{self.path}: not a PyTorch checkpoint (no {what} pickle: "
-                                  "neither a zip archive nor the legacy format)",
-                                  path=self.path, field=what) from None
+                raise FormatError(
+                    f"{self.path}: not a PyTorch checkpoint (no {what} pickle: "
+                    "neither a zip archive nor the legacy format)",
+                    path=self.path,
+                    field=what,
+                ) from None
         if head[0] != LEGACY_MAGIC or head[1] != LEGACY_PROTOCOL:
-            raise FormatError(f"{self.path}: not a PyTorch checkpoint (magic {head[0]!r:.40}, "
-                              f"protocol {head[1]!r:.40})", path=self.path, field="magic")
+            raise FormatError(
+                f"{self.path}: not a PyTorch checkpoint (magic {head[0]!r:.40}, "
+                f"protocol {head[1]!r:.40})",
+                path=self.path,
+                field="magic",
+            )
         info = head[2] if isinstance(head[2], dict) else {}
         if info.get("little_endian") is False:
-            raise FormatError(f"{self.path}: big-endian checkpoints are not supported",
-                              path=self.path, field="little_endian")
+            raise FormatError(
+                f"{self.path}: big-endian checkpoints are not supported",
+                path=self.path,
+                field="little_endian",
+            )
         storages = {}
         obj = _unpickle(fh, self.path, storages)
         keys = _unpickle(fh, self.path, {})
         if not isinstance(keys, list):
-            raise FormatError(f"{self.path}: the storage key list is missing", path=self.path,
-                              field="storage keys")
+            raise FormatError(
+                f"{self.path}: the storage key list is missing",
+                path=self.path,
+                field="storage keys",
+            )
         pos = fh.tell()
         for key in keys:
             key = str(key)
             st = storages.get(key)
             if st is None:
-                raise FormatError(f"{self.path}: storage key {key!r} is listed but never used",
-                                  path=self.path, field="storage keys")
+                raise FormatError(
+                    f"{self.path}: storage key {key!r} is listed but never used",
+                    path=self.path,
+                    field="storage keys",
+                )
             if pos + 8 > self.size:
-                raise FormatError(f"{self.path}: storage {key!r} is missing (file truncated)",
-                                  path=self.path, field=f"storage {key}")
+                raise FormatError(
+                    f"{self.path}: storage {key!r} is missing (file truncated)",
+                    path=self.path,
+                    field=f"storage {key}",
+                )
             (numel,) = struct.unpack_from("<q", self._mm, pos)
             nbytes = st.numel * np.dtype(st.numpy_dtype).itemsize
             if numel != st.numel or pos + 8 + nbytes > self.size:
-                raise FormatError(f"{self.path}: storage {key!r} ({st.numel} elements) is "
-                                  "truncated or inconsistent", path=self.path,
-                                  field=f"storage {key}")
+                raise FormatError(
+                    f"{self.path}: storage {key!r} ({st.numel} elements) is "
+                    "truncated or inconsistent",
+                    path=self.path,
+                    field=f"storage {key}",
+                )
             self._starts[key] = pos + 8
             pos += 8 + nbytes
         missing = set(storages) - set(self._starts)
         if missing:
-            raise FormatError(f"{self.path}: storages {sorted(missing)[:4]} have no data",
-                              path=self.path, field="storage keys")
+            raise FormatError(
+                f"{self.path}: storages {sorted(missing)[:4]} have no data",
+                path=self.path,
+                field="storage keys",
+            )
         return obj
 
     def _info(self, name, ref):
         st = ref.storage
-        if len(ref.shape) != len(ref.stride) or any(d < 0 for d in ref.shape) \
-                or any(s < 0 for s in ref.stride):
-            raise FormatError(f"{self.path}: tensor {name!r} has shape {fmt_shape(ref.shape)} "
-                              f"and strides {list(ref.stride)}", path=self.path, tensor=name)
-        last = ref.offset + sum((d - 1) * s for d, s in zip(ref.shape, ref.stride, strict=True) if d > 0)
+        if (
+            len(ref.shape) != len(ref.stride)
+            or any(d < 0 for d in ref.shape)
+            or any(s < 0 for s in ref.stride)
+        ):
+            raise FormatError(
+                f"{self.path}: tensor {name!r} has shape {fmt_shape(ref.shape)} "
+                f"and strides {list(ref.stride)}",
+                path=self.path,
+                tensor=name,
+            )
+        last = ref.offset + sum(
+            (d - 1) * s for d, s in zip(ref.shape, ref.stride, strict=True) if d > 0
+        )
         if ref.offset < 0 or (all(d > 0 for d in ref.shape) and last >= st.numel):
-            raise FormatError(f"{self.path}: tensor {name!r} reaches element {last} of a "
-                              f"storage of {st.numel}", path=self.path, tensor=name)
+            raise FormatError(
+                f"{self.path}: tensor {name!r} reaches element {last} of a storage of {st.numel}",
+                path=self.path,
+                tensor=name,
+            )
         return TorchTensorInfo(name, st.dtype, ref.shape, ref.stride, st, ref.offset)
 
     # --- access -------------------------------------------------------------------------
     def _storage_array(self, st):
         dtype = np.dtype(st.numpy_dtype)
         if st.key in self._starts:
-            return np.frombuffer(self._mm, dtype=dtype, count=st.numel,
-                                 offset=self._starts[st.key])
-        with zipfile.ZipFile(self.path) as zf:      # a compressed member: one storage in memory
+            return np.frombuffer(self._mm, dtype=dtype, count=st.numel, offset=self._starts[st.key])
+        with zipfile.ZipFile(self.path) as zf:  # a compressed member: one storage in memory
             data = zf.read(self._zip_members[st.key])
         return np.frombuffer(data, dtype=dtype, count=st.numel)
 
@@ -337,13 +433,17 @@ class TorchCheckpoint:
             return np.empty(info.shape, base.dtype)
         item = base.dtype.itemsize
         view = np.lib.stride_tricks.as_strided(
-            base[info.storage_offset:], shape=info.shape,
-            strides=tuple(s * item for s in info.stride), writeable=False)
+            base[info.storage_offset :],
+            shape=info.shape,
+            strides=tuple(s * item for s in info.stride),
+            writeable=False,
+        )
         return np.ascontiguousarray(view)
 
     def release(self, name):
         """Hand the mapped pages of tensor `name`'s storage back to the OS."""
         from .ctranslate2 import _drop_pages
+
         st = self.tensors[name].storage
         if st.key in self._starts:
             begin = self._starts[st.key]

@@ -6,6 +6,7 @@ Linear is one GEMM; Q, K and V are one fused GEMM whose weight is built once aft
 (with 1/sqrt(head_dim) folded into the query rows); attention runs as batched matmuls on
 (batch, heads, tokens, head_dim) views of that GEMM's output, without copies.
 """
+
 import dataclasses
 import math
 
@@ -58,12 +59,23 @@ class BertConfig:
         return cls.from_dict(d, source=path)
 
     def validate(self, source="config"):
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+            "type_vocab_size",
+        ):
             value = getattr(self, name)
             if not cf.is_int(value) or value <= 0 or value > cf.MAX_COUNT:
-                raise FormatError(f"BertConfig: field '{name}' in {source} must be a positive "
-                                  f"integer, got {value!r}", path=source, field=name)
+                raise FormatError(
+                    f"BertConfig: field '{name}' in {source} must be a positive "
+                    f"integer, got {value!r}",
+                    path=source,
+                    field=name,
+                )
         self.layer_norm_eps = cf.positive_number(source, "layer_norm_eps", self.layer_norm_eps)
         cf.optional(cf.integer, source, "pad_token_id", self.pad_token_id, low=None)
         cf.string(source, "hidden_act", self.hidden_act)
@@ -72,18 +84,24 @@ class BertConfig:
         if self.hidden_size % self.num_attention_heads:
             raise FormatError(
                 f"BertConfig: hidden_size {self.hidden_size} in {source} is not divisible by "
-                f"num_attention_heads {self.num_attention_heads}", path=source,
-                field="num_attention_heads")
+                f"num_attention_heads {self.num_attention_heads}",
+                path=source,
+                field="num_attention_heads",
+            )
         if self.position_embedding_type != "absolute":
             raise FormatError(
                 f"BertConfig: position_embedding_type {self.position_embedding_type!r} in "
-                f"{source} is not supported (only 'absolute')", path=source,
-                field="position_embedding_type")
+                f"{source} is not supported (only 'absolute')",
+                path=source,
+                field="position_embedding_type",
+            )
         if self.model_type not in ("bert", None, ""):
             raise FormatError(
                 f"BertConfig: model_type {self.model_type!r} in {source} is not a BERT encoder "
                 "(its weights or position ids differ); ember.models.bert runs model_type 'bert'",
-                path=source, field="model_type")
+                path=source,
+                field="model_type",
+            )
         get_activation(self.hidden_act)
 
     @property
@@ -98,11 +116,15 @@ def _sub(vb, name):
 class BertEmbeddings(Module):
     def __init__(self, cfg, vb=None):
         super().__init__()
-        self.word_embeddings = Embedding(cfg.vocab_size, cfg.hidden_size, _sub(vb, "word_embeddings"))
-        self.position_embeddings = Embedding(cfg.max_position_embeddings, cfg.hidden_size,
-                                             _sub(vb, "position_embeddings"))
-        self.token_type_embeddings = Embedding(cfg.type_vocab_size, cfg.hidden_size,
-                                               _sub(vb, "token_type_embeddings"))
+        self.word_embeddings = Embedding(
+            cfg.vocab_size, cfg.hidden_size, _sub(vb, "word_embeddings")
+        )
+        self.position_embeddings = Embedding(
+            cfg.max_position_embeddings, cfg.hidden_size, _sub(vb, "position_embeddings")
+        )
+        self.token_type_embeddings = Embedding(
+            cfg.type_vocab_size, cfg.hidden_size, _sub(vb, "token_type_embeddings")
+        )
         self.LayerNorm = LayerNorm(cfg.hidden_size, cfg.layer_norm_eps, vb=_sub(vb, "LayerNorm"))
         self.dropout = Dropout()
         self.max_positions = cfg.max_position_embeddings
@@ -112,9 +134,12 @@ class BertEmbeddings(Module):
         if t > self.max_positions:
             raise ShapeMismatch(
                 f"BertEmbeddings: {t} tokens exceed max_position_embeddings {self.max_positions}; "
-                "truncate the input", op="bert", shape=input_ids.shape)
-        words = self.word_embeddings(input_ids)                       # (B, T, H)
-        pos = self.position_embeddings.weight.narrow(0, 0, t)         # (T, H): a view
+                "truncate the input",
+                op="bert",
+                shape=input_ids.shape,
+            )
+        words = self.word_embeddings(input_ids)  # (B, T, H)
+        pos = self.position_embeddings.weight.narrow(0, 0, t)  # (T, H): a view
         if token_type_ids is None:
             # All type 0: one row, broadcast, instead of a gather.
             extra = pos + self.token_type_embeddings.weight.narrow(0, 0, 1)
@@ -125,7 +150,7 @@ class BertEmbeddings(Module):
     def forward_packed(self, input_ids, packing, token_type_ids=None):
         """Embeddings of the real tokens only: (N, H) rows in packing.keep's order."""
         ids = input_ids.reshape(-1).index_select(0, packing.keep)
-        words = self.word_embeddings(ids)                                        # (N, H)
+        words = self.word_embeddings(ids)  # (N, H)
         pos = self.position_embeddings.weight.index_select(0, packing.positions)  # (N, H)
         if token_type_ids is None:
             extra = pos + self.token_type_embeddings.weight.narrow(0, 0, 1)
@@ -163,15 +188,15 @@ class BertSelfAttention(Module):
         nh, hd = self.num_heads, self.head_dim
         qkv = F.linear(x2d, w, b)
         if packing is not None:
-            qkv = qkv.index_select(0, packing.spread)   # real tokens -> (B*T) rows
+            qkv = qkv.index_select(0, packing.spread)  # real tokens -> (B*T) rows
         qkv = qkv.reshape(batch, tokens, 3, nh, hd)
-        q = qkv.select(2, 0).permute(0, 2, 1, 3)      # (B, nh, T, hd)
-        k_t = qkv.select(2, 1).permute(0, 2, 3, 1)    # (B, nh, hd, T)
-        v = qkv.select(2, 2).permute(0, 2, 1, 3)      # (B, nh, T, hd)
-        scores = q.matmul(k_t)                        # (B, nh, T, T), already scaled
+        q = qkv.select(2, 0).permute(0, 2, 1, 3)  # (B, nh, T, hd)
+        k_t = qkv.select(2, 1).permute(0, 2, 3, 1)  # (B, nh, hd, T)
+        v = qkv.select(2, 2).permute(0, 2, 1, 3)  # (B, nh, T, hd)
+        scores = q.matmul(k_t)  # (B, nh, T, T), already scaled
         if mask_bias is not None:
-            scores = scores + mask_bias               # (B, 1, 1, T) broadcast
-        ctx = scores.softmax(-1).matmul(v)            # (B, nh, T, hd)
+            scores = scores + mask_bias  # (B, 1, 1, T) broadcast
+        ctx = scores.softmax(-1).matmul(v)  # (B, nh, T, hd)
         ctx = ctx.permute(0, 2, 1, 3).reshape(batch * tokens, nh * hd)
         return ctx if packing is None else ctx.index_select(0, packing.keep)
 
@@ -231,8 +256,9 @@ class BertLayer(Module):
 class BertEncoder(Module):
     def __init__(self, cfg, vb=None):
         super().__init__()
-        self.layer = ModuleList(*[BertLayer(cfg, _sub(_sub(vb, "layer"), i))
-                                  for i in range(cfg.num_hidden_layers)])
+        self.layer = ModuleList(
+            *[BertLayer(cfg, _sub(_sub(vb, "layer"), i)) for i in range(cfg.num_hidden_layers)]
+        )
 
     def forward(self, x2d, batch, tokens, mask_bias=None, packing=None):
         for layer in self.layer:
@@ -264,8 +290,11 @@ class BertModel(Module):
         the padded (B, T) layout with the padding masked. Padded positions of the result
         are then zeros (pooling ignores them) instead of the values computed there."""
         if input_ids.ndim != 2:
-            raise ShapeMismatch(f"BertModel: input_ids must be (batch, tokens), got "
-                                f"{fmt_shape(input_ids.shape)}", op="bert", shape=input_ids.shape)
+            raise ShapeMismatch(
+                f"BertModel: input_ids must be (batch, tokens), got {fmt_shape(input_ids.shape)}",
+                op="bert",
+                shape=input_ids.shape,
+            )
         b, t = input_ids.shape
         packing = None if lengths is None else Packing.of(lengths, b, t, input_ids.device)
         if packing is not None and packing.count == b * t:
@@ -313,19 +342,28 @@ class Packing:
     def of(cls, lengths, rows, tokens, device):
         lengths = [int(n) for n in lengths]
         if len(lengths) != rows:
-            raise ShapeMismatch(f"BertModel: {len(lengths)} lengths for a batch of {rows} rows",
-                                op="bert", shape=(rows, tokens))
+            raise ShapeMismatch(
+                f"BertModel: {len(lengths)} lengths for a batch of {rows} rows",
+                op="bert",
+                shape=(rows, tokens),
+            )
         if any(n < 0 or n > tokens for n in lengths):
-            raise ShapeMismatch(f"BertModel: lengths {lengths} must lie in [0, {tokens}] for "
-                                f"{tokens} tokens per row", op="bert", shape=(len(lengths), tokens))
+            raise ShapeMismatch(
+                f"BertModel: lengths {lengths} must lie in [0, {tokens}] for "
+                f"{tokens} tokens per row",
+                op="bert",
+                shape=(len(lengths), tokens),
+            )
         return cls(lengths, tokens, device)
 
     def _index(self, i):
         if self._tensors is None:
             keep, positions, spread, unpack = self._lists
             unpack = [self.count if u < 0 else u for u in unpack]  # padding -> a zero row
-            self._tensors = tuple(tensor(v, dtype=dt.i64, device=self.device)
-                                  for v in (keep, positions, spread, unpack))
+            self._tensors = tuple(
+                tensor(v, dtype=dt.i64, device=self.device)
+                for v in (keep, positions, spread, unpack)
+            )
         return self._tensors[i]
 
     keep = property(lambda self: self._index(0))
@@ -333,20 +371,25 @@ class Packing:
     spread = property(lambda self: self._index(2))
 
     def mask(self, dtype):
-        return tensor([[1] * n + [0] * (self.tokens - n) for n in self.lengths], dtype=dtype,
-                      device=self.device)
+        return tensor(
+            [[1] * n + [0] * (self.tokens - n) for n in self.lengths],
+            dtype=dtype,
+            device=self.device,
+        )
 
     def unpack(self, packed):
         """(N, H) -> (B*T, H) with zeros at the padding."""
-        padded = cat([packed, zeros(1, packed.shape[-1], dtype=packed.dtype,
-                                    device=packed.device)], 0)
+        padded = cat(
+            [packed, zeros(1, packed.shape[-1], dtype=packed.dtype, device=packed.device)], 0
+        )
         return padded.index_select(0, self._index(3))
 
 
 def checkpoint_root(vb):
     """BertModel checkpoints keep names at the root; BertFor* ones nest them under "bert."."""
-    if not vb.contains("embeddings.word_embeddings.weight") and \
-            vb.contains("bert.embeddings.word_embeddings.weight"):
+    if not vb.contains("embeddings.word_embeddings.weight") and vb.contains(
+        "bert.embeddings.word_embeddings.weight"
+    ):
         return vb.pp("bert")
     return vb
 
@@ -355,9 +398,12 @@ def mask_to_bias(attention_mask, dtype):
     """(B, T) mask of 1 (attend) / 0 (padding) -> (B, 1, 1, T) additive bias of 0 / the
     dtype's most negative finite value, as transformers does."""
     if attention_mask.ndim != 2:
-        raise ShapeMismatch(f"BertModel: attention_mask must be (batch, tokens), got "
-                            f"{fmt_shape(attention_mask.shape)}", op="bert",
-                            shape=attention_mask.shape)
+        raise ShapeMismatch(
+            f"BertModel: attention_mask must be (batch, tokens), got "
+            f"{fmt_shape(attention_mask.shape)}",
+            op="bert",
+            shape=attention_mask.shape,
+        )
     neg = _MOST_NEGATIVE.get(dtype.name, -3.4028234663852886e38)
     m = attention_mask.to(dtype)
     b, t = attention_mask.shape
@@ -365,5 +411,9 @@ def mask_to_bias(attention_mask, dtype):
     return m.affine(-neg, neg).reshape(b, 1, 1, t)
 
 
-_MOST_NEGATIVE = {"f32": -3.4028234663852886e38, "f16": -65504.0, "bf16": -3.3895313892515355e38,
-                  "f64": -1.7976931348623157e308}
+_MOST_NEGATIVE = {
+    "f32": -3.4028234663852886e38,
+    "f16": -65504.0,
+    "bf16": -3.3895313892515355e38,
+    "f64": -1.7976931348623157e308,
+}

@@ -6,6 +6,7 @@ would build an empty model and a NaN epsilon would give NaN logits. Each helper 
 one value's type and range and returns it (as the Python type the model uses), or
 raises FormatError naming the file and the field.
 """
+
 import math
 
 from ..errors import FormatError
@@ -18,8 +19,12 @@ def fail(source, name, must, value):
     shown = repr(value)
     if len(shown) > 80:
         shown = shown[:77] + "..."
-    return FormatError(f"{source}: field {name!r} must be {must}, got {shown}", path=source,
-                       field=name, value=value)
+    return FormatError(
+        f"{source}: field {name!r} must be {must}, got {shown}",
+        path=source,
+        field=name,
+        value=value,
+    )
 
 
 def is_int(value):
@@ -97,5 +102,17 @@ def mapping(source, name, value):
     return value
 
 
-__all__ = ["MAX_COUNT", "boolean", "fail", "integer", "is_int", "mapping", "number",
-           "optional", "positive_int", "positive_number", "string", "token_ids"]
+__all__ = [
+    "MAX_COUNT",
+    "boolean",
+    "fail",
+    "integer",
+    "is_int",
+    "mapping",
+    "number",
+    "optional",
+    "positive_int",
+    "positive_number",
+    "string",
+    "token_ids",
+]

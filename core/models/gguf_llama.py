@@ -17,6 +17,7 @@ host: only the looked-up rows are dequantized and uploaded.
 llama.cpp's converter permutes the rows of q and k for the "llama" architecture so that
 rotary pairs are adjacent; those models use the interleaved rope layout.
 """
+
 import math
 
 import numpy as np
@@ -33,8 +34,13 @@ from .llama_config import LlamaConfig, check_gguf_metadata
 from .quant_layers import QuantEmbedding, QuantLinear
 
 # GGUF architectures this loader knows, and the LlamaConfig model_type each becomes.
-ARCHITECTURES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "gemma": "gemma",
-                 "phi3": "phi3"}
+ARCHITECTURES = {
+    "llama": "llama",
+    "mistral": "mistral",
+    "qwen2": "qwen2",
+    "gemma": "gemma",
+    "phi3": "phi3",
+}
 # Architectures whose converter left rotary pairs split in halves (llama.cpp "NEOX" rope).
 _HALF_ROPE = {"qwen2", "gemma", "phi3"}
 _PLAIN = {GGMLType.F32, GGMLType.F16, GGMLType.BF16}
@@ -59,7 +65,7 @@ _LAYER_NAMES = {
     "mlp.gate_proj.weight": "ffn_gate.weight",
     "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
-    "mlp.gate_up_proj.weight": "ffn_up.weight",   # Phi-3 stores gate and up fused here
+    "mlp.gate_up_proj.weight": "ffn_up.weight",  # Phi-3 stores gate and up fused here
 }
 
 
@@ -91,7 +97,7 @@ class GGUFSource:
                 self._names[name] = _GLOBAL_NAMES[name]
         for gname in gguf_file.tensors:
             parts = gname.split(".", 2)
-            if parts[0] == "blk" and len(parts) == 3:   # other names are not layer weights
+            if parts[0] == "blk" and len(parts) == 3:  # other names are not layer weights
                 _, layer, tail = parts
                 for hf_tail, g_tail in _LAYER_NAMES.items():
                     if g_tail == tail:
@@ -129,17 +135,22 @@ def config_from_gguf(gguf_file):
     if not isinstance(arch, str) or arch not in ARCHITECTURES:
         raise FormatError(
             f"{gguf_file.path}: general.architecture {arch!r} is not a Llama-family model "
-            f"(supported: {', '.join(ARCHITECTURES)})", path=gguf_file.path,
-            field="general.architecture")
-    check_gguf_metadata(md, arch, gguf_file.path)   # types and ranges, before int() and //
+            f"(supported: {', '.join(ARCHITECTURES)})",
+            path=gguf_file.path,
+            field="general.architecture",
+        )
+    check_gguf_metadata(md, arch, gguf_file.path)  # types and ranges, before int() and //
 
     def key(name, default=None, required=False):
         full = f"{arch}.{name}"
         if full in md:
             return md[full]
         if required:
-            raise FormatError(f"{gguf_file.path}: metadata key {full!r} is missing",
-                              path=gguf_file.path, field=full)
+            raise FormatError(
+                f"{gguf_file.path}: metadata key {full!r} is missing",
+                path=gguf_file.path,
+                field=full,
+            )
         return default
 
     hidden = int(key("embedding_length", required=True))
@@ -149,11 +160,14 @@ def config_from_gguf(gguf_file):
     tokens = md.get("tokenizer.ggml.tokens")
     embd = gguf_file.tensors.get("token_embd.weight")
     if embd is None:
-        raise FormatError(f"{gguf_file.path}: tensor 'token_embd.weight' is missing",
-                          path=gguf_file.path, field="token_embd.weight")
+        raise FormatError(
+            f"{gguf_file.path}: tensor 'token_embd.weight' is missing",
+            path=gguf_file.path,
+            field="token_embd.weight",
+        )
     vocab = int(key("vocab_size", len(tokens) if tokens else embd.shape[0]))
     kv_heads = key("attention.head_count_kv", heads)
-    if isinstance(kv_heads, list):   # per-layer counts: llama-family models use one
+    if isinstance(kv_heads, list):  # per-layer counts: llama-family models use one
         kv_heads = kv_heads[0]
     scaling = None
     kind = key("rope.scaling.type")
@@ -185,9 +199,9 @@ def config_from_gguf(gguf_file):
     }
     cfg = LlamaConfig.from_dict(d, path=gguf_file.path)
     if model_type == "gemma":
-        cfg.norm_plus_one = False          # llama.cpp's converter already added the 1
+        cfg.norm_plus_one = False  # llama.cpp's converter already added the 1
         cfg.embed_scale = math.sqrt(hidden)
-    if "rope_freqs.weight" in gguf_file.tensors:   # llama3 scaling, as per-frequency divisors
+    if "rope_freqs.weight" in gguf_file.tensors:  # llama3 scaling, as per-frequency divisors
         cfg.extra["rope_freq_factors"] = gguf_file.dequantize("rope_freqs.weight")
     return cfg
 
@@ -211,10 +225,13 @@ class QuantizedLayers(DenseLayers):
             # Rows are whole blocks, so same-type quantized weights stack row-wise as bytes.
             raw = np.concatenate([w.raw for w in weights])
             rows = sum(w.shape[0] for w in weights)
-            return QuantLinear(QTensor(raw, weights[0].ggml_type, (rows, weights[0].shape[1])),
-                               bias)
+            return QuantLinear(
+                QTensor(raw, weights[0].ggml_type, (rows, weights[0].shape[1])), bias
+            )
         # Mixed types (Q4_K_M files): separate layers, their outputs concatenated.
-        return ConcatLinear(**{name: self.from_tensors(w, b) for name, (w, b) in zip(names, parts, strict=True)})
+        return ConcatLinear(
+            **{name: self.from_tensors(w, b) for name, (w, b) in zip(names, parts, strict=True)}
+        )
 
     def embedding(self, vb, vocab, hidden, device):
         dense = super().embedding(vb, vocab, hidden, device)
@@ -248,7 +265,7 @@ def load_gguf_model(path, device=None, dtype=dt.f32):
     cfg = config_from_gguf(f)
     vb = VarBuilder(GGUFSource(f), dtype=dtype, device=device)
     model = LlamaForCausalLM(cfg, vb, device, layers=QuantizedLayers())
-    model._gguf = f    # the memory map must outlive the quantized weights viewing it
+    model._gguf = f  # the memory map must outlive the quantized weights viewing it
     if isinstance(model.embed_tokens, QuantEmbedding):
         model.embed_tokens.out_dtype = dt.as_dtype(dtype)
     if device.kind != "cpu":
@@ -268,9 +285,19 @@ def device_weight_bytes(model):
 def tokenizer_from_gguf(path):
     """An ember Tokenizer built from the GGUF file's tokenizer.ggml.* metadata."""
     from .gguf_tokenizer import tokenizer_from_metadata
+
     f = path if isinstance(path, GGUFFile) else GGUFFile(path)
     return tokenizer_from_metadata(f.metadata, f.path)
 
 
-__all__ = ["ConcatLinear", "GGUFSource", "QuantizedLayers", "config_from_gguf", "device_weight_bytes", "gguf_name",
-           "load_gguf_model", "tokenizer_from_gguf", "np"]
+__all__ = [
+    "ConcatLinear",
+    "GGUFSource",
+    "QuantizedLayers",
+    "config_from_gguf",
+    "device_weight_bytes",
+    "gguf_name",
+    "load_gguf_model",
+    "tokenizer_from_gguf",
+    "np",
+]

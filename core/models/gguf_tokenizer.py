@@ -9,6 +9,7 @@ kind would have, and handed to `ember.tokenizers.Tokenizer.from_dict`:
   when the file has no merges they are derived from the piece scores (a merge ranks by
   the score of the piece it makes, as SentencePiece applies them).
 """
+
 import math
 
 from ..errors import FormatError
@@ -17,7 +18,7 @@ from ..errors import FormatError
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 
 # Pre-split patterns by tokenizer.ggml.pre (the public patterns of those tokenizers).
-_GPT2_SPLIT = None   # the ByteLevel pre-tokenizer's own regex
+_GPT2_SPLIT = None  # the ByteLevel pre-tokenizer's own regex
 _SPLITS = {
     "llama-bpe": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
     "qwen2": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
@@ -60,13 +61,18 @@ def tokenizer_json_from_metadata(md, path="a GGUF file"):
     kind = md.get("tokenizer.ggml.model")
     tokens = md.get("tokenizer.ggml.tokens")
     if kind is None or tokens is None:
-        raise FormatError(f"{path}: no tokenizer in the metadata (tokenizer.ggml.model and "
-                          "tokenizer.ggml.tokens are needed)", path=path,
-                          field="tokenizer.ggml.model" if kind is None else "tokenizer.ggml.tokens")
+        raise FormatError(
+            f"{path}: no tokenizer in the metadata (tokenizer.ggml.model and "
+            "tokenizer.ggml.tokens are needed)",
+            path=path,
+            field="tokenizer.ggml.model" if kind is None else "tokenizer.ggml.tokens",
+        )
     if not isinstance(kind, str):
         raise _bad(path, "tokenizer.ggml.model", f"must be a string, not {type(kind).__name__}")
     tokens = _list_of(md, "tokenizer.ggml.tokens", str, path)
-    types = _list_of(md, "tokenizer.ggml.token_type", int, path, len(tokens)) or [NORMAL] * len(tokens)
+    types = _list_of(md, "tokenizer.ggml.token_type", int, path, len(tokens)) or [NORMAL] * len(
+        tokens
+    )
     _list_of(md, "tokenizer.ggml.merges", str, path)
     scores = _list_of(md, "tokenizer.ggml.scores", (int, float), path, len(tokens))
     if scores is not None and not all(map(math.isfinite, scores)):
@@ -78,9 +84,19 @@ def tokenizer_json_from_metadata(md, path="a GGUF file"):
     vocab = {}
     for i, t in enumerate(tokens):
         vocab.setdefault(t, i)
-    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": ty == CONTROL}
-             for i, (t, ty) in enumerate(zip(tokens, types, strict=True)) if ty in (CONTROL, USER_DEFINED)]
+    added = [
+        {
+            "id": i,
+            "content": t,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": ty == CONTROL,
+        }
+        for i, (t, ty) in enumerate(zip(tokens, types, strict=True))
+        if ty in (CONTROL, USER_DEFINED)
+    ]
     merges = md.get("tokenizer.ggml.merges")
     bos = _token_id(md, "tokenizer.ggml.bos_token_id", len(tokens), path)
     eos = _token_id(md, "tokenizer.ggml.eos_token_id", len(tokens), path)
@@ -89,45 +105,105 @@ def tokenizer_json_from_metadata(md, path="a GGUF file"):
         pre = md.get("tokenizer.ggml.pre", "default")
         pattern = _SPLITS.get(pre, _GPT2_SPLIT)
         if pattern is None:
-            pre_tok = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
-                       "use_regex": True}
+            pre_tok = {
+                "type": "ByteLevel",
+                "add_prefix_space": False,
+                "trim_offsets": True,
+                "use_regex": True,
+            }
         else:
-            pre_tok = {"type": "Sequence", "pretokenizers": [
-                {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated",
-                 "invert": False},
-                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
-                 "use_regex": False}]}
-        model = {"type": "BPE", "dropout": None, "unk_token": None,
-                 "continuing_subword_prefix": None, "end_of_word_suffix": None,
-                 "fuse_unk": False, "byte_fallback": False,
-                 "ignore_merges": pre in ("llama-bpe", "llama3", "smaug-bpe"),
-                 "vocab": vocab, "merges": list(merges or [])}
-        d = {"normalizer": None, "pre_tokenizer": pre_tok,
-             "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
-                         "use_regex": True}}
+            pre_tok = {
+                "type": "Sequence",
+                "pretokenizers": [
+                    {
+                        "type": "Split",
+                        "pattern": {"Regex": pattern},
+                        "behavior": "Isolated",
+                        "invert": False,
+                    },
+                    {
+                        "type": "ByteLevel",
+                        "add_prefix_space": False,
+                        "trim_offsets": True,
+                        "use_regex": False,
+                    },
+                ],
+            }
+        model = {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": pre in ("llama-bpe", "llama3", "smaug-bpe"),
+            "vocab": vocab,
+            "merges": list(merges or []),
+        }
+        d = {
+            "normalizer": None,
+            "pre_tokenizer": pre_tok,
+            "decoder": {
+                "type": "ByteLevel",
+                "add_prefix_space": True,
+                "trim_offsets": True,
+                "use_regex": True,
+            },
+        }
     elif kind == "llama":
         add_bos = bool(md.get("tokenizer.ggml.add_bos_token", True))
         unk = _token_id(md, "tokenizer.ggml.unknown_token_id", len(tokens), path, default=0)
         scores = md.get("tokenizer.ggml.scores")
         if merges is None:
             merges = _merges_from_scores(tokens, types, scores, vocab)
-        model = {"type": "BPE", "dropout": None, "unk_token": tokens[unk] if unk is not None else None,
-                 "continuing_subword_prefix": None, "end_of_word_suffix": None,
-                 "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
-                 "vocab": vocab, "merges": list(merges)}
-        d = {"normalizer": {"type": "Sequence", "normalizers": [
-                {"type": "Prepend", "prepend": "\u2581"},
-                {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
-             "pre_tokenizer": None,
-             "decoder": {"type": "Sequence", "decoders": [
-                 {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
-                 {"type": "ByteFallback"}, {"type": "Fuse"},
-                 {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}}
+        model = {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": tokens[unk] if unk is not None else None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": True,
+            "byte_fallback": True,
+            "ignore_merges": False,
+            "vocab": vocab,
+            "merges": list(merges),
+        }
+        d = {
+            "normalizer": {
+                "type": "Sequence",
+                "normalizers": [
+                    {"type": "Prepend", "prepend": "\u2581"},
+                    {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
+                ],
+            },
+            "pre_tokenizer": None,
+            "decoder": {
+                "type": "Sequence",
+                "decoders": [
+                    {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+                    {"type": "ByteFallback"},
+                    {"type": "Fuse"},
+                    {"type": "Strip", "content": " ", "start": 1, "stop": 0},
+                ],
+            },
+        }
     else:
-        raise FormatError(f"{path}: tokenizer.ggml.model {kind!r} is not supported (gpt2, llama)",
-                          path=path, field="tokenizer.ggml.model")
-    d.update({"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
-              "model": model, "post_processor": _bos_template(tokens, bos) if add_bos and bos is not None else None})
+        raise FormatError(
+            f"{path}: tokenizer.ggml.model {kind!r} is not supported (gpt2, llama)",
+            path=path,
+            field="tokenizer.ggml.model",
+        )
+    d.update(
+        {
+            "version": "1.0",
+            "truncation": None,
+            "padding": None,
+            "added_tokens": added,
+            "model": model,
+            "post_processor": _bos_template(tokens, bos) if add_bos and bos is not None else None,
+        }
+    )
     if eos is not None:
         d["_eos_token_id"] = int(eos)
     return d
@@ -135,11 +211,20 @@ def tokenizer_json_from_metadata(md, path="a GGUF file"):
 
 def _bos_template(tokens, bos):
     b = tokens[bos]
-    return {"type": "TemplateProcessing",
-            "single": [{"SpecialToken": {"id": b, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
-            "pair": [{"SpecialToken": {"id": b, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
-                     {"SpecialToken": {"id": b, "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
-            "special_tokens": {b: {"id": b, "ids": [int(bos)], "tokens": [b]}}}
+    return {
+        "type": "TemplateProcessing",
+        "single": [
+            {"SpecialToken": {"id": b, "type_id": 0}},
+            {"Sequence": {"id": "A", "type_id": 0}},
+        ],
+        "pair": [
+            {"SpecialToken": {"id": b, "type_id": 0}},
+            {"Sequence": {"id": "A", "type_id": 0}},
+            {"SpecialToken": {"id": b, "type_id": 1}},
+            {"Sequence": {"id": "B", "type_id": 1}},
+        ],
+        "special_tokens": {b: {"id": b, "ids": [int(bos)], "tokens": [b]}},
+    }
 
 
 def _merges_from_scores(tokens, types, scores, vocab):
@@ -162,6 +247,7 @@ def _merges_from_scores(tokens, types, scores, vocab):
 
 def tokenizer_from_metadata(md, path="a GGUF file"):
     from ..tokenizers import Tokenizer
+
     d = tokenizer_json_from_metadata(md, path)
     d.pop("_eos_token_id", None)
     return Tokenizer.from_dict(d, source=f"{path} (tokenizer.ggml.*)")

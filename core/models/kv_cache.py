@@ -5,14 +5,14 @@ step writes its new keys and values into the next slice in place (`Tensor.copy_`
 narrowed view) and attention reads the filled prefix as a view. Decoding therefore
 allocates no cache memory per token, on any device.
 """
+
 from .. import dtype as dt
 from ..errors import EmberError
 from ..tensor import zeros
 
 
 class KVCache:
-    def __init__(self, n_layers, batch, n_kv_heads, max_len, head_dim, dtype=dt.f32,
-                 device=None):
+    def __init__(self, n_layers, batch, n_kv_heads, max_len, head_dim, dtype=dt.f32, device=None):
         self.n_layers = n_layers
         self.batch = batch
         self.max_len = max_len
@@ -32,8 +32,12 @@ class KVCache:
         if end > self.max_len:
             raise EmberError(
                 f"KVCache: writing {t} positions at {self.length} overflows the cache of "
-                f"{self.max_len}; create the cache with a larger max_len", op="kv_cache",
-                length=self.length, new=t, max_len=self.max_len)
+                f"{self.max_len}; create the cache with a larger max_len",
+                op="kv_cache",
+                length=self.length,
+                new=t,
+                max_len=self.max_len,
+            )
         keys, values = self.keys[layer], self.values[layer]
         keys.narrow(2, self.length, t).copy_(k)
         values.narrow(2, self.length, t).copy_(v)

@@ -15,6 +15,7 @@ longer inputs are refused with both lengths named. Host data (ids, positions, th
 attention mask) are plain Python lists, the causal mask is built on the device
 (llama_host.py), so the same code runs in a browser page without numpy.
 """
+
 import math
 
 from .. import dtype as dt
@@ -51,8 +52,10 @@ class DenseLayers:
         """One layer whose output is the concatenation of the layers `names` (q/k/v, or
         gate/up): one GEMM per step instead of several, which matters when decoding one
         token at a time."""
-        parts = [(vb.pp(n).get((o, in_features), "weight"),
-                  vb.pp(n).get((o,), "bias") if bias else None) for n, o in zip(names, outs, strict=True)]
+        parts = [
+            (vb.pp(n).get((o, in_features), "weight"), vb.pp(n).get((o,), "bias") if bias else None)
+            for n, o in zip(names, outs, strict=True)
+        ]
         return self.concat(names, parts)
 
     def from_tensors(self, weight, bias):
@@ -73,7 +76,7 @@ class DenseLayers:
 
 def rms_norm(vb, dim, eps, plus_one):
     norm = RmsNorm(dim, eps, vb=vb)
-    if plus_one:   # Gemma scales by (1 + w), in f32 like HF
+    if plus_one:  # Gemma scales by (1 + w), in f32 like HF
         norm.weight = norm.weight + 1.0
     return norm
 
@@ -89,7 +92,7 @@ class Attention(Module):
         h, hd = cfg.hidden_size, cfg.head_dim
         qkv_bias = cfg.attention_bias or cfg.qkv_bias
         outs = [self.n_heads * hd, self.n_kv * hd, self.n_kv * hd]
-        if cfg.fused_qkv:   # Phi-3 stores them fused
+        if cfg.fused_qkv:  # Phi-3 stores them fused
             self.qkv_proj = layers.linear(vb.pp("qkv_proj"), h, sum(outs), qkv_bias)
         else:
             self.qkv_proj = layers.fused(vb, ("q_proj", "k_proj", "v_proj"), h, outs, qkv_bias)
@@ -104,9 +107,9 @@ class Attention(Module):
         # ([b, heads, t, hd]) as attention wants them.
         qkv = self.qkv_proj(x).reshape(b, t, nh + 2 * nkv, hd)
         qk = qkv.narrow(2, 0, nh + nkv)
-        if half is not None:   # whole heads: ember.functional.rope, [t or b, t, hd/2] tables
+        if half is not None:  # whole heads: ember.functional.rope, [t or b, t, hd/2] tables
             qk = rope.rotate_fused(qk.transpose(1, 2), half)
-        else:   # a partial rotation (Phi-3.5): cos/sin [batch or 1, t, rot] over the heads
+        else:  # a partial rotation (Phi-3.5): cos/sin [batch or 1, t, rot] over the heads
             qk = rope.rotate(qk, cos.unsqueeze(2), sin.unsqueeze(2)).transpose(1, 2)
         q, k = qk.narrow(1, 0, nh), qk.narrow(1, nh, nkv)
         v = qkv.narrow(2, nh + nkv, nkv).transpose(1, 2)
@@ -117,8 +120,12 @@ class Attention(Module):
         # kv head broadcast against it ([b, nkv, g, t, hd] queries, [b, nkv, 1, len, hd]
         # keys); the backend computes it in tiles of queries.
         out = F.scaled_dot_product_attention(
-            q.reshape(b, nkv, g, t, hd), k.unsqueeze(2), v.unsqueeze(2),
-            mask=masks.get(self.window), scale=self.scale)     # [b, nkv, g, t, hd]
+            q.reshape(b, nkv, g, t, hd),
+            k.unsqueeze(2),
+            v.unsqueeze(2),
+            mask=masks.get(self.window),
+            scale=self.scale,
+        )  # [b, nkv, g, t, hd]
         out = out.reshape(b, nh, t, hd).transpose(1, 2).reshape(b, t, nh * hd)
         return self.o_proj(out)
 
@@ -128,11 +135,10 @@ class MLP(Module):
         super().__init__()
         h, i = cfg.hidden_size, cfg.intermediate_size
         self.inter = i
-        if cfg.fused_gate_up:   # Phi-3 stores them fused
+        if cfg.fused_gate_up:  # Phi-3 stores them fused
             self.gate_up_proj = layers.linear(vb.pp("gate_up_proj"), h, 2 * i, cfg.mlp_bias)
         else:
-            self.gate_up_proj = layers.fused(vb, ("gate_proj", "up_proj"), h, (i, i),
-                                             cfg.mlp_bias)
+            self.gate_up_proj = layers.fused(vb, ("gate_proj", "up_proj"), h, (i, i), cfg.mlp_bias)
         self.down_proj = layers.linear(vb.pp("down_proj"), i, h, cfg.mlp_bias)
         self._act = get_activation(cfg.hidden_act)
 
@@ -148,8 +154,9 @@ class DecoderLayer(Module):
         eps, plus = cfg.rms_norm_eps, cfg.norm_plus_one
         self.input_layernorm = rms_norm(vb.pp("input_layernorm"), cfg.hidden_size, eps, plus)
         self.self_attn = Attention(cfg, vb.pp("self_attn"), layer_idx, layers)
-        self.post_attention_layernorm = rms_norm(vb.pp("post_attention_layernorm"),
-                                                 cfg.hidden_size, eps, plus)
+        self.post_attention_layernorm = rms_norm(
+            vb.pp("post_attention_layernorm"), cfg.hidden_size, eps, plus
+        )
         self.mlp = MLP(cfg, vb.pp("mlp"), layers)
 
     def forward(self, x, rope, tables, cache, masks):
@@ -167,10 +174,15 @@ class LlamaForCausalLM(Module):
         self.context_length = _context_length(cfg, max_len)
         layers = layers if layers is not None else DenseLayers()
         m = vb.pp("model")
-        self.embed_tokens = layers.embedding(m.pp("embed_tokens"), cfg.vocab_size,
-                                             cfg.hidden_size, self.device)
-        self.layers = ModuleList(*[DecoderLayer(cfg, m.pp(f"layers.{i}"), i, layers)
-                                   for i in range(cfg.num_hidden_layers)])
+        self.embed_tokens = layers.embedding(
+            m.pp("embed_tokens"), cfg.vocab_size, cfg.hidden_size, self.device
+        )
+        self.layers = ModuleList(
+            *[
+                DecoderLayer(cfg, m.pp(f"layers.{i}"), i, layers)
+                for i in range(cfg.num_hidden_layers)
+            ]
+        )
         self.norm = rms_norm(m.pp("norm"), cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_plus_one)
         if cfg.tie_word_embeddings or not vb.contains("lm_head.weight"):
             self.lm_head = layers.tied_head(self.embed_tokens)
@@ -196,20 +208,37 @@ class LlamaForCausalLM(Module):
     def new_cache(self, batch=1, max_len=None):
         """A KV cache for `batch` sequences of at most `max_len` positions, and never more
         than the model's context (a larger request gets a context-sized cache)."""
-        max_len = self.context_length if max_len is None else min(int(max_len),
-                                                                  self.context_length)
+        max_len = self.context_length if max_len is None else min(int(max_len), self.context_length)
         cfg = self.config
-        return KVCache(cfg.num_hidden_layers, batch, cfg.num_key_value_heads, max_len,
-                       cfg.head_dim, self.dtype, self.device)
+        return KVCache(
+            cfg.num_hidden_layers,
+            batch,
+            cfg.num_key_value_heads,
+            max_len,
+            cfg.head_dim,
+            self.dtype,
+            self.device,
+        )
 
     def rope(self, max_len):
         """Rotary tables covering max_len positions (rebuilt only when a longer one is asked)."""
         if self._rope is None or self._rope.max_len < max_len:
             cfg = self.config
-            object.__setattr__(self, "_rope", RotaryEmbedding(
-                cfg.head_dim, max_len, cfg.rope_theta, cfg.rope_scaling, cfg.rotary_dim,
-                cfg.rope_interleaved, self.device, self.dtype,
-                cfg.extra.get("rope_freq_factors")))
+            object.__setattr__(
+                self,
+                "_rope",
+                RotaryEmbedding(
+                    cfg.head_dim,
+                    max_len,
+                    cfg.rope_theta,
+                    cfg.rope_scaling,
+                    cfg.rotary_dim,
+                    cfg.rope_interleaved,
+                    self.device,
+                    self.dtype,
+                    cfg.extra.get("rope_freq_factors"),
+                ),
+            )
         return self._rope
 
     # --- forward --------------------------------------------------------------------------
@@ -227,16 +256,26 @@ class LlamaForCausalLM(Module):
         if total > self.context_length:
             raise EmberError(
                 f"forward: {total} positions ({past} cached + {t} new) exceed the model's "
-                f"context of {self.context_length}", op="llama.forward", length=total,
-                context=self.context_length)
+                f"context of {self.context_length}",
+                op="llama.forward",
+                length=total,
+                context=self.context_length,
+            )
         if cache is not None and cache.batch != b:
-            raise ShapeMismatch(f"forward: input batch {b} does not match the cache's batch "
-                                f"{cache.batch}", op="llama.forward", shapes=(ids.shape,))
+            raise ShapeMismatch(
+                f"forward: input batch {b} does not match the cache's batch {cache.batch}",
+                op="llama.forward",
+                shapes=(ids.shape,),
+            )
         if cache is not None and total > cache.max_len:
             raise EmberError(
                 f"forward: {t} new tokens after {past} cached ones overflows the cache of "
                 f"{cache.max_len} positions; create it with a larger max_len",
-                op="llama.forward", length=past, new=t, max_len=cache.max_len)
+                op="llama.forward",
+                length=past,
+                new=t,
+                max_len=cache.max_len,
+            )
         key_mask = None
         if attention_mask is not None:
             key_mask = llama_host.bool_rows(attention_mask, (b, total))
@@ -245,9 +284,12 @@ class LlamaForCausalLM(Module):
         rope = self.rope(cache.max_len if cache is not None else total)
         positions = llama_host.positions(key_mask, past, self.device)
         tables = rope.tables(positions, t) + (rope.fused_tables(positions, t),)
-        masks = {w: llama_host.additive_mask(b, t, past, w, key_mask, self._mask_low(),
-                                             self.dtype, self.device)
-                 for w in {layer.self_attn.window for layer in self.layers}}
+        masks = {
+            w: llama_host.additive_mask(
+                b, t, past, w, key_mask, self._mask_low(), self.dtype, self.device
+            )
+            for w in {layer.self_attn.window for layer in self.layers}
+        }
 
         x = self.embed_tokens(ids)
         if self.config.embed_scale is not None:
@@ -272,7 +314,7 @@ class LlamaForCausalLM(Module):
         outs = []
         for start in range(0, t, PREFILL_TILE):
             n = min(PREFILL_TILE, t - start)
-            mask = None if key_mask is None else [row[:past + start + n] for row in key_mask]
+            mask = None if key_mask is None else [row[: past + start + n] for row in key_mask]
             outs.append(self.forward(ids.narrow(1, start, n), cache, mask, last_only))
         return outs[-1] if last_only else cat(outs, 1)
 
@@ -285,8 +327,11 @@ class LlamaForCausalLM(Module):
         if ids.ndim == 1:
             ids = ids.reshape(1, -1)
         if ids.ndim != 2 or ids.shape[1] == 0:
-            raise ShapeMismatch(f"forward: input_ids must be [batch, seq] with seq > 0, got "
-                                f"{fmt_shape(ids.shape)}", op="llama.forward", shapes=(ids.shape,))
+            raise ShapeMismatch(
+                f"forward: input_ids must be [batch, seq] with seq > 0, got {fmt_shape(ids.shape)}",
+                op="llama.forward",
+                shapes=(ids.shape,),
+            )
         return ids
 
     def _mask_low(self):
@@ -306,8 +351,10 @@ class LlamaForCausalLM(Module):
 
     def weight_bytes(self):
         """Bytes held by the weights (quantized ones at their packed size)."""
-        return sum(value.numel() * value.dtype.itemsize if isinstance(value, Tensor)
-                   else value.nbytes for value in self._weights())
+        return sum(
+            value.numel() * value.dtype.itemsize if isinstance(value, Tensor) else value.nbytes
+            for value in self._weights()
+        )
 
 
 def _context_length(cfg, max_len):
@@ -315,8 +362,11 @@ def _context_length(cfg, max_len):
     if max_len is None:
         return context
     if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-        raise EmberError(f"LlamaForCausalLM: max_len must be a positive int, got {max_len!r}",
-                         op="llama", max_len=max_len)
+        raise EmberError(
+            f"LlamaForCausalLM: max_len must be a positive int, got {max_len!r}",
+            op="llama",
+            max_len=max_len,
+        )
     return min(max_len, context)
 
 
@@ -324,6 +374,7 @@ def merge_generation_config(cfg, path):
     """Chat models list extra end-of-turn ids in generation_config.json: stop on those too."""
     import json
     import os
+
     gpath = os.path.join(path, "generation_config.json")
     if not os.path.exists(gpath):
         return
@@ -343,5 +394,12 @@ def load_model(path, device=None, dtype=dt.f32, max_len=None):
     return LlamaForCausalLM.from_pretrained(path, device, dtype, max_len)
 
 
-__all__ = ["DenseLayers", "LlamaConfig", "LlamaForCausalLM", "KVCache", "load_model",
-           "merge_generation_config", "EmberError"]
+__all__ = [
+    "DenseLayers",
+    "LlamaConfig",
+    "LlamaForCausalLM",
+    "KVCache",
+    "load_model",
+    "merge_generation_config",
+    "EmberError",
+]

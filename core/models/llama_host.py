@@ -4,6 +4,7 @@ built on the device from two `arange`s and one comparison, skipped entirely when
 would allow everything (a decode step without padding). Nothing here is O(t^2) on the
 host, and nothing needs numpy, so a browser page runs the same code.
 """
+
 from .. import dtype as dt
 from ..errors import ShapeMismatch, fmt_shape
 from ..hostdata import pack, unpack
@@ -32,9 +33,12 @@ def bool_rows(mask, expected):
     shape = (len(rows), len(rows[0]) if rows else 0) if rows is not None else None
     if rows is None or any(len(r) != shape[1] for r in rows) or shape != expected:
         got = fmt_shape(shape) if shape is not None else "a 1-D sequence"
-        raise ShapeMismatch(f"forward: attention_mask has shape {got}, expected "
-                            f"{fmt_shape(expected)} (cache length + new tokens)",
-                            op="llama.forward", shapes=(shape, expected))
+        raise ShapeMismatch(
+            f"forward: attention_mask has shape {got}, expected "
+            f"{fmt_shape(expected)} (cache length + new tokens)",
+            op="llama.forward",
+            shapes=(shape, expected),
+        )
     return rows
 
 
@@ -65,14 +69,15 @@ def additive_mask(b, t, past, window, key_mask, low, dtype, device):
         return None
     q = arange(past, total, dtype=dt.i64, device=device).reshape(t, 1)
     k = arange(0, total, dtype=dt.i64, device=device).reshape(1, total)
-    allowed = k <= q                                          # u8 [t, total]
+    allowed = k <= q  # u8 [t, total]
     if window is not None:
         allowed = allowed * (k > q - window)
     allowed = allowed.reshape(1, t, total)
     if padded:
-        keys = tensor([[1 if v else 0 for v in row] for row in key_mask], dtype=dt.u8,
-                      device=device).reshape(b, 1, total)
-        allowed = allowed * keys                              # [b, t, total]
+        keys = tensor(
+            [[1 if v else 0 for v in row] for row in key_mask], dtype=dt.u8, device=device
+        ).reshape(b, 1, total)
+        allowed = allowed * keys  # [b, t, total]
     zeros = tensor([0.0], dtype=dt.f32, device=device)
     add = where(allowed, zeros, low).broadcast_to(b, t, total).contiguous()
     add = add.reshape(b, 1, 1, t, total)

@@ -4,6 +4,7 @@ modules.json lists the pipeline (Transformer, Pooling, optionally Normalize); th
 module's config.json (usually 1_Pooling/config.json) picks the mode: mean over the real
 tokens, the CLS token, the max over real tokens, or the mean times sqrt(length).
 """
+
 import dataclasses
 import os
 
@@ -11,8 +12,12 @@ from ..errors import EmberError, FormatError
 from ..io.files import path_inside, read_json
 
 MODES = ("mean", "cls", "max", "mean_sqrt_len")
-_MODE_FIELDS = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls",
-                "pooling_mode_max_tokens": "max", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len"}
+_MODE_FIELDS = {
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len",
+}
 
 
 @dataclasses.dataclass
@@ -55,9 +60,12 @@ def read_pooling_config(model_dir):
         elif kind.endswith(".Transformer") or not kind:
             continue
         else:
-            raise FormatError(f"pooling: module {i} of {modules_path} has type {kind!r}, which "
-                              "ember does not run (Transformer, Pooling, Normalize)",
-                              path=modules_path, field=f"[{i}].type")
+            raise FormatError(
+                f"pooling: module {i} of {modules_path} has type {kind!r}, which "
+                "ember does not run (Transformer, Pooling, Normalize)",
+                path=modules_path,
+                field=f"[{i}].type",
+            )
     return cfg
 
 
@@ -69,7 +77,9 @@ def _mode_from(d, path):
         raise FormatError(
             f"pooling: {path} must enable exactly one of {', '.join(_MODE_FIELDS)} "
             f"(got {chosen or 'none'}); concatenated modes are not supported",
-            path=path, field="pooling_mode")
+            path=path,
+            field="pooling_mode",
+        )
     return chosen[0]
 
 
@@ -86,13 +96,14 @@ def pool(hidden, mask, mode):
         if mask is None:
             total = hidden.sum(1)
             count = float(hidden.shape[1])
-            return total * (1.0 / count if mode == "mean" else 1.0 / count ** 0.5)
+            return total * (1.0 / count if mode == "mean" else 1.0 / count**0.5)
         # (B, 1, T) @ (B, T, H): the masked sum as one batched GEMM.
         total = mask.unsqueeze(1).matmul(hidden).squeeze(1)
         count = mask.sum(1, keepdim=True).clamp(min=1e-9)
         return total / (count if mode == "mean" else count.sqrt())
-    raise EmberError(f"pool: unknown mode {mode!r} (expected one of {', '.join(MODES)})",
-                     op="pool", mode=mode)
+    raise EmberError(
+        f"pool: unknown mode {mode!r} (expected one of {', '.join(MODES)})", op="pool", mode=mode
+    )
 
 
 def l2_normalize(x, eps=1e-12):

@@ -10,6 +10,7 @@ buffer; other devices get a dense f32 copy made once, a chunk of rows at a time.
 
 QuantEmbedding dequantizes only the looked-up rows, on the host, and uploads them.
 """
+
 import numpy as np
 
 from .. import dtype as dt
@@ -33,13 +34,20 @@ class _DeviceOnly:
     __slots__ = ("ggml_type", "shape", "nbytes", "device")
 
     def __init__(self, q, device):
-        self.ggml_type, self.shape, self.nbytes, self.device = q.ggml_type, q.shape, q.nbytes, device
+        self.ggml_type, self.shape, self.nbytes, self.device = (
+            q.ggml_type,
+            q.shape,
+            q.nbytes,
+            device,
+        )
 
     def unavailable(self):
         return DeviceError(
             f"QuantLinear: this stacked {self.ggml_type.name} weight {fmt_shape(self.shape)} "
             f"lives only on {self.device} (its host copy was released after the upload); load "
-            f"the GGUF model for the device you want to run it on", device=str(self.device))
+            f"the GGUF model for the device you want to run it on",
+            device=str(self.device),
+        )
 
     @property
     def raw(self):
@@ -57,7 +65,7 @@ class QuantLinear(Module):
         self.qweight = weight
         self.out_features, self.in_features = weight.shape
         self.bias = bias
-        self._placed = None      # (device, what that device's qmatmul takes)
+        self._placed = None  # (device, what that device's qmatmul takes)
 
     @property
     def weight(self):
@@ -71,7 +79,7 @@ class QuantLinear(Module):
         if self._placed is not None and self._placed[0] == device:
             return self
         w = self._host_weight()  # raises, changing nothing, where the weight is elsewhere
-        self._placed = None      # free the old copy before placing the new one
+        self._placed = None  # free the old copy before placing the new one
         placed = device.backend.place_quantized(w)
         self._placed = (device, placed)
         if placed is not w and _owns_its_memory(w.raw):
@@ -97,8 +105,10 @@ class QuantLinear(Module):
         if x.shape[-1] != self.in_features:
             raise ShapeMismatch(
                 f"QuantLinear: input {fmt_shape(x.shape)} has last dim {x.shape[-1]}, expected "
-                f"{self.in_features} (weight {self.qweight!r})", op="qmatmul",
-                shapes=(x.shape, self.qweight.shape))
+                f"{self.in_features} (weight {self.qweight!r})",
+                op="qmatmul",
+                shapes=(x.shape, self.qweight.shape),
+            )
         self.place(x.device, x.dtype)
         xf = x if x.dtype is dt.f32 else x.to(dt.f32)
         st, shape = x.backend.qmatmul(xf.storage, xf.layout, self._placed[1], dt.f32)
@@ -119,7 +129,7 @@ class QuantEmbedding(Module):
         super().__init__()
         self.qweight = weight
         self.device = device
-        self.out_dtype = dtype     # the model's activation dtype (load_gguf_model sets it)
+        self.out_dtype = dtype  # the model's activation dtype (load_gguf_model sets it)
         self.num_embeddings, self.embedding_dim = weight.shape
 
     @property
@@ -131,10 +141,13 @@ class QuantEmbedding(Module):
         flat = host.reshape(-1)
         if flat.size and (flat.min() < 0 or flat.max() >= self.num_embeddings):
             bad = int(flat.min() if flat.min() < 0 else flat.max())
-            raise DimOutOfRange(f"embedding: token id {bad} out of range for a vocabulary of "
-                                f"{self.num_embeddings}", op="embedding", index=bad)
+            raise DimOutOfRange(
+                f"embedding: token id {bad} out of range for a vocabulary of {self.num_embeddings}",
+                op="embedding",
+                index=bad,
+            )
         out = np.empty((flat.size, self.embedding_dim), np.float32)
         for i, r in enumerate(flat):
-            self.qweight.dequantize_rows(int(r), int(r) + 1, out=out[i:i + 1])
+            self.qweight.dequantize_rows(int(r), int(r) + 1, out=out[i : i + 1])
         y = from_numpy(out.reshape(host.shape + (self.embedding_dim,))).to(self.device)
         return y if self.out_dtype is dt.f32 else y.to(self.out_dtype)

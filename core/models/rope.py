@@ -14,6 +14,7 @@ computes them: the rot/2 inverse frequencies on the host in plain Python (tiny),
 [positions, rot/2] angles and their cos/sin as tensor ops on the model's device. One path
 with or without numpy.
 """
+
 import math
 from array import array
 
@@ -34,7 +35,7 @@ def inverse_frequencies(rot_dim, theta, scaling=None, seq_len=None):
     here become 5e-4 of angle at position 5,000)."""
     exponents = _f32([i / rot_dim for i in range(0, rot_dim, 2)])
     theta32 = _f32([theta])[0]
-    inv = _f32([1.0 / p for p in _f32([theta32 ** e for e in exponents])])
+    inv = _f32([1.0 / p for p in _f32([theta32**e for e in exponents])])
     kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
     if kind in (None, "default"):
         return inv, 1.0
@@ -42,8 +43,9 @@ def inverse_frequencies(rot_dim, theta, scaling=None, seq_len=None):
     if kind == "linear":
         return _f32([v / factor for v in inv]), 1.0
     if kind == "dynamic":
-        original = int(scaling.get("original_max_position_embeddings")
-                       or scaling["max_position_embeddings"])
+        original = int(
+            scaling.get("original_max_position_embeddings") or scaling["max_position_embeddings"]
+        )
         if seq_len is not None and seq_len > original:
             growth = (factor * seq_len / original) - (factor - 1)
             base = theta * growth ** (rot_dim / (rot_dim - 2))
@@ -58,25 +60,27 @@ def inverse_frequencies(rot_dim, theta, scaling=None, seq_len=None):
             wavelen = _f32([2 * math.pi / f])[0]
             scaled = _f32([f / factor])[0] if wavelen > low_wavelen else f
             if wavelen < high_wavelen or wavelen > low_wavelen:
-                out.append(scaled)      # long and short wavelengths: scaled as they are
+                out.append(scaled)  # long and short wavelengths: scaled as they are
                 continue
             smooth = _f32([(old / wavelen - low) / (high - low)])[0]
             out.append(_f32([(1 - smooth) * scaled / factor + smooth * scaled])[0])
         return out, 1.0
-    raise EmberError(f"rope: rope_type {kind!r} is not supported (default, linear, dynamic, "
-                     "llama3)", op="rope", rope_type=kind)
+    raise EmberError(
+        f"rope: rope_type {kind!r} is not supported (default, linear, dynamic, llama3)",
+        op="rope",
+        rope_type=kind,
+    )
 
 
-def rope_tables(rot_dim, max_len, theta, scaling, interleaved, freq_factors=None,
-                device=None):
+def rope_tables(rot_dim, max_len, theta, scaling, interleaved, freq_factors=None, device=None):
     """f32 tensors ([max_len, rot/2] cos, sin, [max_len, rot] cos, signed sin) on
     `device`, laid out for the pairing `interleaved` names."""
     freqs, attention_scale = inverse_frequencies(rot_dim, theta, scaling, seq_len=max_len)
     inv = tensor(freqs, dtype=dt.f32, device=device)
-    if freq_factors is not None:   # GGUF llama3 models: per-frequency divisors
+    if freq_factors is not None:  # GGUF llama3 models: per-frequency divisors
         inv = inv / tensor(freq_factors, dtype=dt.f32, device=device).reshape(-1)
     pos = arange(max_len, dtype=dt.f32, device=device)
-    freqs = pos.unsqueeze(1) * inv.unsqueeze(0)                  # [max_len, rot/2]
+    freqs = pos.unsqueeze(1) * inv.unsqueeze(0)  # [max_len, rot/2]
     cos, sin = freqs.cos(), freqs.sin()
     if attention_scale != 1.0:
         cos, sin = cos * attention_scale, sin * attention_scale
@@ -96,17 +100,30 @@ class RotaryEmbedding:
     Tensor (left-padded batches: rows are gathered).
     """
 
-    def __init__(self, head_dim, max_len, theta=10000.0, scaling=None, rot_dim=None,
-                 interleaved=False, device=None, dtype=dt.f32, freq_factors=None):
+    def __init__(
+        self,
+        head_dim,
+        max_len,
+        theta=10000.0,
+        scaling=None,
+        rot_dim=None,
+        interleaved=False,
+        device=None,
+        dtype=dt.f32,
+        freq_factors=None,
+    ):
         self.head_dim = head_dim
         self.rot_dim = rot_dim or head_dim
         if self.rot_dim % 2 or self.rot_dim > head_dim:
-            raise EmberError(f"rope: rotary dim {self.rot_dim} must be even and at most the head "
-                             f"dim {head_dim}", op="rope")
+            raise EmberError(
+                f"rope: rotary dim {self.rot_dim} must be even and at most the head dim {head_dim}",
+                op="rope",
+            )
         self.max_len = max_len
         self.interleaved = interleaved
-        cos, sin, cos2, sin2 = rope_tables(self.rot_dim, max_len, theta, scaling,
-                                           interleaved, freq_factors, device)
+        cos, sin, cos2, sin2 = rope_tables(
+            self.rot_dim, max_len, theta, scaling, interleaved, freq_factors, device
+        )
         self.cos, self.sin = cos2.to(dtype), sin2.to(dtype)
         self._swap = tensor([1, 0], dtype=dt.i64, device=device)
         # ember.functional.rope (Backend.rope) takes plain [T, rot/2] or [B, T, rot/2]
@@ -122,22 +139,28 @@ class RotaryEmbedding:
         if not self.fused:
             return None
         if isinstance(positions, int):
-            return (self.cos_half.narrow(0, positions, seq_len),
-                    self.sin_half.narrow(0, positions, seq_len))
+            return (
+                self.cos_half.narrow(0, positions, seq_len),
+                self.sin_half.narrow(0, positions, seq_len),
+            )
         return self.cos_half.index_select(0, positions), self.sin_half.index_select(0, positions)
 
     def rotate_fused(self, x, tables):
         """x [..., T, head_dim] (or [B, ..., T, head_dim] with per-row tables) rotated by
         ember.functional.rope (a new tensor)."""
         from ..functional import rope
+
         return rope(x, tables[0], tables[1], interleaved=self.interleaved)
 
     def tables(self, positions, seq_len):
         """(cos, sin), each [batch or 1, seq, rot_dim]: unsqueeze the heads dim to apply."""
         if isinstance(positions, int):
             if positions < 0 or positions + seq_len > self.max_len:
-                raise EmberError(f"rope: positions {positions}..{positions + seq_len - 1} exceed "
-                                 f"the {self.max_len} the cache was built for", op="rope")
+                raise EmberError(
+                    f"rope: positions {positions}..{positions + seq_len - 1} exceed "
+                    f"the {self.max_len} the cache was built for",
+                    op="rope",
+                )
             cos = self.cos.narrow(0, positions, seq_len)
             sin = self.sin.narrow(0, positions, seq_len)
             return cos.unsqueeze(0), sin.unsqueeze(0)
@@ -149,6 +172,7 @@ class RotaryEmbedding:
             rot = x.narrow(-1, 0, self.rot_dim)
             rest = x.narrow(-1, self.rot_dim, self.head_dim - self.rot_dim)
             from ..tensor import cat
+
             return cat([self._rotate(rot, cos, sin), rest], dim=-1)
         return self._rotate(x, cos, sin)
 

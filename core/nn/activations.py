@@ -1,4 +1,5 @@
 """Activations by the names Hugging Face configs use (`hidden_act`, `activation_function`)."""
+
 from ..errors import EmberError
 from .module import Module
 
@@ -45,7 +46,9 @@ def get_activation(name):
     if fn is None:
         raise EmberError(
             f"activation: unknown name {name!r}; known: {', '.join(sorted(ACTIVATIONS))}",
-            op="activation", name=name)
+            op="activation",
+            name=name,
+        )
     return fn
 
 

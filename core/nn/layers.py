@@ -1,5 +1,6 @@
 """The common layers. Each takes an optional `vb` and then reads its weights at once;
 without one it holds shape-only placeholders until `module.load(vb)`."""
+
 from .. import functional as F
 from ..errors import ShapeMismatch, fmt_shape
 from ..tensor import Tensor, zeros
@@ -41,7 +42,9 @@ class Linear(Module):
             raise ShapeMismatch(
                 f"Linear.from_tensors: weight must be a 2-D tensor (out, in), got "
                 f"{fmt_shape(weight.shape) if isinstance(weight, Tensor) else type(weight).__name__}",
-                op="linear", shapes=(getattr(weight, "shape", ()),))
+                op="linear",
+                shapes=(getattr(weight, "shape", ()),),
+            )
         out_features, in_features = weight.shape
         if bias is not None:
             weight._check_same("Linear.from_tensors", bias)
@@ -49,7 +52,9 @@ class Linear(Module):
                 raise ShapeMismatch(
                     f"Linear.from_tensors: bias {fmt_shape(bias.shape)} must be "
                     f"[{out_features}] for weight {fmt_shape(weight.shape)}",
-                    op="linear", shapes=(weight.shape, bias.shape))
+                    op="linear",
+                    shapes=(weight.shape, bias.shape),
+                )
         # Not through __init__: its placeholders live on the default device (the CPU),
         # which a page without numpy cannot open.
         layer = cls.__new__(cls)
@@ -67,7 +72,9 @@ class Linear(Module):
                 f"Linear: input {fmt_shape(x.shape)} has last dim "
                 f"{x.shape[-1] if x.ndim else None}, expected "
                 f"{self.in_features} (weight {fmt_shape(self.weight.shape)})",
-                op="linear", shapes=(x.shape, self.weight.shape))
+                op="linear",
+                shapes=(x.shape, self.weight.shape),
+            )
         return F.linear(x, self.weight, self.bias, activation=activation, residual=residual)
 
     def extra_repr(self):
@@ -99,7 +106,9 @@ class LayerNorm(Module):
         self.bias = param(vb, (dim,), "bias", alt="beta") if affine and bias else None
 
     def load(self, vb, strict=True):
-        self.weight = param(vb, (self.dim,), "weight", alt="gamma") if self.weight is not None else None
+        self.weight = (
+            param(vb, (self.dim,), "weight", alt="gamma") if self.weight is not None else None
+        )
         self.bias = param(vb, (self.dim,), "bias", alt="beta") if self.bias is not None else None
         return self
 
@@ -126,21 +135,42 @@ class RmsNorm(Module):
 
 
 class Conv1d(Module):
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
-                 groups=1, bias=True, vb=None):
+    def __init__(
+        self,
+        in_channels,
+        out_channels,
+        kernel_size,
+        stride=1,
+        padding=0,
+        dilation=1,
+        groups=1,
+        bias=True,
+        vb=None,
+    ):
         super().__init__()
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
         self.weight = param(vb, (out_channels, in_channels // groups, kernel_size), "weight")
         self.bias = param(vb, (out_channels,), "bias") if bias else None
 
     def forward(self, x):
-        return F.conv1d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
-                        self.groups)
+        return F.conv1d(
+            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
+        )
 
 
 class Conv2d(Module):
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
-                 groups=1, bias=True, vb=None):
+    def __init__(
+        self,
+        in_channels,
+        out_channels,
+        kernel_size,
+        stride=1,
+        padding=0,
+        dilation=1,
+        groups=1,
+        bias=True,
+        vb=None,
+    ):
         super().__init__()
         kh, kw = (kernel_size, kernel_size) if isinstance(kernel_size, int) else kernel_size
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
@@ -148,8 +178,9 @@ class Conv2d(Module):
         self.bias = param(vb, (out_channels,), "bias") if bias else None
 
     def forward(self, x):
-        return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
-                        self.groups)
+        return F.conv2d(
+            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
+        )
 
 
 class Dropout(Module):

@@ -5,6 +5,7 @@ read (and shape-checked) at once, or construct without it and call `module.load(
 Attributes holding a Tensor are parameters, attributes holding a Module are children;
 names starting with "_" are private (derived caches, never saved or loaded).
 """
+
 from ..tensor import Tensor
 
 
@@ -18,14 +19,17 @@ class Module:
     def __setattr__(self, name, value):
         if "_params" not in self.__dict__:
             raise AttributeError(
-                f"{type(self).__name__}: call Module.__init__() before assigning {name!r}")
+                f"{type(self).__name__}: call Module.__init__() before assigning {name!r}"
+            )
         if not name.startswith("_"):
             params, buffers, children = self._params, self._buffers, self._children
             if isinstance(value, Module):
                 params.pop(name, None)
                 buffers.pop(name, None)
                 children[name] = value
-            elif isinstance(value, Tensor) or (value is None and (name in params or name in buffers)):
+            elif isinstance(value, Tensor) or (
+                value is None and (name in params or name in buffers)
+            ):
                 children.pop(name, None)
                 (buffers if name in buffers else params)[name] = value
             else:
@@ -129,10 +133,10 @@ class Module:
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__}.forward")
 
-    _forward_hooks = None   # a dict once a hook is registered on this instance
+    _forward_hooks = None  # a dict once a hook is registered on this instance
 
     def __call__(self, *args, **kwargs):
-        if self._forward_hooks is None:   # the usual case costs one attribute read
+        if self._forward_hooks is None:  # the usual case costs one attribute read
             return self.forward(*args, **kwargs)
         out = self.forward(*args, **kwargs)
         for hook in list(self._forward_hooks.values()):
@@ -164,6 +168,7 @@ class Module:
 
 class HookHandle:
     """Removes the hook it was returned for (safe to call twice)."""
+
     _next_id = 0
 
     def __init__(self, hooks):

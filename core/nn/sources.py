@@ -4,6 +4,7 @@ A source answers four questions by full tensor name: is it there, what shape, wh
 and which file holds it (for error messages); `load` returns the tensor on a device in a
 dtype. Shapes are checked from the header before anything is read.
 """
+
 import os
 
 from .. import dtype as dt
@@ -32,6 +33,7 @@ class DictSource:
 
     def load(self, name, device=None, dtype=None):
         from ..tensor import Tensor, from_numpy
+
         value = self.tensors[name]
         t = value if isinstance(value, Tensor) else from_numpy(value)
         return _place(t, device, dtype)
@@ -51,11 +53,12 @@ class SafetensorsSource:
         if weight_map is not None:
             base = os.path.dirname(index_path) if index_path else ""
             for name, fname in weight_map.items():
-                self._owner[name] = path_inside(base or ".", fname, index_path or "weight_map",
-                                                f"weight_map[{name!r}]")
+                self._owner[name] = path_inside(
+                    base or ".", fname, index_path or "weight_map", f"weight_map[{name!r}]"
+                )
         else:
             for path in self.paths:
-                names = self._open(path).keys()   # a reader declares keys(), not iteration
+                names = self._open(path).keys()  # a reader declares keys(), not iteration
                 for name in names:
                     self._owner[name] = path
 
@@ -89,10 +92,14 @@ class SafetensorsSource:
         if dtype is not None and dt.as_dtype(dtype).is_float and not t.dtype.is_float:
             # A model asking for a float weight never takes an integer tensor cast to
             # float: the file is not the checkpoint the config describes.
-            raise FormatError(f"safetensors file {self._owner[name]}: tensor {name!r} is "
-                              f"{t.dtype.name}, but the model reads it as a "
-                              f"{dt.as_dtype(dtype).name} weight", path=self._owner[name],
-                              tensor=name, field="dtype")
+            raise FormatError(
+                f"safetensors file {self._owner[name]}: tensor {name!r} is "
+                f"{t.dtype.name}, but the model reads it as a "
+                f"{dt.as_dtype(dtype).name} weight",
+                path=self._owner[name],
+                tensor=name,
+                field="dtype",
+            )
         return _place(t, device, dtype)
 
 
@@ -110,19 +117,25 @@ def source_for_dir(path):
         return SafetensorsSource([os.path.join(path, f) for f in files])
     raise FormatError(
         f"no weights in {path}: expected model.safetensors, model.safetensors.index.json or "
-        "*.safetensors (convert .bin checkpoints to safetensors first)", path=path)
+        "*.safetensors (convert .bin checkpoints to safetensors first)",
+        path=path,
+    )
 
 
 def sharded_source(index_path):
     index = read_json(index_path, "safetensors index")
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
-    if not isinstance(weight_map, dict) or not all(
-            isinstance(v, str) for v in weight_map.values()):
-        raise FormatError(f"safetensors index {index_path}: field 'weight_map' must map tensor "
-                          "names to file names", path=index_path, field="weight_map")
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise FormatError(
+            f"safetensors index {index_path}: field 'weight_map' must map tensor "
+            "names to file names",
+            path=index_path,
+            field="weight_map",
+        )
     base = os.path.dirname(index_path) or "."
-    paths = sorted({path_inside(base, v, index_path, f"weight_map[{k!r}]")
-                    for k, v in weight_map.items()})
+    paths = sorted(
+        {path_inside(base, v, index_path, f"weight_map[{k!r}]") for k, v in weight_map.items()}
+    )
     return SafetensorsSource(paths, weight_map=weight_map, index_path=index_path)
 
 
@@ -174,7 +187,9 @@ class _PackageReader:
         except ImportError as exc:
             raise FormatError(
                 f"safetensors: cannot read {path}: ember.io has no SafetensorsFile here and the "
-                f"`safetensors` package is missing ({exc})", path=path) from None
+                f"`safetensors` package is missing ({exc})",
+                path=path,
+            ) from None
         try:
             self.f = safe_open(path, framework="numpy")
         except Exception as exc:  # the package raises its own error types
@@ -189,4 +204,5 @@ class _PackageReader:
 
     def load(self, name, device, dtype):
         from ..tensor import from_numpy
+
         return from_numpy(self.f.get_tensor(name))

@@ -7,6 +7,7 @@ A missing or mis-shaped tensor raises an error that names its full path and the 
 it was looked up in, so a wrong config or checkpoint is found at load time, not as a
 shape error deep inside forward.
 """
+
 import os
 
 from .. import dtype as dt
@@ -43,8 +44,9 @@ class VarBuilder:
     def pp(self, name):
         """The builder one level down: vb.pp("encoder").get(..., "w") reads "encoder.w"."""
         name = str(name)
-        return VarBuilder(self.source, self.path(name) if name else self.prefix,
-                          self.dtype, self.device)
+        return VarBuilder(
+            self.source, self.path(name) if name else self.prefix, self.dtype, self.device
+        )
 
     push_prefix = pp
 
@@ -68,8 +70,8 @@ class VarBuilder:
         if not self.prefix:
             return sorted(self.source.keys())
         head = self.prefix + "."
-        names = self.source.keys()   # a weight source declares keys(), not iteration
-        return sorted(k[len(head):] for k in names if k.startswith(head))
+        names = self.source.keys()  # a weight source declares keys(), not iteration
+        return sorted(k[len(head) :] for k in names if k.startswith(head))
 
     def shape(self, name):
         full = self.path(name)
@@ -89,8 +91,11 @@ class VarBuilder:
                     f"VarBuilder: tensor '{full}' in {self.source.where(full)} has shape "
                     f"{fmt_shape(stored)}, expected {fmt_shape(shape)} (check config.json "
                     "against the checkpoint)",
-                    op="VarBuilder.get", name=full, shapes=(tuple(stored), tuple(shape)),
-                    path=self.source.where(full))
+                    op="VarBuilder.get",
+                    name=full,
+                    shapes=(tuple(stored), tuple(shape)),
+                    path=self.source.where(full),
+                )
         want = dt.as_dtype(dtype) if dtype is not None else self.dtype
         return self.source.load(full, device=self.device, dtype=want)
 
@@ -101,6 +106,7 @@ class VarBuilder:
         if full in self.source:
             return
         import difflib
+
         names = list(self.source.keys())
         close = difflib.get_close_matches(full, names, n=3, cutoff=0.6)
         hint = f"; close names: {', '.join(close)}" if close else ""
@@ -109,8 +115,12 @@ class VarBuilder:
         raise FormatError(
             f"VarBuilder: tensor '{full}' not found in {self.source.where()}"
             f"{scope}, {len(names)} tensors in all{hint}",
-            path=self.source.where(), field=full)
+            path=self.source.where(),
+            field=full,
+        )
 
     def __repr__(self):
-        return (f"VarBuilder(prefix={self.prefix!r}, source={self.source.where()}, "
-                f"dtype={self.dtype.name if self.dtype else None}, device={self.device})")
+        return (
+            f"VarBuilder(prefix={self.prefix!r}, source={self.source.where()}, "
+            f"dtype={self.dtype.name if self.dtype else None}, device={self.device})"
+        )

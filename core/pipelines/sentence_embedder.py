@@ -8,6 +8,7 @@ Batches are padding-aware: texts are sorted by token count and batched with neig
 of similar length, each batch padded only to its own longest text, then the results are
 put back in input order.
 """
+
 import os
 import time
 
@@ -37,6 +38,7 @@ class SentenceEmbedder:
         from ..models.bert import BertConfig, BertModel
         from ..models.pooling import read_pooling_config
         from ..nn import VarBuilder
+
         start = time.perf_counter()
         device = as_device(device)
         path = resolve(path_or_id)
@@ -46,8 +48,9 @@ class SentenceEmbedder:
         limit = config.max_position_embeddings
         max_len = min(pooling.max_seq_length or limit, limit)
         tokenizer = load_tokenizer(os.path.join(path, "tokenizer.json"), max_len)
-        out = cls(model, tokenizer, pooling, device, model_path=path,
-                  pad_id=config.pad_token_id or 0)
+        out = cls(
+            model, tokenizer, pooling, device, model_path=path, pad_id=config.pad_token_id or 0
+        )
         out.timings["load"] = time.perf_counter() - start
         return out
 
@@ -67,10 +70,12 @@ class SentenceEmbedder:
         if not all(isinstance(t, str) for t in texts):
             raise EmberError("SentenceEmbedder.encode: texts must be strings", op="encode")
         if batch_size < 1:
-            raise EmberError(f"SentenceEmbedder.encode: batch_size must be >= 1, got {batch_size}",
-                             op="encode")
+            raise EmberError(
+                f"SentenceEmbedder.encode: batch_size must be >= 1, got {batch_size}", op="encode"
+            )
         if not texts:
             from ..tensor import zeros
+
             return zeros(0, self.dim, device=self.device)
         t0 = time.perf_counter()
         ids = self.tokenize(texts)
@@ -78,7 +83,7 @@ class SentenceEmbedder:
         order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
         parts = []
         for start in range(0, len(order), batch_size):
-            chunk = [ids[i] for i in order[start:start + batch_size]]
+            chunk = [ids[i] for i in order[start : start + batch_size]]
             parts.append(self._embed_batch(chunk))
         out = parts[0] if len(parts) == 1 else cat(parts, 0)
         if order != list(range(len(order))):
@@ -88,6 +93,7 @@ class SentenceEmbedder:
             out = out.index_select(0, tensor(inverse, dtype=dt.i64, device=self.device))
         if normalize if normalize is not None else self.pooling.normalize:
             from ..models.pooling import l2_normalize
+
             out = l2_normalize(out)
         self.device.backend.synchronize()
         self.timings["tokenize"] = t1 - t0
@@ -96,17 +102,20 @@ class SentenceEmbedder:
 
     def _embed_batch(self, batch_ids):
         from ..models.pooling import pool
+
         longest = max(len(x) for x in batch_ids)
         padded = [x + [self.pad_id] * (longest - len(x)) for x in batch_ids]
         input_ids = tensor(padded, dtype=dt.i64, device=self.device)
         if all(len(x) == longest for x in batch_ids):
             mask = None  # no padding: skip the mask bias and the masked pooling
         else:
-            mask = tensor([[1] * len(x) + [0] * (longest - len(x)) for x in batch_ids],
-                          dtype=dt.f32, device=self.device)
+            mask = tensor(
+                [[1] * len(x) + [0] * (longest - len(x)) for x in batch_ids],
+                dtype=dt.f32,
+                device=self.device,
+            )
         # The lengths let the model skip the padding in every token-wise step.
-        hidden = self.model(input_ids, attention_mask=mask,
-                            lengths=[len(x) for x in batch_ids])
+        hidden = self.model(input_ids, attention_mask=mask, lengths=[len(x) for x in batch_ids])
         if mask is not None and mask.dtype is not hidden.dtype:
             mask = mask.to(hidden.dtype)
         return pool(hidden, mask, self.pooling.mode)
@@ -115,6 +124,7 @@ class SentenceEmbedder:
         """Cosine similarity matrix (len(a), len(b)) of two sets of embeddings (Tensors,
         or texts, which are encoded first)."""
         from ..models.pooling import l2_normalize
+
         a = a if isinstance(a, Tensor) else self.encode(a)
         b = a if b is None else (b if isinstance(b, Tensor) else self.encode(b))
         if a.ndim == 1:
@@ -124,5 +134,7 @@ class SentenceEmbedder:
         return l2_normalize(a).matmul(l2_normalize(b).t())
 
     def __repr__(self):
-        return (f"SentenceEmbedder({self.model_path}, device={self.device}, dim={self.dim}, "
-                f"pooling={self.pooling.mode}, normalize={self.pooling.normalize})")
+        return (
+            f"SentenceEmbedder({self.model_path}, device={self.device}, dim={self.dim}, "
+            f"pooling={self.pooling.mode}, normalize={self.pooling.normalize})"
+        )

@@ -1,5 +1,6 @@
 """Open a tokenizer.json for a pipeline, with its padding and truncation turned off
 (pipelines batch by length and truncate themselves)."""
+
 import os
 
 from ..errors import EmberError
@@ -20,7 +21,9 @@ def load_tokenizer(path, max_length=None):
         except ImportError as exc:
             raise EmberError(
                 f"tokenizer: ember.tokenizers has no Tokenizer here and the `tokenizers` "
-                f"package is missing ({exc})", path=path) from None
+                f"package is missing ({exc})",
+                path=path,
+            ) from None
     tok = Tokenizer.from_file(path)
     if hasattr(tok, "no_padding"):
         tok.no_padding()
@@ -42,6 +45,6 @@ def encode_ids(tok, texts, max_length):
             n = sum(1 for m in mask if m)
             ids = ids[:n]  # padding (if the tokenizer still adds it) is on the right
         if max_length and len(ids) > max_length:
-            ids = ids[:max_length - 1] + ids[-1:]
+            ids = ids[: max_length - 1] + ids[-1:]
         out.append(ids)
     return out

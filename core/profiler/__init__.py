@@ -11,6 +11,7 @@ Every device opened before or during the block is watched (ops.py wraps its back
 contract methods; WebGPU runtimes get a timestamps.GpuTimer). Outside a block nothing is
 wrapped, so profiling costs nothing when it is off. One profiler at a time.
 """
+
 import threading
 import time
 
@@ -36,13 +37,13 @@ class Profiler:
             _active.append(self)
         self.origin = time.perf_counter_ns()
         self.ops = OpRecorder(self.origin)
-        self.timers = []          # (device name, runtime, GpuTimer)
+        self.timers = []  # (device name, runtime, GpuTimer)
         self.devices = []
         self._open_device = Device.__dict__["_get"]
         try:
             for device in list(Device._cache.values()):
                 self._watch(device)
-        except BaseException:     # leave nothing wrapped behind
+        except BaseException:  # leave nothing wrapped behind
             self._detach()
             self._release()
             raise
@@ -54,6 +55,7 @@ class Profiler:
             if not known:
                 profiler._watch(device)
             return device
+
         Device._get = classmethod(watched_get)
         return self
 
@@ -66,10 +68,11 @@ class Profiler:
             return
         from ..backends.webgpu import runtime as runtime_module
         from ..backends.webgpu import timestamps
+
         if not timestamps.supported(runtime.driver):
             return
         with runtime.lock:
-            runtime.flush()    # earlier work stays out of the first timed batch
+            runtime.flush()  # earlier work stays out of the first timed batch
             timer = timestamps.GpuTimer(runtime.driver, runtime_module.ARENA // runtime.block)
             runtime.timer = timer
         self.timers.append((name, runtime, timer))
@@ -108,8 +111,9 @@ class Profiler:
             _active.remove(self)
 
     def _finish(self, gpu):
-        self.result = Profile(self.ops.events, gpu, self.origin, self.devices,
-                              time.perf_counter_ns() - self.origin)
+        self.result = Profile(
+            self.ops.events, gpu, self.origin, self.devices, time.perf_counter_ns() - self.origin
+        )
         return self.result
 
 

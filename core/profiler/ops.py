@@ -9,6 +9,7 @@ returns (a storage, a host array, bytes). A call made inside another (a composit
 primitives, a fused op's fallback) is recorded with its depth, so the summary counts each op
 as its caller made it and the trace shows what it was made of.
 """
+
 import functools
 import inspect
 import threading
@@ -24,9 +25,11 @@ _FACTS = frozenset({"lacks", "keeps_quantized", "memory_stats"})
 
 def contract_methods():
     """The names of the contract's working methods (plain functions declared on Backend)."""
-    return sorted(name for name, value in vars(Backend).items()
-                  if not name.startswith("_") and name not in _FACTS
-                  and inspect.isfunction(value))
+    return sorted(
+        name
+        for name, value in vars(Backend).items()
+        if not name.startswith("_") and name not in _FACTS and inspect.isfunction(value)
+    )
 
 
 def element_size(storage, fallback):
@@ -87,7 +90,7 @@ class OpRecorder:
         self.events = []
         self.lock = threading.Lock()
         self.depth = threading.local()
-        self.wrapped = []   # (backend, names shadowed on it)
+        self.wrapped = []  # (backend, names shadowed on it)
 
     def instrument(self, backend, device_name):
         names = [n for n in contract_methods() if n not in vars(backend)]
@@ -102,10 +105,17 @@ class OpRecorder:
         self.wrapped = []
 
     def _record(self, name, device, start, end, depth, args, kwargs, result):
-        event = {"name": op_name(name, args, kwargs), "cat": "op", "device": device,
-                 "tid": threading.get_ident(), "ts_ns": start - self.origin,
-                 "dur_ns": end - start, "depth": depth,
-                 "bytes_in": bytes_read(name, args, kwargs), "bytes_out": nbytes(result)}
+        event = {
+            "name": op_name(name, args, kwargs),
+            "cat": "op",
+            "device": device,
+            "tid": threading.get_ident(),
+            "ts_ns": start - self.origin,
+            "dur_ns": end - start,
+            "depth": depth,
+            "bytes_in": bytes_read(name, args, kwargs),
+            "bytes_out": nbytes(result),
+        }
         with self.lock:
             self.events.append(event)
 
@@ -118,6 +128,7 @@ class OpRecorder:
             return depth
 
         if inspect.iscoroutinefunction(method):
+
             @functools.wraps(method)
             async def timed_async(*args, **kwargs):
                 depth = enter()
@@ -126,9 +137,11 @@ class OpRecorder:
                     result = await method(*args, **kwargs)
                 finally:
                     recorder.depth.n = depth
-                recorder._record(name, device, start, time.perf_counter_ns(), depth, args,
-                                 kwargs, result)
+                recorder._record(
+                    name, device, start, time.perf_counter_ns(), depth, args, kwargs, result
+                )
                 return result
+
             return timed_async
 
         @functools.wraps(method)
@@ -139,7 +152,9 @@ class OpRecorder:
                 result = method(*args, **kwargs)
             finally:
                 recorder.depth.n = depth
-            recorder._record(name, device, start, time.perf_counter_ns(), depth, args, kwargs,
-                             result)
+            recorder._record(
+                name, device, start, time.perf_counter_ns(), depth, args, kwargs, result
+            )
             return result
+
         return timed

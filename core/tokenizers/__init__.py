@@ -18,6 +18,14 @@ from .tokenizer import Tokenizer
 processors = post_processors  # the name the `tokenizers` package uses
 
 __all__ = [
-    "AddedToken", "Encoding", "FormatError", "Tokenizer", "decoders", "models", "normalizers",
-    "post_processors", "pre_tokenizers", "processors",
+    "AddedToken",
+    "Encoding",
+    "FormatError",
+    "Tokenizer",
+    "decoders",
+    "models",
+    "normalizers",
+    "post_processors",
+    "pre_tokenizers",
+    "processors",
 ]

@@ -10,7 +10,7 @@ import math
 from ..errors import FormatError
 
 _MISSING = object()
-MAX_ID = 2 ** 32 - 1  # ids are u32 in the reference
+MAX_ID = 2**32 - 1  # ids are u32 in the reference
 
 
 class Ctx:
@@ -43,7 +43,9 @@ class Ctx:
         value = d.get(key, _MISSING)
         if value is _MISSING or value is None:
             if default is _MISSING:
-                raise self.field(key).error("is missing" if value is _MISSING else "must not be null")
+                raise self.field(key).error(
+                    "is missing" if value is _MISSING else "must not be null"
+                )
             return default
         if kind is not None and not isinstance(value, kind):
             raise self.field(key).error("has the wrong type %s" % type(value).__name__)
@@ -78,7 +80,9 @@ class Ctx:
         if values is not None and values is not default:
             for i, v in enumerate(values):
                 if not isinstance(v, str):
-                    raise self.field(key).item(i).error("must be a string, not %s" % type(v).__name__)
+                    raise (
+                        self.field(key).item(i).error("must be a string, not %s" % type(v).__name__)
+                    )
         return values
 
     def vocab(self, d, key="vocab"):
@@ -87,7 +91,9 @@ class Ctx:
         vctx = self.field(key)
         for token, tid in vocab.items():
             if not isinstance(tid, int) or isinstance(tid, bool) or not 0 <= tid <= MAX_ID:
-                raise vctx.error("maps %r to %r, not a token id (0 to %d)" % (token[:50], tid, MAX_ID))
+                raise vctx.error(
+                    "maps %r to %r, not a token id (0 to %d)" % (token[:50], tid, MAX_ID)
+                )
         return vocab
 
     def type_name(self, d):

@@ -10,7 +10,7 @@ likely segmentations wins, so ember reads floats the same way.
 import json
 
 _U64_MAX = (1 << 64) - 1
-_POW10 = [float(10 ** i) for i in range(309)]
+_POW10 = [float(10**i) for i in range(309)]
 
 
 def _from_parts(negative, significand, exponent):

@@ -52,7 +52,7 @@ class _Parser:
             end = p.find("}", self.i)
             if end < 0:
                 self.error("unterminated \\p{")
-            name = p[self.i + 1:end]
+            name = p[self.i + 1 : end]
             self.i = end + 1
         elif self.i < len(p):
             name = p[self.i]
@@ -76,16 +76,16 @@ class _Parser:
                 end = p.find("}", self.i)
                 if end < 0:
                     self.error("unterminated \\x{")
-                cp = int(p[self.i + 1:end], 16)
+                cp = int(p[self.i + 1 : end], 16)
                 self.i = end + 1
                 return cp
-            digits = p[self.i:self.i + 2]
+            digits = p[self.i : self.i + 2]
             if len(digits) == 2 and all(ch in "0123456789abcdefABCDEF" for ch in digits):
                 self.i += 2
                 return int(digits, 16)
             self.error("bad \\x escape")
         if c == "u":
-            digits = p[self.i:self.i + 4]
+            digits = p[self.i : self.i + 4]
             if len(digits) == 4 and all(ch in "0123456789abcdefABCDEF" for ch in digits):
                 self.i += 4
                 return int(digits, 16)
@@ -132,7 +132,7 @@ class _Parser:
             end = p.find(">", self.i)
             if end < 0:
                 self.error("unterminated \\k<")
-            name = p[self.i + 1:end]
+            name = p[self.i + 1 : end]
             self.i = end + 1
             return "raw", "(?P=%s)" % name
         self.error("unsupported escape \\%s" % c)
@@ -160,7 +160,7 @@ class _Parser:
                     end = p.find(":]", self.i)
                     if end < 0:
                         self.error("unterminated POSIX class")
-                    name = p[self.i + 2:end]
+                    name = p[self.i + 2 : end]
                     neg = name.startswith("^")
                     r = U.property_ranges(name.lstrip("^"))
                     if r is None:
@@ -216,8 +216,12 @@ class _Parser:
                     out.append(_emit_class(val))
             elif c == "[":
                 out.append(_emit_class(self._class()))
-            elif c == "(" and p.startswith("?<", self.i) and not p.startswith("?<=", self.i) \
-                    and not p.startswith("?<!", self.i):
+            elif (
+                c == "("
+                and p.startswith("?<", self.i)
+                and not p.startswith("?<=", self.i)
+                and not p.startswith("?<!", self.i)
+            ):
                 out.append("(?P<")
                 self.i += 2
             else:
@@ -230,7 +234,11 @@ def _emit_class(ranges):
     if not ranges:
         return "(?!)"
     if len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
-        return U.class_body(ranges) if chr(ranges[0][0]).isalnum() else "[" + U.class_body(ranges) + "]"
+        return (
+            U.class_body(ranges)
+            if chr(ranges[0][0]).isalnum()
+            else "[" + U.class_body(ranges) + "]"
+        )
     return "[" + U.class_body(ranges) + "]"
 
 
@@ -247,8 +255,10 @@ def compile_pattern(pattern, flavor="onig"):
     source = translate(pattern, flavor)
     hazard = backtracking_hazard(source, flags)
     if hazard is not None:
-        raise PatternError("regex %r has %s: matching it can take exponential time "
-                           "(catastrophic backtracking), so ember does not run it" % (pattern, hazard))
+        raise PatternError(
+            "regex %r has %s: matching it can take exponential time "
+            "(catastrophic backtracking), so ember does not run it" % (pattern, hazard)
+        )
     return re.compile(source, flags)
 
 

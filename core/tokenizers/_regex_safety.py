@@ -120,8 +120,10 @@ def _walk(seq, repeated, icase):
                 for i in range(len(firsts)):
                     for j in range(i):
                         if _overlaps(firsts[i][0], firsts[j][0]):
-                            raise Ambiguous("alternatives that can start with the same character "
-                                            "inside a repeated group")
+                            raise Ambiguous(
+                                "alternatives that can start with the same character "
+                                "inside a repeated group"
+                            )
             for alt in alts:
                 _walk(alt, repeated, icase)
         elif op in (C.ASSERT, C.ASSERT_NOT):

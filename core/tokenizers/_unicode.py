@@ -18,19 +18,36 @@ from . import _unicode_tables as _t
 
 # Unicode White_Space: Rust's char::is_whitespace, regex `\s` and Oniguruma `\s`.
 WHITESPACE_RANGES = (
-    (0x09, 0x0D), (0x20, 0x20), (0x85, 0x85), (0xA0, 0xA0), (0x1680, 0x1680),
-    (0x2000, 0x200A), (0x2028, 0x2029), (0x202F, 0x202F), (0x205F, 0x205F),
+    (0x09, 0x0D),
+    (0x20, 0x20),
+    (0x85, 0x85),
+    (0xA0, 0xA0),
+    (0x1680, 0x1680),
+    (0x2000, 0x200A),
+    (0x2028, 0x2029),
+    (0x202F, 0x202F),
+    (0x205F, 0x205F),
     (0x3000, 0x3000),
 )
 
 # The CJK blocks that BertNormalizer(handle_chinese_chars=True) pads with spaces.
 CHINESE_RANGES = (
-    (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0x20000, 0x2A6DF),
-    (0x2A700, 0x2B81F), (0x2B920, 0x2CEAF), (0x2F800, 0x2FA1F),
+    (0x3400, 0x4DBF),
+    (0x4E00, 0x9FFF),
+    (0xF900, 0xFAFF),
+    (0x20000, 0x2A6DF),
+    (0x2A700, 0x2B81F),
+    (0x2B920, 0x2CEAF),
+    (0x2F800, 0x2FA1F),
 )
 
 # Letters that are not L/Nl/M but are Alphabetic, hence in regex `\w`.
-_ALPHA_SYMBOL_RANGES = ((0x24B6, 0x24E9), (0x1F130, 0x1F149), (0x1F150, 0x1F169), (0x1F170, 0x1F189))
+_ALPHA_SYMBOL_RANGES = (
+    (0x24B6, 0x24E9),
+    (0x1F130, 0x1F149),
+    (0x1F150, 0x1F169),
+    (0x1F170, 0x1F189),
+)
 # Oniguruma's Latin-1 table also marks superscripts and vulgar fractions as word chars.
 _ONIG_LATIN1_WORD = ((0xB2, 0xB3), (0xB9, 0xB9), (0xBC, 0xBE))
 
@@ -95,7 +112,9 @@ def complement(ranges):
 
 CONTROL_RE = re.compile("[" + class_body(_t.CONTROL_RANGES) + "]")
 CHINESE_RE = re.compile("[" + class_body(CHINESE_RANGES) + "]")
-NON_SPACE_WHITESPACE_RE = re.compile("[" + class_body(r for r in WHITESPACE_RANGES if r != (0x20, 0x20)) + "]")
+NON_SPACE_WHITESPACE_RE = re.compile(
+    "[" + class_body(r for r in WHITESPACE_RANGES if r != (0x20, 0x20)) + "]"
+)
 _LOWER_EXTRA = {chr(k): v for k, v in _t.LOWER_EXTRA.items()}
 LOWER_EXTRA_RE = re.compile("[" + class_body((k, k) for k in sorted(_t.LOWER_EXTRA)) + "]")
 _NEW_STARTS = [a for a, _, _ in _t.NEW_CATEGORIES]
@@ -174,19 +193,54 @@ def _category_ranges():
 # meaning is a plain category); binary properties such as Alphabetic are not
 # known here and make a pattern unsupported.
 _LONG_NAMES = {
-    "letter": "L", "cased_letter": "LC", "uppercase_letter": "Lu", "lowercase_letter": "Ll",
-    "titlecase_letter": "Lt", "modifier_letter": "Lm", "other_letter": "Lo",
-    "mark": "M", "combining_mark": "M", "nonspacing_mark": "Mn", "spacing_mark": "Mc",
-    "enclosing_mark": "Me", "number": "N", "decimal_number": "Nd", "digit": "Nd",
-    "letter_number": "Nl", "other_number": "No", "punctuation": "P",
-    "connector_punctuation": "Pc", "dash_punctuation": "Pd", "open_punctuation": "Ps",
-    "close_punctuation": "Pe", "initial_punctuation": "Pi", "final_punctuation": "Pf",
-    "other_punctuation": "Po", "symbol": "S", "math_symbol": "Sm", "currency_symbol": "Sc",
-    "modifier_symbol": "Sk", "other_symbol": "So", "separator": "Z", "space_separator": "Zs",
-    "line_separator": "Zl", "paragraph_separator": "Zp", "other": "C", "control": "Cc",
-    "cntrl": "Cc", "format": "Cf", "private_use": "Co", "surrogate": "Cs", "unassigned": "Cn",
-    "any": "Any", "l&": "LC", "space": "Space", "white_space": "Space", "whitespace": "Space",
-    "xdigit": "XDigit", "blank": "Blank",
+    "letter": "L",
+    "cased_letter": "LC",
+    "uppercase_letter": "Lu",
+    "lowercase_letter": "Ll",
+    "titlecase_letter": "Lt",
+    "modifier_letter": "Lm",
+    "other_letter": "Lo",
+    "mark": "M",
+    "combining_mark": "M",
+    "nonspacing_mark": "Mn",
+    "spacing_mark": "Mc",
+    "enclosing_mark": "Me",
+    "number": "N",
+    "decimal_number": "Nd",
+    "digit": "Nd",
+    "letter_number": "Nl",
+    "other_number": "No",
+    "punctuation": "P",
+    "connector_punctuation": "Pc",
+    "dash_punctuation": "Pd",
+    "open_punctuation": "Ps",
+    "close_punctuation": "Pe",
+    "initial_punctuation": "Pi",
+    "final_punctuation": "Pf",
+    "other_punctuation": "Po",
+    "symbol": "S",
+    "math_symbol": "Sm",
+    "currency_symbol": "Sc",
+    "modifier_symbol": "Sk",
+    "other_symbol": "So",
+    "separator": "Z",
+    "space_separator": "Zs",
+    "line_separator": "Zl",
+    "paragraph_separator": "Zp",
+    "other": "C",
+    "control": "Cc",
+    "cntrl": "Cc",
+    "format": "Cf",
+    "private_use": "Co",
+    "surrogate": "Cs",
+    "unassigned": "Cn",
+    "any": "Any",
+    "l&": "LC",
+    "space": "Space",
+    "white_space": "Space",
+    "whitespace": "Space",
+    "xdigit": "XDigit",
+    "blank": "Blank",
 }
 
 
@@ -228,4 +282,3 @@ def word_ranges(flavor):
     else:
         base.extend(_ONIG_LATIN1_WORD)
     return merge_ranges(base)
-

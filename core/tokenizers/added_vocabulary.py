@@ -27,7 +27,9 @@ class AddedToken:
 
     __slots__ = ("content", "single_word", "lstrip", "rstrip", "normalized", "special")
 
-    def __init__(self, content, single_word=False, lstrip=False, rstrip=False, normalized=None, special=False):
+    def __init__(
+        self, content, single_word=False, lstrip=False, rstrip=False, normalized=None, special=False
+    ):
         self.content = content
         self.single_word = single_word
         self.lstrip = lstrip
@@ -36,8 +38,14 @@ class AddedToken:
         self.special = special
 
     def __repr__(self):
-        return ("AddedToken(%r, rstrip=%r, lstrip=%r, single_word=%r, normalized=%r, special=%r)"
-                % (self.content, self.rstrip, self.lstrip, self.single_word, self.normalized, self.special))
+        return "AddedToken(%r, rstrip=%r, lstrip=%r, single_word=%r, normalized=%r, special=%r)" % (
+            self.content,
+            self.rstrip,
+            self.lstrip,
+            self.single_word,
+            self.normalized,
+            self.special,
+        )
 
     def __eq__(self, other):
         if isinstance(other, AddedToken):

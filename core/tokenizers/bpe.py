@@ -7,9 +7,18 @@ from .word_cache import WordCache
 
 
 class BPE(DictVocab, WordCache):
-    def __init__(self, vocab, merges, unk_token=None, continuing_subword_prefix=None,
-                 end_of_word_suffix=None, fuse_unk=False, byte_fallback=False, ignore_merges=False,
-                 dropout=None):
+    def __init__(
+        self,
+        vocab,
+        merges,
+        unk_token=None,
+        continuing_subword_prefix=None,
+        end_of_word_suffix=None,
+        fuse_unk=False,
+        byte_fallback=False,
+        ignore_merges=False,
+        dropout=None,
+    ):
         self.vocab = dict(vocab)
         self.vocab_r = {i: t for t, i in self.vocab.items()}
         self.unk_token = unk_token
@@ -26,11 +35,16 @@ class BPE(DictVocab, WordCache):
                 a_id = self.vocab[a]
                 b_id = self.vocab[b]
             except KeyError as exc:
-                raise KeyError("BPE merge %d (%r, %r): %r is not in the vocabulary" % (rank, a, b, exc.args[0])) from None
+                raise KeyError(
+                    "BPE merge %d (%r, %r): %r is not in the vocabulary" % (rank, a, b, exc.args[0])
+                ) from None
             new = a + b[prefix_len:]
             new_id = self.vocab.get(new)
             if new_id is None:
-                raise KeyError("BPE merge %d (%r, %r): the result %r is not in the vocabulary" % (rank, a, b, new))
+                raise KeyError(
+                    "BPE merge %d (%r, %r): the result %r is not in the vocabulary"
+                    % (rank, a, b, new)
+                )
             table[(a_id, b_id)] = (rank, new_id)  # a repeated pair: the last one wins
         self.merges = table
         self._cache = {}
@@ -56,7 +70,8 @@ class BPE(DictVocab, WordCache):
             raise ctx.field("dropout").error("is %r, outside [0, 1]" % dropout)
         try:
             return cls(
-                vocab, merges,
+                vocab,
+                merges,
                 unk_token=ctx.get(d, "unk_token", None, str),
                 continuing_subword_prefix=ctx.get(d, "continuing_subword_prefix", None, str),
                 end_of_word_suffix=ctx.get(d, "end_of_word_suffix", None, str),
@@ -99,7 +114,9 @@ class BPE(DictVocab, WordCache):
             if self.unk_token is not None:
                 uid = vocab.get(self.unk_token)
                 if uid is None:
-                    raise EncodeError("BPE: the unk_token %r is not in the vocabulary" % self.unk_token)
+                    raise EncodeError(
+                        "BPE: the unk_token %r is not in the vocabulary" % self.unk_token
+                    )
                 if unk is not None and self.fuse_unk:
                     unk = (unk[0], unk[1], i + 1)
                 else:

@@ -13,12 +13,25 @@ class Decoder:
         return "".join(self.decode_chain(list(tokens)))
 
     def __repr__(self):
-        fields = ", ".join("%s=%r" % kv for kv in sorted(vars(self).items()) if not kv[0].startswith("_"))
+        fields = ", ".join(
+            "%s=%r" % kv for kv in sorted(vars(self).items()) if not kv[0].startswith("_")
+        )
         return "%s(%s)" % (type(self).__name__, fields)
 
 
-_CLEANUPS = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
-             (" 'm", "'m"), (" do not", " don't"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
+_CLEANUPS = (
+    (" .", "."),
+    (" ?", "?"),
+    (" !", "!"),
+    (" ,", ","),
+    (" ' ", "'"),
+    (" n't", "n't"),
+    (" 'm", "'m"),
+    (" do not", " don't"),
+    (" 's", "'s"),
+    (" 've", "'ve"),
+    (" 're", "'re"),
+)
 
 
 def cleanup(text):
@@ -164,7 +177,9 @@ class Strip(Decoder):
 
     @classmethod
     def from_dict(cls, d, ctx):
-        return cls(ctx.get(d, "content", " ", str), ctx.get(d, "start", 0, int), ctx.get(d, "stop", 0, int))
+        return cls(
+            ctx.get(d, "content", " ", str), ctx.get(d, "start", 0, int), ctx.get(d, "stop", 0, int)
+        )
 
     def decode_chain(self, tokens):
         out = []
@@ -194,7 +209,9 @@ class Replace(Decoder):
 
     @classmethod
     def from_dict(cls, d, ctx):
-        return cls(ctx.get(d, "pattern", kind=dict), ctx.get(d, "content", kind=str), ctx.field("pattern"))
+        return cls(
+            ctx.get(d, "pattern", kind=dict), ctx.get(d, "content", kind=str), ctx.field("pattern")
+        )
 
     def decode_chain(self, tokens):
         out = []
@@ -218,8 +235,11 @@ class CTC(Decoder):
 
     @classmethod
     def from_dict(cls, d, ctx):
-        return cls(ctx.get(d, "pad_token", "<pad>", str), ctx.get(d, "word_delimiter_token", "|", str),
-                   ctx.get(d, "cleanup", True, bool))
+        return cls(
+            ctx.get(d, "pad_token", "<pad>", str),
+            ctx.get(d, "word_delimiter_token", "|", str),
+            ctx.get(d, "cleanup", True, bool),
+        )
 
     def decode_chain(self, tokens):
         out = []

@@ -10,18 +10,38 @@ class Encoding:
     0 or 1 for tokens of the first or second input, None otherwise.
     """
 
-    __slots__ = ("ids", "type_ids", "tokens", "offsets", "attention_mask", "special_tokens_mask",
-                 "word_ids", "sequence_ids", "overflowing")
+    __slots__ = (
+        "ids",
+        "type_ids",
+        "tokens",
+        "offsets",
+        "attention_mask",
+        "special_tokens_mask",
+        "word_ids",
+        "sequence_ids",
+        "overflowing",
+    )
 
-    def __init__(self, ids=None, type_ids=None, tokens=None, offsets=None, attention_mask=None,
-                 special_tokens_mask=None, word_ids=None, sequence_ids=None):
+    def __init__(
+        self,
+        ids=None,
+        type_ids=None,
+        tokens=None,
+        offsets=None,
+        attention_mask=None,
+        special_tokens_mask=None,
+        word_ids=None,
+        sequence_ids=None,
+    ):
         self.ids = ids if ids is not None else []
         n = len(self.ids)
         self.type_ids = type_ids if type_ids is not None else [0] * n
         self.tokens = tokens if tokens is not None else []
         self.offsets = offsets if offsets is not None else [(0, 0)] * n
         self.attention_mask = attention_mask if attention_mask is not None else [1] * n
-        self.special_tokens_mask = special_tokens_mask if special_tokens_mask is not None else [0] * n
+        self.special_tokens_mask = (
+            special_tokens_mask if special_tokens_mask is not None else [0] * n
+        )
         self.word_ids = word_ids if word_ids is not None else [None] * n
         self.sequence_ids = sequence_ids if sequence_ids is not None else [0] * n
         self.overflowing = []  # truncation keeps no overflow windows (stride is not supported)
@@ -29,15 +49,25 @@ class Encoding:
     @classmethod
     def special(cls, ids, tokens, type_id):
         n = len(ids)
-        return cls(list(ids), [type_id] * n, list(tokens), [(0, 0)] * n, [1] * n, [1] * n,
-                   [None] * n, [None] * n)
+        return cls(
+            list(ids),
+            [type_id] * n,
+            list(tokens),
+            [(0, 0)] * n,
+            [1] * n,
+            [1] * n,
+            [None] * n,
+            [None] * n,
+        )
 
     def __len__(self):
         return len(self.ids)
 
     def __repr__(self):
-        return ("Encoding(num_tokens=%d, attributes=[ids, type_ids, tokens, offsets, "
-                "attention_mask, special_tokens_mask, word_ids, sequence_ids])" % len(self.ids))
+        return (
+            "Encoding(num_tokens=%d, attributes=[ids, type_ids, tokens, offsets, "
+            "attention_mask, special_tokens_mask, word_ids, sequence_ids])" % len(self.ids)
+        )
 
     @property
     def words(self):
@@ -68,8 +98,16 @@ class Encoding:
         return out
 
     def _fields(self):
-        return ("ids", "type_ids", "tokens", "offsets", "attention_mask", "special_tokens_mask",
-                "word_ids", "sequence_ids")
+        return (
+            "ids",
+            "type_ids",
+            "tokens",
+            "offsets",
+            "attention_mask",
+            "special_tokens_mask",
+            "word_ids",
+            "sequence_ids",
+        )
 
     def truncate(self, max_length, stride=0, direction="right"):
         """Keep at most max_length tokens, dropping from the right or the left."""
@@ -78,7 +116,7 @@ class Encoding:
         for name in self._fields():
             values = getattr(self, name)
             if direction == "left":
-                setattr(self, name, values[len(values) - max_length:] if max_length else [])
+                setattr(self, name, values[len(values) - max_length :] if max_length else [])
             else:
                 setattr(self, name, values[:max_length])
 
@@ -88,9 +126,14 @@ class Encoding:
         if n <= 0:
             return
         extra = {
-            "ids": [pad_id] * n, "type_ids": [pad_type_id] * n, "tokens": [pad_token] * n,
-            "offsets": [(0, 0)] * n, "attention_mask": [0] * n, "special_tokens_mask": [1] * n,
-            "word_ids": [None] * n, "sequence_ids": [None] * n,
+            "ids": [pad_id] * n,
+            "type_ids": [pad_type_id] * n,
+            "tokens": [pad_token] * n,
+            "offsets": [(0, 0)] * n,
+            "attention_mask": [0] * n,
+            "special_tokens_mask": [1] * n,
+            "word_ids": [None] * n,
+            "sequence_ids": [None] * n,
         }
         for name in self._fields():
             if direction == "left":

@@ -14,9 +14,7 @@ from . import _unicode as U
 from . import _unicode_tables as _t
 from ._regex import find_iter
 
-_KEEP = {
-    form: U._chars(getattr(_t, form + "_KEEP")) for form in ("NFC", "NFD", "NFKC", "NFKD")
-}
+_KEEP = {form: U._chars(getattr(_t, form + "_KEEP")) for form in ("NFC", "NFD", "NFKC", "NFKD")}
 
 
 class NormalizedString:

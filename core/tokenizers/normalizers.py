@@ -18,12 +18,16 @@ class Normalizer:
         return ns.text
 
     def __repr__(self):
-        fields = ", ".join("%s=%r" % kv for kv in sorted(vars(self).items()) if not kv[0].startswith("_"))
+        fields = ", ".join(
+            "%s=%r" % kv for kv in sorted(vars(self).items()) if not kv[0].startswith("_")
+        )
         return "%s(%s)" % (type(self).__name__, fields)
 
 
 class BertNormalizer(Normalizer):
-    def __init__(self, clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=True):
+    def __init__(
+        self, clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=True
+    ):
         self.clean_text = clean_text
         self.handle_chinese_chars = handle_chinese_chars
         self.strip_accents = strip_accents
@@ -155,15 +159,22 @@ class Replace(Normalizer):
 
     @classmethod
     def from_dict(cls, d, ctx):
-        return cls(ctx.get(d, "pattern", kind=dict), ctx.get(d, "content", kind=str), ctx.field("pattern"))
+        return cls(
+            ctx.get(d, "pattern", kind=dict), ctx.get(d, "content", kind=str), ctx.field("pattern")
+        )
 
     def normalize(self, ns):
         ns.replace_regex(self._rx, self.content)
 
 
-_NMT_REMOVE = frozenset(chr(c) for c in list(range(0x01, 0x09)) + [0x0B] + list(range(0x0E, 0x20)) + [0x7F, 0x8F, 0x9F])
-_NMT_SPACE = {ord(chr(c)): " " for c in [0x09, 0x0A, 0x0C, 0x0D, 0x1680, 0x2028, 0x2029, 0x2581, 0xFEFF, 0xFFFD]
-              + list(range(0x200B, 0x2010))}
+_NMT_REMOVE = frozenset(
+    chr(c) for c in list(range(0x01, 0x09)) + [0x0B] + list(range(0x0E, 0x20)) + [0x7F, 0x8F, 0x9F]
+)
+_NMT_SPACE = {
+    ord(chr(c)): " "
+    for c in [0x09, 0x0A, 0x0C, 0x0D, 0x1680, 0x2028, 0x2029, 0x2581, 0xFEFF, 0xFFFD]
+    + list(range(0x200B, 0x2010))
+}
 
 
 class Nmt(Normalizer):

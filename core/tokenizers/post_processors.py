@@ -25,7 +25,9 @@ class PostProcessor:
         return Encoding.merge(self.process_encodings(encs, add_special_tokens))
 
     def __repr__(self):
-        fields = ", ".join("%s=%r" % kv for kv in sorted(vars(self).items()) if not kv[0].startswith("_"))
+        fields = ", ".join(
+            "%s=%r" % kv for kv in sorted(vars(self).items()) if not kv[0].startswith("_")
+        )
         return "%s(%s)" % (type(self).__name__, fields)
 
 
@@ -85,7 +87,10 @@ class TemplateProcessing(PostProcessor):
         for name, spec in ctx.get(d, "special_tokens", {}, dict).items():
             s = sctx.field(name)
             s.obj(spec)
-            ids = [s.field("ids").item(k).id_value(v) for k, v in enumerate(s.get(spec, "ids", kind=list))]
+            ids = [
+                s.field("ids").item(k).id_value(v)
+                for k, v in enumerate(s.get(spec, "ids", kind=list))
+            ]
             tokens = s.str_list(spec, "tokens")
             if len(ids) != len(tokens):
                 raise s.error("has %d ids but %d tokens" % (len(ids), len(tokens)))
@@ -115,7 +120,9 @@ class TemplateProcessing(PostProcessor):
             if kind == "sequence":
                 i = 0 if name == "A" else 1
                 if i >= len(encodings):
-                    raise EncodeError("TemplateProcessing: template uses $%s without a second sequence" % name)
+                    raise EncodeError(
+                        "TemplateProcessing: template uses $%s without a second sequence" % name
+                    )
                 e = encodings[i]
                 e.set_type_ids(type_id)
                 e.set_sequence_id(i)
@@ -172,16 +179,27 @@ def _template_from_json(items, ctx):
             pieces.append(("sequence", name, ictx.field("Sequence").int_in(seq, "type_id", 0)))
         elif "SpecialToken" in item:
             sp = ictx.field("SpecialToken").obj(item["SpecialToken"])
-            pieces.append(("special", ictx.field("SpecialToken").get(sp, "id", kind=str),
-                           ictx.field("SpecialToken").int_in(sp, "type_id", 0)))
+            pieces.append(
+                (
+                    "special",
+                    ictx.field("SpecialToken").get(sp, "id", kind=str),
+                    ictx.field("SpecialToken").int_in(sp, "type_id", 0),
+                )
+            )
         else:
             raise ictx.error("must be {'Sequence': ...} or {'SpecialToken': ...}")
     return pieces
 
 
 def _token_pair(value, ctx, key):
-    if (not isinstance(value, (list, tuple)) or len(value) != 2 or not isinstance(value[0], str)
-            or not isinstance(value[1], int) or isinstance(value[1], bool) or not 0 <= value[1] <= MAX_ID):
+    if (
+        not isinstance(value, (list, tuple))
+        or len(value) != 2
+        or not isinstance(value[0], str)
+        or not isinstance(value[1], int)
+        or isinstance(value[1], bool)
+        or not 0 <= value[1] <= MAX_ID
+    ):
         raise ctx.field(key).error("must be [token, id]")
     return value[0], value[1]
 
@@ -195,7 +213,9 @@ class BertProcessing(PostProcessor):
 
     @classmethod
     def from_dict(cls, d, ctx):
-        return cls(_token_pair(ctx.get(d, "sep"), ctx, "sep"), _token_pair(ctx.get(d, "cls"), ctx, "cls"))
+        return cls(
+            _token_pair(ctx.get(d, "sep"), ctx, "sep"), _token_pair(ctx.get(d, "cls"), ctx, "cls")
+        )
 
     def added_tokens(self, is_pair):
         return 3 if is_pair else 2
@@ -203,8 +223,11 @@ class BertProcessing(PostProcessor):
     def process_encodings(self, encodings, add_special_tokens):
         if not add_special_tokens:
             return encodings
-        out = [Encoding.special([self.cls[1]], [self.cls[0]], 0), encodings[0],
-               Encoding.special([self.sep[1]], [self.sep[0]], 0)]
+        out = [
+            Encoding.special([self.cls[1]], [self.cls[0]], 0),
+            encodings[0],
+            Encoding.special([self.sep[1]], [self.sep[0]], 0),
+        ]
         if len(encodings) > 1:
             out += [encodings[1], Encoding.special([self.sep[1]], [self.sep[0]], 1)]
         return out
@@ -221,8 +244,12 @@ class RobertaProcessing(PostProcessor):
 
     @classmethod
     def from_dict(cls, d, ctx):
-        return cls(_token_pair(ctx.get(d, "sep"), ctx, "sep"), _token_pair(ctx.get(d, "cls"), ctx, "cls"),
-                   ctx.get(d, "trim_offsets", True, bool), ctx.get(d, "add_prefix_space", True, bool))
+        return cls(
+            _token_pair(ctx.get(d, "sep"), ctx, "sep"),
+            _token_pair(ctx.get(d, "cls"), ctx, "cls"),
+            ctx.get(d, "trim_offsets", True, bool),
+            ctx.get(d, "add_prefix_space", True, bool),
+        )
 
     def added_tokens(self, is_pair):
         return 4 if is_pair else 2
@@ -236,10 +263,17 @@ class RobertaProcessing(PostProcessor):
         if not add_special_tokens:
             return encodings
         sep, cls_ = self.sep, self.cls
-        out = [Encoding.special([cls_[1]], [cls_[0]], 0), encodings[0], Encoding.special([sep[1]], [sep[0]], 0)]
+        out = [
+            Encoding.special([cls_[1]], [cls_[0]], 0),
+            encodings[0],
+            Encoding.special([sep[1]], [sep[0]], 0),
+        ]
         if len(encodings) > 1:
-            out += [Encoding.special([sep[1]], [sep[0]], 0), encodings[1],
-                    Encoding.special([sep[1]], [sep[0]], 0)]
+            out += [
+                Encoding.special([sep[1]], [sep[0]], 0),
+                encodings[1],
+                Encoding.special([sep[1]], [sep[0]], 0),
+            ]
         return out
 
 
@@ -252,7 +286,9 @@ class ByteLevel(PostProcessor):
 
     @classmethod
     def from_dict(cls, d, ctx):
-        return cls(ctx.get(d, "trim_offsets", True, bool), ctx.get(d, "add_prefix_space", True, bool))
+        return cls(
+            ctx.get(d, "trim_offsets", True, bool), ctx.get(d, "add_prefix_space", True, bool)
+        )
 
     def process_encodings(self, encodings, add_special_tokens):
         if self.trim_offsets:

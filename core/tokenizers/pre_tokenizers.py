@@ -21,8 +21,11 @@ from .pretokenized import PreTokenizedString
 GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 
 _BEHAVIOR_NAMES = {
-    "Removed": REMOVED, "Isolated": ISOLATED, "MergedWithPrevious": "merged_with_previous",
-    "MergedWithNext": MERGED_WITH_NEXT, "Contiguous": CONTIGUOUS,
+    "Removed": REMOVED,
+    "Isolated": ISOLATED,
+    "MergedWithPrevious": "merged_with_previous",
+    "MergedWithNext": MERGED_WITH_NEXT,
+    "Contiguous": CONTIGUOUS,
 }
 
 
@@ -37,7 +40,9 @@ def behavior_from_json(value, ctx):
 def _check_behavior(behavior):
     b = _BEHAVIOR_NAMES.get(behavior, behavior)
     if b not in BEHAVIORS:
-        raise ValueError("unknown split behavior %r: use one of %s" % (behavior, ", ".join(BEHAVIORS)))
+        raise ValueError(
+            "unknown split behavior %r: use one of %s" % (behavior, ", ".join(BEHAVIORS))
+        )
     return b
 
 
@@ -61,13 +66,14 @@ class PreTokenizer:
         return pts.get_splits()
 
     def __repr__(self):
-        fields = ", ".join("%s=%r" % kv for kv in sorted(vars(self).items()) if not kv[0].startswith("_"))
+        fields = ", ".join(
+            "%s=%r" % kv for kv in sorted(vars(self).items()) if not kv[0].startswith("_")
+        )
         return "%s(%s)" % (type(self).__name__, fields)
 
 
 _WS_BODY = U.class_body(U.WHITESPACE_RANGES)
-_PUNCT_BODY = U.class_body(U.merge_ranges(
-    (ord(c), ord(c)) for c in U.PUNCT))
+_PUNCT_BODY = U.class_body(U.merge_ranges((ord(c), ord(c)) for c in U.PUNCT))
 _BERT_RE = re.compile("[%s]|[^%s%s]+" % (_PUNCT_BODY, _WS_BODY, _PUNCT_BODY))
 _NOT_WS_RE = re.compile("[^%s]+" % _WS_BODY)
 
@@ -114,7 +120,9 @@ class Punctuation(PreTokenizer):
 
     @classmethod
     def from_dict(cls, d, ctx):
-        return cls(behavior_from_json(ctx.get(d, "behavior", "Isolated", str), ctx.field("behavior")))
+        return cls(
+            behavior_from_json(ctx.get(d, "behavior", "Isolated", str), ctx.field("behavior"))
+        )
 
     def split(self, ns):
         return split_normalized(ns, find_char_matches(U.is_punct, ns.text), self.behavior)
@@ -223,7 +231,9 @@ class Metaspace(PreTokenizer):
         if scheme is None:
             scheme = "always" if ctx.get(d, "add_prefix_space", True, bool) else "never"
         if scheme not in _PREPEND_SCHEMES:
-            raise ctx.field("prepend_scheme").error("%r is not one of %s" % (scheme, ", ".join(_PREPEND_SCHEMES)))
+            raise ctx.field("prepend_scheme").error(
+                "%r is not one of %s" % (scheme, ", ".join(_PREPEND_SCHEMES))
+            )
         return cls(repl, scheme, ctx.get(d, "split", True, bool))
 
     def split(self, ns):
@@ -232,8 +242,9 @@ class Metaspace(PreTokenizer):
         if " " in t:
             ns.set_same_length(t.replace(" ", r))
         scheme = self.prepend_scheme
-        if (scheme == "always" or (scheme == "first" and ns.start == 0)) \
-                and not ns.text.startswith(r):
+        if (scheme == "always" or (scheme == "first" and ns.start == 0)) and not ns.text.startswith(
+            r
+        ):
             ns.prepend(r)
         if not self.split_words:
             return [ns]

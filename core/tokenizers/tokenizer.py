@@ -19,7 +19,11 @@ from .added_vocabulary import AddedToken, AddedVocabulary
 from .encoding import Encoding
 from .errors import EncodeError
 
-_STRATEGIES = {"LongestFirst": "longest_first", "OnlyFirst": "only_first", "OnlySecond": "only_second"}
+_STRATEGIES = {
+    "LongestFirst": "longest_first",
+    "OnlyFirst": "only_first",
+    "OnlySecond": "only_second",
+}
 _DIRECTIONS = {"Right": "right", "Left": "left"}
 _MAX_PAD = 1 << 20  # a padded length from the file: beyond any model's context, and bounded memory
 
@@ -54,7 +58,9 @@ class Tokenizer:
         try:
             d = _json.loads(json_text)
         except RecursionError:
-            raise Ctx(source, "(top level)").error("is nested too deeply to be a tokenizer") from None
+            raise Ctx(source, "(top level)").error(
+                "is nested too deeply to be a tokenizer"
+            ) from None
         except ValueError as exc:
             raise Ctx(source, "").error("is not valid JSON: %s" % exc) from None
         return cls.from_dict(d, source=source)
@@ -165,12 +171,25 @@ class Tokenizer:
         return self._add(tokens, special=True)
 
     # -- padding and truncation -----------------------------------------------------------
-    def enable_padding(self, direction="right", pad_id=0, pad_type_id=0, pad_token="[PAD]", length=None,
-                       pad_to_multiple_of=None):
+    def enable_padding(
+        self,
+        direction="right",
+        pad_id=0,
+        pad_type_id=0,
+        pad_token="[PAD]",
+        length=None,
+        pad_to_multiple_of=None,
+    ):
         if direction not in ("right", "left"):
             raise ValueError("direction must be 'right' or 'left'")
-        self._padding = {"length": length, "pad_to_multiple_of": pad_to_multiple_of, "pad_id": pad_id,
-                         "pad_token": pad_token, "pad_type_id": pad_type_id, "direction": direction}
+        self._padding = {
+            "length": length,
+            "pad_to_multiple_of": pad_to_multiple_of,
+            "pad_id": pad_id,
+            "pad_token": pad_token,
+            "pad_type_id": pad_type_id,
+            "direction": direction,
+        }
 
     def no_padding(self):
         self._padding = None
@@ -184,8 +203,12 @@ class Tokenizer:
             raise ValueError("strategy must be 'longest_first', 'only_first' or 'only_second'")
         if direction not in ("right", "left"):
             raise ValueError("direction must be 'right' or 'left'")
-        self._truncation = {"max_length": max_length, "stride": stride, "strategy": strategy,
-                            "direction": direction}
+        self._truncation = {
+            "max_length": max_length,
+            "stride": stride,
+            "strategy": strategy,
+            "direction": direction,
+        }
 
     def no_truncation(self):
         self._truncation = None
@@ -244,7 +267,10 @@ class Tokenizer:
         for item in inputs:
             if is_pretokenized:
                 is_pair = isinstance(item, tuple) or (
-                    isinstance(item, list) and len(item) == 2 and all(isinstance(x, (list, tuple)) for x in item))
+                    isinstance(item, list)
+                    and len(item) == 2
+                    and all(isinstance(x, (list, tuple)) for x in item)
+                )
             else:
                 is_pair = isinstance(item, (tuple, list))
             if is_pair:
@@ -264,8 +290,13 @@ class Tokenizer:
             # A max_length below the special tokens' count leaves the input whole,
             # as in the reference (whose unsigned subtraction wraps around there).
             if trunc["max_length"] >= n_added:
-                _truncate_encodings(encoding, pair, trunc["max_length"] - n_added, trunc["strategy"],
-                                    trunc["direction"])
+                _truncate_encodings(
+                    encoding,
+                    pair,
+                    trunc["max_length"] - n_added,
+                    trunc["strategy"],
+                    trunc["direction"],
+                )
         if self.post_processor is not None:
             final = self.post_processor.process(encoding, pair, add_special_tokens)
         else:
@@ -328,7 +359,9 @@ def _truncate_encodings(enc, pair, max_length, strategy, direction):
     if len(target) > to_remove:
         target.truncate(len(target) - to_remove, 0, direction)
     else:
-        raise EncodeError("Truncation error: Sequence to truncate too short to respect the provided max_length")
+        raise EncodeError(
+            "Truncation error: Sequence to truncate too short to respect the provided max_length"
+        )
 
 
 def _pad_encodings(encodings, params):
@@ -341,7 +374,13 @@ def _pad_encodings(encodings, params):
     if multiple and length % multiple:
         length += multiple - length % multiple
     for e in encodings:
-        e.pad(length, params["pad_id"], params["pad_type_id"], params["pad_token"], params["direction"])
+        e.pad(
+            length,
+            params["pad_id"],
+            params["pad_type_id"],
+            params["pad_token"],
+            params["direction"],
+        )
 
 
 def _truncation_from_json(d, ctx):
@@ -350,13 +389,19 @@ def _truncation_from_json(d, ctx):
     ctx.obj(d)
     strategy = ctx.get(d, "strategy", "LongestFirst", str)
     if strategy not in _STRATEGIES:
-        raise ctx.field("strategy").error("%r is not one of %s" % (strategy, ", ".join(_STRATEGIES)))
+        raise ctx.field("strategy").error(
+            "%r is not one of %s" % (strategy, ", ".join(_STRATEGIES))
+        )
     direction = ctx.get(d, "direction", "Right", str)
     if direction not in _DIRECTIONS:
         raise ctx.field("direction").error("%r is not 'Right' or 'Left'" % direction)
     max_length = ctx.int_in(d, "max_length")
-    return {"max_length": max_length, "stride": ctx.int_in(d, "stride", 0),
-            "strategy": _STRATEGIES[strategy], "direction": _DIRECTIONS[direction]}
+    return {
+        "max_length": max_length,
+        "stride": ctx.int_in(d, "stride", 0),
+        "strategy": _STRATEGIES[strategy],
+        "direction": _DIRECTIONS[direction],
+    }
 
 
 def _padding_from_json(d, ctx):
@@ -373,6 +418,11 @@ def _padding_from_json(d, ctx):
     direction = ctx.get(d, "direction", "Right", str)
     if direction not in _DIRECTIONS:
         raise ctx.field("direction").error("%r is not 'Right' or 'Left'" % direction)
-    return {"length": length, "pad_to_multiple_of": ctx.int_in(d, "pad_to_multiple_of", None, 1, _MAX_PAD),
-            "pad_id": ctx.int_in(d, "pad_id", 0), "pad_token": ctx.get(d, "pad_token", "[PAD]", str),
-            "pad_type_id": ctx.int_in(d, "pad_type_id", 0), "direction": _DIRECTIONS[direction]}
+    return {
+        "length": length,
+        "pad_to_multiple_of": ctx.int_in(d, "pad_to_multiple_of", None, 1, _MAX_PAD),
+        "pad_id": ctx.int_in(d, "pad_id", 0),
+        "pad_token": ctx.get(d, "pad_token", "[PAD]", str),
+        "pad_type_id": ctx.int_in(d, "pad_type_id", 0),
+        "direction": _DIRECTIONS[direction],
+    }

@@ -28,12 +28,18 @@ class Unigram(WordCache):
         vctx = ctx.field("vocab")
         vocab = []
         for i, item in enumerate(raw):
-            if not isinstance(item, (list, tuple)) or len(item) != 2 or not isinstance(item[0], str):
+            if (
+                not isinstance(item, (list, tuple))
+                or len(item) != 2
+                or not isinstance(item[0], str)
+            ):
                 raise vctx.item(i).error("must be [piece, score]")
             vocab.append((item[0], vctx.item(i).item(1).finite(item[1])))
         unk_id = ctx.int_in(d, "unk_id", None)
         if unk_id is not None and not 0 <= unk_id < len(vocab):
-            raise ctx.field("unk_id").error("%d is outside the vocabulary (%d pieces)" % (unk_id, len(vocab)))
+            raise ctx.field("unk_id").error(
+                "%d is outside the vocabulary (%d pieces)" % (unk_id, len(vocab))
+            )
         return cls(vocab, unk_id, ctx.get(d, "byte_fallback", False, bool))
 
     def encode(self, sentence):
@@ -66,7 +72,9 @@ class Unigram(WordCache):
                     has_single = True
             if not has_single:
                 if unk_id is None:
-                    raise EncodeError("Unigram: %r has no piece and the model has no unk_id" % sentence[start])
+                    raise EncodeError(
+                        "Unigram: %r has no piece and the model has no unk_id" % sentence[start]
+                    )
                 end = start + 1
                 cand = unk_score + base
                 if best_start[end] < 0 or cand > best_score[end]:
@@ -100,9 +108,13 @@ class Unigram(WordCache):
             tid = ids.get(piece)
             if tid is None:
                 if self.byte_fallback:
-                    byte_ids = [ids.get("<0x%02X>" % b) for b in piece.encode("utf-8", "surrogatepass")]
+                    byte_ids = [
+                        ids.get("<0x%02X>" % b) for b in piece.encode("utf-8", "surrogatepass")
+                    ]
                     if None not in byte_ids:
-                        for b, bid in zip(piece.encode("utf-8", "surrogatepass"), byte_ids, strict=True):
+                        for b, bid in zip(
+                            piece.encode("utf-8", "surrogatepass"), byte_ids, strict=True
+                        ):
                             out.append((bid, "<0x%02X>" % b, offset, offset + n))
                         offset += n
                         continue

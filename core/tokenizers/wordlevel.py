@@ -20,5 +20,7 @@ class WordLevel(DictVocab):
             return [(tid, word, 0, len(word))]
         uid = self.vocab.get(self.unk_token)
         if uid is None:
-            raise EncodeError("WordLevel: the unk_token %r is not in the vocabulary" % self.unk_token)
+            raise EncodeError(
+                "WordLevel: the unk_token %r is not in the vocabulary" % self.unk_token
+            )
         return [(uid, self.unk_token, 0, len(word))]

@@ -5,7 +5,9 @@ from .errors import EncodeError
 
 
 class WordPiece(DictVocab):
-    def __init__(self, vocab, unk_token="[UNK]", continuing_subword_prefix="##", max_input_chars_per_word=100):
+    def __init__(
+        self, vocab, unk_token="[UNK]", continuing_subword_prefix="##", max_input_chars_per_word=100
+    ):
         self.vocab = dict(vocab)
         self.vocab_r = {i: t for t, i in self.vocab.items()}
         self.unk_token = unk_token
@@ -26,7 +28,9 @@ class WordPiece(DictVocab):
     def _unk(self, n):
         uid = self.vocab.get(self.unk_token)
         if uid is None:
-            raise EncodeError("WordPiece: the unk_token %r is not in the vocabulary" % self.unk_token)
+            raise EncodeError(
+                "WordPiece: the unk_token %r is not in the vocabulary" % self.unk_token
+            )
         return [(uid, self.unk_token, 0, n)]
 
     def tokenize(self, word):

@@ -9,15 +9,24 @@ the model families ember ships (what `ember verify MODEL` runs).
 
 torch and transformers are imported only here, and only when a comparison runs.
 """
+
 from .compare import OUTPUT, PairResult, Report, compare
 from .reference import INSTALL, MissingReference
 
-__all__ = ["INSTALL", "OUTPUT", "MissingReference", "PairResult", "Report", "compare",
-           "verify_model"]
+__all__ = [
+    "INSTALL",
+    "OUTPUT",
+    "MissingReference",
+    "PairResult",
+    "Report",
+    "compare",
+    "verify_model",
+]
 
 
 def verify_model(path, **kwargs):
     """Compare ember's model at `path` (a model directory or a GGUF file) with transformers'
     (see ember.verify.families.verify_model)."""
     from .families import verify_model as run
+
     return run(path, **kwargs)

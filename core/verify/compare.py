@@ -8,6 +8,7 @@ values that happen to sit near zero do not make it explode. Pairs are reported i
 order the reference module finished them (inner modules before the modules holding them),
 and the first pair beyond the tolerance is the first divergent one.
 """
+
 import dataclasses
 
 import numpy as np
@@ -16,7 +17,7 @@ from ..errors import InvalidArgument
 from ..tensor import Tensor, from_numpy
 from .reference import import_torch
 
-OUTPUT = "(output)"   # the pair that compares the two modules' own outputs
+OUTPUT = "(output)"  # the pair that compares the two modules' own outputs
 
 
 @dataclasses.dataclass
@@ -51,9 +52,13 @@ class Report:
 
     def to_dict(self):
         first = self.first_divergent
-        return {"ok": self.ok, "atol": self.atol, "rtol": self.rtol,
-                "first_divergent": None if first is None else first.ember_name,
-                "pairs": [p.to_dict() for p in self.pairs]}
+        return {
+            "ok": self.ok,
+            "atol": self.atol,
+            "rtol": self.rtol,
+            "first_divergent": None if first is None else first.ember_name,
+            "pairs": [p.to_dict() for p in self.pairs],
+        }
 
     def table(self):
         width = max([len(p.ember_name) for p in self.pairs] + [6])
@@ -61,24 +66,36 @@ class Report:
         for p in self.pairs:
             status = "ok" if p.ok else "DIVERGES"
             note = f"  ({p.note})" if p.note else ""
-            lines.append(f"{p.ember_name:<{width}}  {p.max_abs:>10.3e}  {p.max_rel:>10.3e}  "
-                         f"{status}{note}")
+            lines.append(
+                f"{p.ember_name:<{width}}  {p.max_abs:>10.3e}  {p.max_rel:>10.3e}  {status}{note}"
+            )
         return "\n".join(lines)
 
     def summary(self):
         first = self.first_divergent
         if first is None:
-            return (f"all {len(self.pairs)} pairs within atol={self.atol:g} rtol={self.rtol:g}")
-        return (f"first divergent: {first.ember_name} (torch {first.torch_name}): max abs "
-                f"{first.max_abs:.3e}, max rel {first.max_rel:.3e} beyond atol={self.atol:g} "
-                f"rtol={self.rtol:g}")
+            return f"all {len(self.pairs)} pairs within atol={self.atol:g} rtol={self.rtol:g}"
+        return (
+            f"first divergent: {first.ember_name} (torch {first.torch_name}): max abs "
+            f"{first.max_abs:.3e}, max rel {first.max_rel:.3e} beyond atol={self.atol:g} "
+            f"rtol={self.rtol:g}"
+        )
 
     def __str__(self):
         return self.table() + "\n" + self.summary()
 
 
-def compare(ember_module, torch_module, inputs, pairs=None, *, torch_inputs=None,
-            atol=1e-4, rtol=1e-4, device=None):
+def compare(
+    ember_module,
+    torch_module,
+    inputs,
+    pairs=None,
+    *,
+    torch_inputs=None,
+    atol=1e-4,
+    rtol=1e-4,
+    device=None,
+):
     """Run both modules on `inputs` and compare the outputs of matching sub-modules.
 
     inputs: a tuple of positional arguments or a dict of keyword arguments (numpy arrays,
@@ -92,8 +109,9 @@ def compare(ember_module, torch_module, inputs, pairs=None, *, torch_inputs=None
     """
     torch = import_torch()
     if not hasattr(ember_module, "named_modules") or not hasattr(torch_module, "named_modules"):
-        raise InvalidArgument("verify.compare: expects an ember nn.Module and a torch "
-                              "nn.Module", op="verify.compare")
+        raise InvalidArgument(
+            "verify.compare: expects an ember nn.Module and a torch nn.Module", op="verify.compare"
+        )
     ember_tree = dict(ember_module.named_modules())
     torch_tree = dict(torch_module.named_modules())
     resolved = _resolve_pairs(pairs, ember_tree, torch_tree)
@@ -102,6 +120,7 @@ def compare(ember_module, torch_module, inputs, pairs=None, *, torch_inputs=None
     def ember_hook(name):
         def hook(module, args, output):
             ember_seen.setdefault(name, []).append(_to_numpy(output))
+
         return hook
 
     def torch_hook(name):
@@ -109,6 +128,7 @@ def compare(ember_module, torch_module, inputs, pairs=None, *, torch_inputs=None
             if name not in torch_seen:
                 order.append(name)
             torch_seen.setdefault(name, []).append(_to_numpy(output))
+
         return hook
 
     handles = []
@@ -117,8 +137,9 @@ def compare(ember_module, torch_module, inputs, pairs=None, *, torch_inputs=None
             handles.append(ember_tree[e_name].register_forward_hook(ember_hook(e_name)))
             handles.append(torch_tree[t_name].register_forward_hook(torch_hook(t_name)))
         e_args, e_kwargs = _split(inputs, lambda v: _to_ember(v, device))
-        t_args, t_kwargs = _split(inputs if torch_inputs is None else torch_inputs,
-                                  lambda v: _to_torch(torch, v))
+        t_args, t_kwargs = _split(
+            inputs if torch_inputs is None else torch_inputs, lambda v: _to_torch(torch, v)
+        )
         ember_out = ember_module(*e_args, **e_kwargs)
         with torch.no_grad():
             torch_out = torch_module(*t_args, **t_kwargs)
@@ -127,10 +148,15 @@ def compare(ember_module, torch_module, inputs, pairs=None, *, torch_inputs=None
             h.remove()
     by_torch = {t: e for e, t in resolved}
     ranked = [n for n in order if n in by_torch] + [t for _, t in resolved if t not in order]
-    results = [_compare_calls(by_torch[t], t, ember_seen.get(by_torch[t], []),
-                              torch_seen.get(t, []), atol, rtol) for t in ranked]
-    results.append(_compare_calls(OUTPUT, OUTPUT, [_to_numpy(ember_out)], [_to_numpy(torch_out)],
-                                  atol, rtol))
+    results = [
+        _compare_calls(
+            by_torch[t], t, ember_seen.get(by_torch[t], []), torch_seen.get(t, []), atol, rtol
+        )
+        for t in ranked
+    ]
+    results.append(
+        _compare_calls(OUTPUT, OUTPUT, [_to_numpy(ember_out)], [_to_numpy(torch_out)], atol, rtol)
+    )
     return Report(results, atol, rtol)
 
 
@@ -144,14 +170,21 @@ def _resolve_pairs(pairs, ember_tree, torch_tree):
         found = list(pairs.items() if isinstance(pairs, dict) else pairs)
     for e, t in found:
         if e not in ember_tree or not e:
-            raise InvalidArgument(f"verify.compare: the ember module has no sub-module {e!r}",
-                                  op="verify.compare", name=e)
+            raise InvalidArgument(
+                f"verify.compare: the ember module has no sub-module {e!r}",
+                op="verify.compare",
+                name=e,
+            )
         if t not in torch_tree or not t:
-            raise InvalidArgument(f"verify.compare: the torch module has no sub-module {t!r}",
-                                  op="verify.compare", name=t)
+            raise InvalidArgument(
+                f"verify.compare: the torch module has no sub-module {t!r}",
+                op="verify.compare",
+                name=t,
+            )
     if len({t for _, t in found}) != len(found):
-        raise InvalidArgument("verify.compare: a torch sub-module is paired twice",
-                              op="verify.compare")
+        raise InvalidArgument(
+            "verify.compare: a torch sub-module is paired twice", op="verify.compare"
+        )
     return found
 
 
@@ -174,7 +207,7 @@ def _compare_calls(e_name, t_name, ember_calls, torch_calls, atol, rtol):
                 result.note = f"shape {list(e.shape)} vs torch {list(t.shape)}"
                 result.shape = t.shape
                 return result
-            e = e.reshape(t.shape)   # e.g. ember keeps (batch*tokens, hidden) rows flat
+            e = e.reshape(t.shape)  # e.g. ember keeps (batch*tokens, hidden) rows flat
         diff = np.abs(e - t)
         scale = float(np.max(np.abs(t))) if t.size else 0.0
         max_abs = float(np.max(diff)) if diff.size else 0.0
@@ -201,7 +234,7 @@ def _to_numpy(value):
     value = _first_tensor(value)
     if isinstance(value, Tensor):
         return value.numpy().astype(np.float64)
-    if hasattr(value, "detach"):                       # a torch tensor
+    if hasattr(value, "detach"):  # a torch tensor
         return value.detach().to("cpu").double().numpy()
     if isinstance(value, np.ndarray):
         return value.astype(np.float64)

@@ -8,6 +8,7 @@ blocks both implementations share, named as ember names them; inside a block emb
 fuse what transformers keeps apart (QKV in one GEMM, the activation inside a Linear), so
 finer pairs would differ by construction, not by error.
 """
+
 import json
 import os
 
@@ -28,8 +29,7 @@ def detect(path):
             magic = f.read(4)
         if magic == b"GGUF":
             return "gguf", None
-        raise FormatError(f"verify: {path} is neither a GGUF file nor a model directory",
-                          path=path)
+        raise FormatError(f"verify: {path} is neither a GGUF file nor a model directory", path=path)
     if not os.path.isdir(path):
         raise FormatError(f"verify: {path} does not exist", path=path)
     cfg_path = os.path.join(path, "config.json")
@@ -43,19 +43,25 @@ def detect(path):
     return ("bert" if cfg.get("model_type") == "bert" else "llama"), cfg
 
 
-def verify_model(path, device="cpu", reference="transformers", atol=1e-4, rtol=1e-4,
-                 tokens=16, text=None, seed=0):
+def verify_model(
+    path, device="cpu", reference="transformers", atol=1e-4, rtol=1e-4, tokens=16, text=None, seed=0
+):
     """(Report, facts) comparing ember and `reference` on the model at `path`."""
     if reference not in REFERENCES:
-        raise InvalidArgument(f"verify: unknown reference {reference!r} (known: "
-                              f"{', '.join(REFERENCES)})", op="verify", reference=reference)
+        raise InvalidArgument(
+            f"verify: unknown reference {reference!r} (known: {', '.join(REFERENCES)})",
+            op="verify",
+            reference=reference,
+        )
     if not isinstance(tokens, int) or tokens < 1:
-        raise InvalidArgument(f"verify: tokens must be a positive integer, got {tokens!r}",
-                              op="verify")
+        raise InvalidArgument(
+            f"verify: tokens must be a positive integer, got {tokens!r}", op="verify"
+        )
     from ..device import as_device
+
     device = as_device(device)
     family, cfg = detect(path)
-    import_transformers()   # fail before loading anything when the reference is missing
+    import_transformers()  # fail before loading anything when the reference is missing
     loader = {"bert": _bert, "llama": _llama, "gguf": _gguf}[family]
     ember_model, torch_model, pairs, vocab, tokenizer = loader(path, device)
     ids = _ids(tokenizer, text, vocab, tokens, seed, path)
@@ -65,23 +71,37 @@ def verify_model(path, device="cpu", reference="transformers", atol=1e-4, rtol=1
             # a second row with its last quarter padded exercises the attention mask
             ids = np.concatenate([ids, ids[:, ::-1]])
             mask = np.concatenate([mask, mask])
-            mask[1, ids.shape[1] - max(1, ids.shape[1] // 4):] = 0
+            mask[1, ids.shape[1] - max(1, ids.shape[1] // 4) :] = 0
         e_in, t_in = (ids, mask), {"input_ids": ids, "attention_mask": mask}
     else:
         e_in, t_in = (ids,), {"input_ids": ids}
-    report = compare(ember_model, torch_model, e_in, pairs, torch_inputs=t_in, atol=atol,
-                     rtol=rtol, device=device)
-    facts = {"model": path, "family": family if family != "gguf" else "llama (gguf)",
-             "model_type": (cfg or {}).get("model_type", "gguf"), "device": str(device),
-             "reference": reference, "input_shape": list(ids.shape)}
+    report = compare(
+        ember_model,
+        torch_model,
+        e_in,
+        pairs,
+        torch_inputs=t_in,
+        atol=atol,
+        rtol=rtol,
+        device=device,
+    )
+    facts = {
+        "model": path,
+        "family": family if family != "gguf" else "llama (gguf)",
+        "model_type": (cfg or {}).get("model_type", "gguf"),
+        "device": str(device),
+        "reference": reference,
+        "input_shape": list(ids.shape),
+    }
     return report, facts
 
 
 def _ids(tokenizer, text, vocab, tokens, seed, path):
     if text is not None:
         if tokenizer is None:
-            raise InvalidArgument(f"verify: --text needs a tokenizer and {path} has none",
-                                  op="verify", path=path)
+            raise InvalidArgument(
+                f"verify: --text needs a tokenizer and {path} has none", op="verify", path=path
+            )
         ids = list(tokenizer.encode(text).ids)
         if not ids:
             raise InvalidArgument("verify: the text encodes to no tokens", op="verify")
@@ -95,17 +115,20 @@ def _tokenizer(path):
     if not os.path.isfile(tok):
         return None
     from ..pipelines.tokenizer_loader import load_tokenizer
+
     return load_tokenizer(tok)
 
 
 def _bert(path, device):
     from ..models.bert import BertConfig, BertModel
     from ..nn import VarBuilder
+
     transformers = import_transformers()
     cfg = BertConfig.from_json(os.path.join(path, "config.json"))
     ember_model = BertModel(cfg, VarBuilder.from_dir(path, dtype=dt.f32, device=device))
-    torch_model = transformers.BertModel.from_pretrained(path, dtype=import_torch().float32,
-                                                         add_pooling_layer=False).eval()
+    torch_model = transformers.BertModel.from_pretrained(
+        path, dtype=import_torch().float32, add_pooling_layer=False
+    ).eval()
     pairs = {"embeddings": "embeddings"}
     for i in range(cfg.num_hidden_layers):
         for part in ("attention.self", "attention", "intermediate", "output", ""):
@@ -128,24 +151,26 @@ def _llama_pairs(cfg):
 
 def _llama(path, device):
     from ..models.llama import LlamaForCausalLM
+
     transformers = import_transformers()
     ember_model = LlamaForCausalLM.from_pretrained(path, device=device)
     torch_model = transformers.AutoModelForCausalLM.from_pretrained(
-        path, dtype=import_torch().float32).eval()
+        path, dtype=import_torch().float32
+    ).eval()
     cfg = ember_model.config
-    return (ember_model, torch_model, _llama_pairs(cfg), cfg.vocab_size,
-            _tokenizer(path))
+    return (ember_model, torch_model, _llama_pairs(cfg), cfg.vocab_size, _tokenizer(path))
 
 
 def _gguf(path, device):
     from ..models.gguf_llama import load_gguf_model, tokenizer_from_gguf
+
     ember_model = load_gguf_model(path, device=device)
     torch_model = _transformers_from_gguf(path)
     cfg = ember_model.config
     try:
         tokenizer = tokenizer_from_gguf(path)
     except FormatError:
-        tokenizer = None   # a GGUF without tokenizer.ggml.* metadata: random ids only
+        tokenizer = None  # a GGUF without tokenizer.ggml.* metadata: random ids only
     return (ember_model, torch_model, _llama_pairs(cfg), cfg.vocab_size, tokenizer)
 
 
@@ -156,6 +181,7 @@ def _transformers_from_gguf(path):
     torch = import_torch()
     transformers = import_transformers()
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
     try:
         config = dict(load_gguf_checkpoint(path)["config"])
         model_type = config.pop("model_type")

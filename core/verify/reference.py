@@ -1,5 +1,6 @@
 """The PyTorch side: torch and transformers are imported here, lazily, and by nothing
 else in ember; a missing one is an error that says how to install it."""
+
 import importlib
 
 from ..errors import EmberError
@@ -17,7 +18,10 @@ def _import(name):
     except ImportError as exc:
         raise MissingReference(
             f"verify: the reference library {name!r} is not installed ({exc}); "
-            f"`{INSTALL}` (torch on the CPU is enough)", op="verify", library=name) from None
+            f"`{INSTALL}` (torch on the CPU is enough)",
+            op="verify",
+            library=name,
+        ) from None
 
 
 def import_torch():

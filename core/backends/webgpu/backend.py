@@ -38,6 +38,7 @@ needs wgpu or numpy. Each op runs under the runtime's lock.
 - Fused: linear (bias, activation and residual applied by the matmul kernel, epilogue.py),
   and the norms' residual= (read by the norm kernel when laid out as x).
 """
+
 import functools
 
 from ..base import Backend
@@ -51,10 +52,12 @@ from .runtime import Runtime
 def _locked(method):
     """Run a contract method under the runtime's lock: one op's dispatches never
     interleave with another thread's."""
+
     @functools.wraps(method)
     def run(self, *args, **kwargs):
         with self.runtime.lock:
             return method(self, *args, **kwargs)
+
     return run
 
 
@@ -160,11 +163,11 @@ class WebGPUBackend(Backend):
         return rows.softmax(self, storage, layout, dim, dtype, log)
 
     @_locked
-    def layer_norm(self, storage, layout, w, lw, b, lb, eps, dtype, rms=False, residual=None,
-                   lres=None):
+    def layer_norm(
+        self, storage, layout, w, lw, b, lb, eps, dtype, rms=False, residual=None, lres=None
+    ):
         """Norm over the last dim, of x + residual where given (rows.py)."""
-        return rows.layer_norm(self, storage, layout, w, lw, b, lb, eps, dtype, rms,
-                               residual, lres)
+        return rows.layer_norm(self, storage, layout, w, lw, b, lb, eps, dtype, rms, residual, lres)
 
     @_locked
     def rope(self, storage, layout, cos, lcos, sin, lsin, dtype, interleaved=False):
@@ -180,14 +183,12 @@ class WebGPUBackend(Backend):
         return matmul.matmul(self, a, la, b, lb, dtype)
 
     @_locked
-    def linear(self, a, la, b, lb, bias, lbias, dtype, activation=None, residual=None,
-               lres=None):
+    def linear(self, a, la, b, lb, bias, lbias, dtype, activation=None, residual=None, lres=None):
         """activation(a @ b + bias) + residual, applied as the matmul kernel stores (floats;
         integers take the contract's composite)."""
         if not dtype.is_float:
             return super().linear(a, la, b, lb, bias, lbias, dtype, activation, residual, lres)
-        return matmul.linear(self, a, la, b, lb, bias, lbias, dtype, activation, residual,
-                             lres)
+        return matmul.linear(self, a, la, b, lb, bias, lbias, dtype, activation, residual, lres)
 
     # --- quantized weights (qmatmul.py) ----------------------------------------------------------
     def keeps_quantized(self, ggml_type):
@@ -199,7 +200,7 @@ class WebGPUBackend(Backend):
 
     @_locked
     def qmatmul(self, x, lx, qweight, dtype):
-        if not isinstance(qweight, quantized.QWeight):   # dense or host: the composites
+        if not isinstance(qweight, quantized.QWeight):  # dense or host: the composites
             return super().qmatmul(x, lx, qweight, dtype)
         return quantized.qmatmul(self, x, lx, qweight, dtype)
 

@@ -13,6 +13,7 @@ WebGPU reports validation and memory errors asynchronously; the driver catches t
 error scopes where it can block (pipeline creation) and records uncaptured ones, raising
 them as a DeviceError at the next submit or readback instead of losing them.
 """
+
 import contextlib
 
 import js
@@ -28,21 +29,32 @@ except ImportError:  # older Pyodide converted null to None
 try:
     from pyodide.ffi import can_run_sync, run_sync
 except ImportError:  # Pyodide before 0.27: no JSPI bridge, only the async API works
+
     def can_run_sync():
         return False
 
     def run_sync(awaitable):
         raise RuntimeError("pyodide.ffi.run_sync is not available in this Pyodide")
 
+
 # WebGPU's limits in JavaScript's spelling; the backend reads them as wgpu-py spells them
 # ("max-storage-buffer-binding-size"), so both drivers hand it the same dict.
 _LIMITS = (
-    "maxStorageBufferBindingSize", "maxBufferSize", "maxComputeWorkgroupsPerDimension",
-    "maxStorageBuffersPerShaderStage", "maxComputeInvocationsPerWorkgroup",
-    "maxComputeWorkgroupStorageSize", "minStorageBufferOffsetAlignment",
-    "minUniformBufferOffsetAlignment", "maxUniformBufferBindingSize",
-    "maxComputeWorkgroupSizeX", "maxComputeWorkgroupSizeY", "maxComputeWorkgroupSizeZ",
-    "maxBindGroups", "maxBindingsPerBindGroup", "maxDynamicUniformBuffersPerPipelineLayout",
+    "maxStorageBufferBindingSize",
+    "maxBufferSize",
+    "maxComputeWorkgroupsPerDimension",
+    "maxStorageBuffersPerShaderStage",
+    "maxComputeInvocationsPerWorkgroup",
+    "maxComputeWorkgroupStorageSize",
+    "minStorageBufferOffsetAlignment",
+    "minUniformBufferOffsetAlignment",
+    "maxUniformBufferBindingSize",
+    "maxComputeWorkgroupSizeX",
+    "maxComputeWorkgroupSizeY",
+    "maxComputeWorkgroupSizeZ",
+    "maxBindGroups",
+    "maxBindingsPerBindGroup",
+    "maxDynamicUniformBuffersPerPipelineLayout",
     "maxUniformBuffersPerShaderStage",
 )
 _WANTED_FEATURES = ("shader-f16", "timestamp-query")  # the latter: profiling only
@@ -82,6 +94,7 @@ def _timed_pass(query_set, begin, end):
 def _dispatch_js():
     if not _dispatch_fn:
         from pyodide.code import run_js
+
         _dispatch_fn.append(run_js(_DISPATCH_JS))
     return _dispatch_fn[0]
 
@@ -101,8 +114,11 @@ def _errors_of(device):
             errors.append(str(getattr(event.error, "message", event.error)))
 
         def on_lost(info):
-            errors.append(f"the GPU device was lost ({getattr(info, 'reason', '?')}: "
-                          f"{getattr(info, 'message', '')}); reload the page")
+            errors.append(
+                f"the GPU device was lost ({getattr(info, 'reason', '?')}: "
+                f"{getattr(info, 'message', '')}); reload the page"
+            )
+
         # The proxies live as long as the device: it calls them until it is gone.
         device.addEventListener("uncapturederror", create_proxy(on_error))
         device.lost.then(create_proxy(on_lost))
@@ -111,6 +127,7 @@ def _errors_of(device):
 
 class _Opened:
     """The adapter and device that `request_device_async` obtained, kept for Device.webgpu()."""
+
     adapter = None
     device = None
     max_binding_size = None
@@ -123,24 +140,34 @@ async def request_device_async(max_binding_size=None):
     exercise the split of large tensors on adapters that allow 1 GiB)."""
     gpu = getattr(js.navigator, "gpu", None)
     if _is_null(gpu):
-        raise DeviceError("Device.webgpu(): this browser has no WebGPU (navigator.gpu is "
-                          "undefined); use a recent Chrome/Edge, or Chromium with "
-                          "--enable-unsafe-webgpu on Linux", device="webgpu")
+        raise DeviceError(
+            "Device.webgpu(): this browser has no WebGPU (navigator.gpu is "
+            "undefined); use a recent Chrome/Edge, or Chromium with "
+            "--enable-unsafe-webgpu on Linux",
+            device="webgpu",
+        )
     adapter = await gpu.requestAdapter()
     if _is_null(adapter):
-        raise DeviceError("Device.webgpu(): navigator.gpu.requestAdapter() returned null "
-                          "(WebGPU is disabled here; Chromium on Linux needs "
-                          "--enable-unsafe-webgpu)", device="webgpu")
-    limits = {n: int(getattr(adapter.limits, n)) for n in _LIMITS
-              if not _is_null(getattr(adapter.limits, n, None))}
+        raise DeviceError(
+            "Device.webgpu(): navigator.gpu.requestAdapter() returned null "
+            "(WebGPU is disabled here; Chromium on Linux needs "
+            "--enable-unsafe-webgpu)",
+            device="webgpu",
+        )
+    limits = {
+        n: int(getattr(adapter.limits, n))
+        for n in _LIMITS
+        if not _is_null(getattr(adapter.limits, n, None))
+    }
     features = [f for f in _WANTED_FEATURES if adapter.features.has(f)]
     try:
-        device = await adapter.requestDevice(_js({"label": "ember",
-                                                  "requiredFeatures": features,
-                                                  "requiredLimits": limits}))
+        device = await adapter.requestDevice(
+            _js({"label": "ember", "requiredFeatures": features, "requiredLimits": limits})
+        )
     except Exception as exc:  # a JsException: requestDevice rejected
-        raise DeviceError(f"Device.webgpu(): requestDevice failed: {exc}",
-                          device="webgpu") from None
+        raise DeviceError(
+            f"Device.webgpu(): requestDevice failed: {exc}", device="webgpu"
+        ) from None
     _Opened.adapter, _Opened.device = adapter, device
     _Opened.max_binding_size = max_binding_size
     return describe(adapter, device)
@@ -148,13 +175,18 @@ async def request_device_async(max_binding_size=None):
 
 def describe(adapter, device):
     info = adapter.info
-    adapter_info = {k: str(getattr(info, k, "") or "") for k in
-                    ("vendor", "architecture", "device", "description")}
+    adapter_info = {
+        k: str(getattr(info, k, "") or "")
+        for k in ("vendor", "architecture", "device", "description")
+    }
     return {
         "adapter": adapter_info,
         "features": sorted(str(f) for f in js.Array.from_(device.features)),
-        "limits": {n: int(getattr(device.limits, n)) for n in _LIMITS
-                   if not _is_null(getattr(device.limits, n, None))},
+        "limits": {
+            n: int(getattr(device.limits, n))
+            for n in _LIMITS
+            if not _is_null(getattr(device.limits, n, None))
+        },
         "can_run_sync": bool(can_run_sync()),
     }
 
@@ -166,7 +198,9 @@ def open_browser_backend(max_binding_size=None):
             raise DeviceError(
                 "Device.webgpu(): the device must be requested asynchronously first: "
                 "`await ember.backends.webgpu.browser.request_device_async()` (synchronous "
-                "opening needs JSPI, which this context lacks)", device="webgpu")
+                "opening needs JSPI, which this context lacks)",
+                device="webgpu",
+            )
         run_sync(request_device_async(max_binding_size))
     cap = max_binding_size or _Opened.max_binding_size
     return WebGPUBackend(BrowserDriver(_Opened.adapter, _Opened.device, cap), "webgpu")
@@ -185,8 +219,9 @@ class BrowserDriver:
         self.info = dict(described["adapter"])
         # The backend picks barrier-free kernels for CPU adapters, as wgpu-py reports
         # lavapipe; the browser's counterpart is SwiftShader, its fallback adapter.
-        if self.info.get("architecture") == "swiftshader" or \
-                bool(getattr(adapter.info, "isFallbackAdapter", False)):
+        if self.info.get("architecture") == "swiftshader" or bool(
+            getattr(adapter.info, "isFallbackAdapter", False)
+        ):
             self.info["adapter_type"] = "CPU"
         self.features = set(described["features"])
         self.limits = {_hyphenated(k): v for k, v in described["limits"].items()}
@@ -198,38 +233,51 @@ class BrowserDriver:
         self._staging = {}
         self._errors = _errors_of(device)
         self._usage = js.GPUBufferUsage
-        self._storage_usage = (self._usage.STORAGE | self._usage.COPY_SRC
-                               | self._usage.COPY_DST)
+        self._storage_usage = self._usage.STORAGE | self._usage.COPY_SRC | self._usage.COPY_DST
         self._uniform_usage = self._usage.UNIFORM | self._usage.COPY_DST
 
     @property
     def name(self):
         described = self.info.get("description") or self.info.get("device")
-        return described or " ".join(filter(None, (self.info.get("vendor"),
-                                                   self.info.get("architecture")))) \
+        return (
+            described
+            or " ".join(filter(None, (self.info.get("vendor"), self.info.get("architecture"))))
             or "browser adapter"
+        )
 
     def _raise_recorded(self, doing):
         if self._errors:
             messages = list(self._errors)
             self._errors.clear()
-            raise DeviceError(f"webgpu: {doing} on {self.name} failed: " + "; ".join(messages),
-                              device="webgpu")
+            raise DeviceError(
+                f"webgpu: {doing} on {self.name} failed: " + "; ".join(messages), device="webgpu"
+            )
 
     # --- resources ------------------------------------------------------------------------
     def create_buffer(self, size, kind="storage"):
-        usage = self._uniform_usage if kind == "uniform" else (
-            self._usage.QUERY_RESOLVE | self._usage.COPY_SRC) if kind == "query" else \
-            self._storage_usage
+        usage = (
+            self._uniform_usage
+            if kind == "uniform"
+            else (self._usage.QUERY_RESOLVE | self._usage.COPY_SRC)
+            if kind == "query"
+            else self._storage_usage
+        )
         max_size = self.limits.get("max-buffer-size")
         if max_size and size > max_size and kind != "uniform":
-            raise OutOfMemory(f"webgpu: cannot allocate a buffer of {size} bytes on {self.name}"
-                              f" (maxBufferSize is {max_size})", size=size, device="webgpu")
+            raise OutOfMemory(
+                f"webgpu: cannot allocate a buffer of {size} bytes on {self.name}"
+                f" (maxBufferSize is {max_size})",
+                size=size,
+                device="webgpu",
+            )
         try:
             return self.device.createBuffer(_js({"size": int(size), "usage": usage}))
         except Exception as exc:
-            raise OutOfMemory(f"webgpu: cannot allocate a buffer of {size} bytes on "
-                              f"{self.name}: {exc}", size=size, device="webgpu") from None
+            raise OutOfMemory(
+                f"webgpu: cannot allocate a buffer of {size} bytes on {self.name}: {exc}",
+                size=size,
+                device="webgpu",
+            ) from None
 
     def destroy_buffer(self, buf):
         buf.destroy()
@@ -252,47 +300,75 @@ class BrowserDriver:
         if checked:
             self.device.pushErrorScope("validation")
         stage = js.GPUShaderStage.COMPUTE
-        entries = [{"binding": 0, "visibility": stage,
-                    "buffer": {"type": "uniform", "hasDynamicOffset": True}}]
+        entries = [
+            {
+                "binding": 0,
+                "visibility": stage,
+                "buffer": {"type": "uniform", "hasDynamicOffset": True},
+            }
+        ]
         for i in range(n_storage):
-            entries.append({"binding": i + 1, "visibility": stage,
-                            "buffer": {"type": "read-only-storage" if read_only[i]
-                                       else "storage"}})
+            entries.append(
+                {
+                    "binding": i + 1,
+                    "visibility": stage,
+                    "buffer": {"type": "read-only-storage" if read_only[i] else "storage"},
+                }
+            )
         try:
             module = self.device.createShaderModule(_js({"code": code, "label": label}))
             bgl = self.device.createBindGroupLayout(_js({"entries": entries, "label": label}))
             layout = self.device.createPipelineLayout(_js({"bindGroupLayouts": [bgl]}))
-            pipeline = self.device.createComputePipeline(_js({
-                "layout": layout, "label": label,
-                "compute": {"module": module, "entryPoint": "main"}}))
+            pipeline = self.device.createComputePipeline(
+                _js(
+                    {
+                        "layout": layout,
+                        "label": label,
+                        "compute": {"module": module, "entryPoint": "main"},
+                    }
+                )
+            )
         except Exception as exc:
             if checked:
                 run_sync(self.device.popErrorScope())
-            raise DeviceError(f"webgpu: kernel {label!r} failed on {self.name}: {exc}",
-                              kernel=label, device="webgpu") from None
+            raise DeviceError(
+                f"webgpu: kernel {label!r} failed on {self.name}: {exc}",
+                kernel=label,
+                device="webgpu",
+            ) from None
         if checked:
             error = run_sync(self.device.popErrorScope())
             if not _is_null(error):
                 detail = self._compilation_messages(module) or str(error.message)
-                raise DeviceError(f"webgpu: kernel {label!r} failed to compile or validate on "
-                                  f"{self.name}:\n{detail}", kernel=label, device="webgpu")
+                raise DeviceError(
+                    f"webgpu: kernel {label!r} failed to compile or validate on "
+                    f"{self.name}:\n{detail}",
+                    kernel=label,
+                    device="webgpu",
+                )
         return (pipeline, bgl)
 
     def _compilation_messages(self, module):
         try:
             info = run_sync(module.getCompilationInfo())
-            return "\n".join(f"{m.lineNum}:{m.linePos}: {m.type}: {m.message}"
-                             for m in info.messages)
+            return "\n".join(
+                f"{m.lineNum}:{m.linePos}: {m.type}: {m.message}" for m in info.messages
+            )
         except Exception:  # the validation error's own message is then the best we have
             return ""
 
     def create_bind_group(self, pipeline, uniform, uniform_size, ranges):
         """ranges: (buffer, byte offset, byte size) per storage binding."""
-        entries = [{"binding": 0, "resource": {"buffer": uniform, "offset": 0,
-                                               "size": int(uniform_size)}}]
+        entries = [
+            {"binding": 0, "resource": {"buffer": uniform, "offset": 0, "size": int(uniform_size)}}
+        ]
         for i, (buf, off, size) in enumerate(ranges):
-            entries.append({"binding": i + 1, "resource": {"buffer": buf, "offset": int(off),
-                                                           "size": int(size)}})
+            entries.append(
+                {
+                    "binding": i + 1,
+                    "resource": {"buffer": buf, "offset": int(off), "size": int(size)},
+                }
+            )
         return self.device.createBindGroup(_js({"layout": pipeline[1], "entries": entries}))
 
     # --- recording --------------------------------------------------------------------------
@@ -309,8 +385,9 @@ class BrowserDriver:
             self._pass = self._enc().beginComputePass()
         x, y, z = (tuple(groups) + (1, 1))[:3]
         # One crossing into JS instead of three (about 3 µs instead of 24 in Chromium).
-        _dispatch_js()(self._pass, pipeline[0], bind_group, int(uniform_offset),
-                       int(x), int(y), int(z))
+        _dispatch_js()(
+            self._pass, pipeline[0], bind_group, int(uniform_offset), int(x), int(y), int(z)
+        )
         if timestamps is not None:
             self._end_pass()
 
@@ -358,8 +435,9 @@ class BrowserDriver:
         free = self._staging.setdefault(cls, [])
         if free:
             return free.pop()
-        return self.device.createBuffer(_js({
-            "size": cls, "usage": self._usage.MAP_READ | self._usage.COPY_DST}))
+        return self.device.createBuffer(
+            _js({"size": cls, "usage": self._usage.MAP_READ | self._usage.COPY_DST})
+        )
 
     def _start_read(self, buf, offset, size):
         staging = self._staging_for(size)
@@ -384,7 +462,9 @@ class BrowserDriver:
                 "webgpu: a synchronous readback (tolist(), numpy(), item(), print) cannot "
                 "block in this browser context (no JSPI: pyodide.ffi.can_run_sync() is "
                 "False); use the async form: `await t.tolist_async()`, "
-                "`await t.numpy_async()` or `await t.item_async()`", device="webgpu")
+                "`await t.numpy_async()` or `await t.item_async()`",
+                device="webgpu",
+            )
         staging = self._start_read(buf, offset, size)
         with self._mapping(size):
             run_sync(staging.mapAsync(js.GPUMapMode.READ, 0, int(size)))
@@ -402,6 +482,6 @@ class BrowserDriver:
         try:
             yield
         except Exception as exc:
-            raise DeviceError(f"webgpu: reading back {size} bytes failed on {self.name}: "
-                              f"{exc}", device="webgpu") from None
-
+            raise DeviceError(
+                f"webgpu: reading back {size} bytes failed on {self.name}: {exc}", device="webgpu"
+            ) from None

@@ -5,14 +5,15 @@ This class documents the contract; drivers need not inherit from it. Everything 
 (kernels, pipeline cache, buffer pool, batching, limits) lives in runtime.py and the
 op modules above it.
 """
+
 from types import MappingProxyType
 
 
 class Driver:
-    kind = "abstract"      # "native" or "browser"
+    kind = "abstract"  # "native" or "browser"
     # Read-only class defaults: a driver sets its own dict and set when it opens a device.
-    info = MappingProxyType({})   # adapter info: device, description, backend_type, adapter_type...
-    features = frozenset()        # enabled device features, e.g. {"shader-f16"}
+    info = MappingProxyType({})  # adapter info: device, description, backend_type, adapter_type...
+    features = frozenset()  # enabled device features, e.g. {"shader-f16"}
     limits = MappingProxyType({})  # device limits in WebGPU's hyphenated spelling
 
     @property

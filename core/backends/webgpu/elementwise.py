@@ -6,6 +6,7 @@ adapter's maximum storage binding, by row-major boxes planned by split.py; a per
 input (a transposed view) whose rows alone do not fit is first copied contiguous by the
 copy kernel, which cuts both its source and destination into tiles.
 """
+
 from ... import dtype as dt
 from ...errors import UnsupportedOp
 from ...intmath import ceil_div
@@ -19,8 +20,8 @@ from .params import ELEMENTWISE_INPUTS
 from .scalars import param_bits
 from .shapes import collapse, span
 
-WG = 256                   # invocations per workgroup
-EPT = 8                    # elements per invocation
+WG = 256  # invocations per workgroup
+EPT = 8  # elements per invocation
 MAX_DIMS = 10
 
 
@@ -45,9 +46,10 @@ def launch(be, name, t, spec, op, shape, inputs, out, out_strides=None, scalars=
         raise UnsupportedOp(f"{op}: more than {MAX_DIMS} dims after collapsing", op=op)
     nd = len(cshape)
     ostr = cstrides[-1] if strided_out else contiguous_strides(cshape)
-    in_strides = cstrides[:len(inputs)]    # the output's, when strided, come last
-    operands = [(st, cs, off, it.size)
-                for (st, _, off, it), cs in zip(inputs, in_strides, strict=True)]
+    in_strides = cstrides[: len(inputs)]  # the output's, when strided, come last
+    operands = [
+        (st, cs, off, it.size) for (st, _, off, it), cs in zip(inputs, in_strides, strict=True)
+    ]
     operands.append((out[0], ostr, out[1], out[2]))
     limit = rt.split_limit
     plans = [(cs, 1, size) for _, cs, _, size in operands]
@@ -56,7 +58,7 @@ def launch(be, name, t, spec, op, shape, inputs, out, out_strides=None, scalars=
     if plan[0] > 0 and strided_out:
         boxes = split.tile_boxes(cshape, split.tile_plan(cshape, plans, limit))
     elif plan[0] > 0:
-        done = {}    # a scalar binary op passes its one input twice: copy it once
+        done = {}  # a scalar binary op passes its one input twice: copy it once
         copied = []
         for inp, cs in zip(inputs, in_strides, strict=True):
             key = (id(inp[0]), tuple(inp[1]), inp[2])
@@ -116,8 +118,17 @@ def copy_into(be, dst, dst_layout, src, src_layout, dtype):
         src = be.copy_strided(src, src_layout, dtype)
         src_layout = Layout(src_layout.shape)
     spec = {"SX": t.storage, "SO": t.storage, "CONVERT": "x"}
-    launch(be, "copy", t, spec, "copy_into", src_layout.shape, [operand(src, src_layout, t)],
-           (dst, dst_layout.offset, t.size), out_strides=dst_layout.strides)
+    launch(
+        be,
+        "copy",
+        t,
+        spec,
+        "copy_into",
+        src_layout.shape,
+        [operand(src, src_layout, t)],
+        (dst, dst_layout.offset, t.size),
+        out_strides=dst_layout.strides,
+    )
 
 
 def cast(be, storage, layout, src_dtype, dst_dtype):
@@ -126,8 +137,17 @@ def cast(be, storage, layout, src_dtype, dst_dtype):
     td = rt.type_of(dst_dtype, "cast")
     out = rt.alloc(layout.numel, dst_dtype, "cast")
     spec = {"SX": ts.storage, "SO": td.storage, "CONVERT": convert_expr(ts, td)}
-    launch(be, "copy", ts, spec, "cast", layout.shape, [operand(storage, layout, ts)],
-           (out, 0, td.size), out_strides=contiguous_strides(layout.shape))
+    launch(
+        be,
+        "copy",
+        ts,
+        spec,
+        "cast",
+        layout.shape,
+        [operand(storage, layout, ts)],
+        (out, 0, td.size),
+        out_strides=contiguous_strides(layout.shape),
+    )
     if src_dtype is dst_dtype:
         out.known_range = storage.known_range
     return out
@@ -140,10 +160,24 @@ def unary(be, op, storage, layout, dtype, params=()):
     out = rt.alloc(layout.numel, dtype, op)
     bits = [param_bits(p, t, dtype, op, saturate=op == "clamp") for p in params] + [0, 0]
     expr = overflow.EXPR[op] if overflow.checked(op, dtype) else row.wgsl
-    spec = {"S": t.storage, "OP": expr, "PARAM": t.param, "ROUND": t.round,
-            **overflow.spec("unary", op, dtype)}
-    launch(be, "unary", t, spec, op, layout.shape, [operand(storage, layout, t)],
-           (out, 0, t.size), scalars={"p0": bits[0], "p1": bits[1]})
+    spec = {
+        "S": t.storage,
+        "OP": expr,
+        "PARAM": t.param,
+        "ROUND": t.round,
+        **overflow.spec("unary", op, dtype),
+    }
+    launch(
+        be,
+        "unary",
+        t,
+        spec,
+        op,
+        layout.shape,
+        [operand(storage, layout, t)],
+        (out, 0, t.size),
+        scalars={"p0": bits[0], "p1": bits[1]},
+    )
     return out
 
 
@@ -160,10 +194,14 @@ def _binary_like(be, op, expr, result, so, a, la, b, lb, dtype, out_dtype):
         load_b = "T(B[strided(i, {{ND}}u, P_SHAPE, P_B_STRIDES, p(P_B_OFF))])"
         scalar = 0
         inputs = [operand(a, la, t), operand(b, lb, t)]
-    spec = {"S": t.storage, "SO": so, "RESULT": result.replace("{{OP}}", expr),
-            "LOAD_B": load_b, **overflow.spec("binary", op, out_dtype)}
-    launch(be, "binary", t, spec, op, la.shape, inputs, (out, 0, ot.size),
-           scalars={"b": scalar})
+    spec = {
+        "S": t.storage,
+        "SO": so,
+        "RESULT": result.replace("{{OP}}", expr),
+        "LOAD_B": load_b,
+        **overflow.spec("binary", op, out_dtype),
+    }
+    launch(be, "binary", t, spec, op, la.shape, inputs, (out, 0, ot.size), scalars={"b": scalar})
     return out
 
 
@@ -172,8 +210,9 @@ def binary(be, op, a, la, b, lb, dtype):
     expr = INT_DIV.wgsl if (op == "div" and dtype.is_int) else BINARY[op].wgsl
     if overflow.checked(op, dtype):
         expr = overflow.EXPR[op]
-    return _binary_like(be, op, expr, f"{t.round}({{{{OP}}}})", t.storage, a, la, b, lb,
-                        dtype, dtype)
+    return _binary_like(
+        be, op, expr, f"{t.round}({{{{OP}}}})", t.storage, a, la, b, lb, dtype, dtype
+    )
 
 
 def compare(be, op, a, la, b, lb, dtype):
@@ -181,8 +220,11 @@ def compare(be, op, a, la, b, lb, dtype):
     if dtype.is_float:
         # IEEE: every comparison with NaN is false except `!=` (tested on the bits).
         nan = "(nan_f(f32(a)) || nan_f(f32(b)))"
-        result = (f"select(0u, 1u, ({{{{OP}}}}) || {nan})" if op == "ne" else
-                  f"select(0u, 1u, ({{{{OP}}}}) && !{nan})")
+        result = (
+            f"select(0u, 1u, ({{{{OP}}}}) || {nan})"
+            if op == "ne"
+            else f"select(0u, 1u, ({{{{OP}}}}) && !{nan})"
+        )
     return _binary_like(be, op, COMPARE[op].wgsl, result, "u32", a, la, b, lb, dtype, dt.u8)
 
 
@@ -193,7 +235,14 @@ def where(be, cond, lc, a, la, b, lb, dtype):
     tc = rt.types.get(c_dtype) if c_dtype else rt.types["u8"]
     out = rt.alloc(la.numel, dtype, "where")
     spec = {"S": t.storage, "SC": tc.storage}
-    launch(be, "where", t, spec, "where", la.shape,
-           [(cond, lc.strides, lc.offset, tc), operand(a, la, t), operand(b, lb, t)],
-           (out, 0, t.size))
+    launch(
+        be,
+        "where",
+        t,
+        spec,
+        "where",
+        la.shape,
+        [(cond, lc.strides, lc.offset, tc), operand(a, la, t), operand(b, lb, t)],
+        (out, 0, t.size),
+    )
     return out

@@ -13,6 +13,7 @@ partial products of a split K before the last, which must store the bare sum), t
 offset and stride, the residual offset and its row and column strides (elements; the
 kernel adds row and col of the launch, so split launches move the offsets with O).
 """
+
 from ...ops import UNARY
 from .shapes import span
 
@@ -33,6 +34,7 @@ OFF = {"epi_on": 0, "bias_off": 0, "bias_stride": 0, "res_off": 0, "res_rs": 0, 
 class Epilogue:
     """bias (storage, offset, stride) or None, activation name or None, residual
     (storage, offset, row stride, col stride) or None."""
+
     __slots__ = ("bias", "act", "res")
 
     def __init__(self, bias, act, res):
@@ -54,8 +56,15 @@ class Epilogue:
 
     def tag(self):
         """Short name for the pipeline's spec and label."""
-        return "+".join(p for p, on in (("bias", self.bias is not None), (self.act, self.act),
-                                         ("res", self.res is not None)) if on)
+        return "+".join(
+            p
+            for p, on in (
+                ("bias", self.bias is not None),
+                (self.act, self.act),
+                ("res", self.res is not None),
+            )
+            if on
+        )
 
     def spans(self, t, rows, cols):
         """Bytes each extra binding covers for a rows x cols block, by operand name."""
@@ -78,19 +87,20 @@ class Epilogue:
         body = ["    var x = v;"]
         binding = 4
         if self.bias is not None:
-            lines.append(f"@group(0) @binding({binding}) var<storage, read> BIAS: "
-                         "array<{{S}}>;")
+            lines.append(
+                f"@group(0) @binding({binding}) var<storage, read> BIAS: array<{{{{S}}}}>;"
+            )
             body.append("    x += f32(BIAS[p(P_BIAS_OFF) + col * p(P_BIAS_STRIDE)]);")
             binding += 1
         if self.act is not None:
             body.append(f"    x = {UNARY[self.act].wgsl};")
         if self.res is not None:
-            lines.append(f"@group(0) @binding({binding}) var<storage, read> RES: "
-                         "array<{{S}}>;")
+            lines.append(f"@group(0) @binding({binding}) var<storage, read> RES: array<{{{{S}}}}>;")
             body.append("    x += f32(RES[p(P_RES_OFF) + row * p(P_RES_RS) + col * p(P_RES_CS)]);")
         body.append("    return x;")
-        return "\n".join(lines + ["fn epilogue(v: f32, row: u32, col: u32) -> f32 {"] + body +
-                         ["}", _VEC4])
+        return "\n".join(
+            lines + ["fn epilogue(v: f32, row: u32, col: u32) -> f32 {"] + body + ["}", _VEC4]
+        )
 
     def reads(self):
         return int(self.bias is not None) + int(self.res is not None)

@@ -9,6 +9,7 @@ operands whole; each output element scans the ids along dim, so long ids run in 
 along dim, each adding into the previous piece's result, keeping every invocation's loop
 under lavapipe's cap (loopcap.py).
 """
+
 import struct
 
 from ... import dtype as dt
@@ -20,7 +21,7 @@ from . import loopcap, split
 from .shapes import span
 
 _WG = 256
-_MAX_RANGES = 4096   # source ranges per output box before the split is not worth it
+_MAX_RANGES = 4096  # source ranges per output box before the split is not worth it
 
 
 def storage_dtype_of(storage):
@@ -29,7 +30,7 @@ def storage_dtype_of(storage):
 
 def _unpack_one(data, dtype):
     code = {"i64": "<q", "i32": "<i", "u32": "<I", "u8": "<B"}[dtype.name]
-    return struct.unpack(code, data[:struct.calcsize(code)])[0]
+    return struct.unpack(code, data[: struct.calcsize(code)])[0]
 
 
 def check_ids(be, ids, lids, size, op, dim):
@@ -43,15 +44,22 @@ def check_ids(be, ids, lids, size, op, dim):
         id_dtype = dt.from_name(storage_dtype_of(ids) or "i64")
         dims = list(range(lids.ndim))
         one = Layout(())
-        lo_hi = tuple(_unpack_one(be.to_bytes(be.reduce(r, ids, lids, dims, id_dtype),
-                                              one, id_dtype), id_dtype)
-                      for r in ("min", "max"))
+        lo_hi = tuple(
+            _unpack_one(
+                be.to_bytes(be.reduce(r, ids, lids, dims, id_dtype), one, id_dtype), id_dtype
+            )
+            for r in ("min", "max")
+        )
         if lids.offset == 0 and lids.numel == ids.numel and lids.is_contiguous():
             ids.known_range = lo_hi
     if lo_hi[0] < 0 or lo_hi[1] >= size:
         bad = lo_hi[0] if lo_hi[0] < 0 else lo_hi[1]
-        raise DimOutOfRange(f"{op}: index {bad} out of range for dim {dim} of size {size}",
-                            op=op, index=bad, size=size)
+        raise DimOutOfRange(
+            f"{op}: index {bad} out of range for dim {dim} of size {size}",
+            op=op,
+            index=bad,
+            size=size,
+        )
     return lo_hi
 
 
@@ -74,8 +82,22 @@ def index_select(be, storage, layout, ids, lids, dim, dtype):
         return out
     istride = lids.strides[0] if lids.ndim else 0
     istrides = [istride if d == dim else 0 for d in range(len(shape))]
-    _launch(be, "index_select", op, t, shape, dim, storage, layout, ids, lids.offset, istrides,
-            out, 0, lo_hi)
+    _launch(
+        be,
+        "index_select",
+        op,
+        t,
+        shape,
+        dim,
+        storage,
+        layout,
+        ids,
+        lids.offset,
+        istrides,
+        out,
+        0,
+        lo_hi,
+    )
     return out
 
 
@@ -88,13 +110,26 @@ def gather(be, storage, layout, ids, lids, dim, dtype, dest=None, dest_off=0):
     out = be.runtime.alloc(n, dtype, op) if dest is None else dest
     if n == 0:
         return out
-    _launch(be, "gather", op, t, list(lids.shape), dim, storage, layout, ids, lids.offset,
-            list(lids.strides), out, dest_off, lo_hi)
+    _launch(
+        be,
+        "gather",
+        op,
+        t,
+        list(lids.shape),
+        dim,
+        storage,
+        layout,
+        ids,
+        lids.offset,
+        list(lids.strides),
+        out,
+        dest_off,
+        lo_hi,
+    )
     return out
 
 
-def _launch(be, kernel, op, t, shape, dim, src, layout, ids, ioff, istrides, out, out_off,
-            lo_hi):
+def _launch(be, kernel, op, t, shape, dim, src, layout, ids, ioff, istrides, out, out_off, lo_hi):
     """Dispatch index_select / gather over `shape` (the output's), split so that every
     binding fits: boxes of the output, and ranges [lo, hi) of the source's dim `dim`."""
     ti = _ids_type(be, ids)
@@ -128,10 +163,16 @@ def _launch(be, kernel, op, t, shape, dim, src, layout, ids, ioff, istrides, out
                 f"{op}: the source of shape {fmt_shape(layout.shape)} has rows of "
                 f"{span(one, layout.strides) * t.size} bytes along dim {dim}; under the "
                 f"adapter's maximum storage binding of {be.runtime.max_binding} bytes it would be "
-                f"read in more than {_MAX_RANGES} ranges", op=op)
-        irng, irel = be.runtime.bind(ids, ioff + split.offset_of(starts, istrides),
-                              ioff + split.offset_of(starts, istrides) + span(sub, istrides),
-                              ti.size, op)
+                f"read in more than {_MAX_RANGES} ranges",
+                op=op,
+            )
+        irng, irel = be.runtime.bind(
+            ids,
+            ioff + split.offset_of(starts, istrides),
+            ioff + split.offset_of(starts, istrides) + span(sub, istrides),
+            ti.size,
+            op,
+        )
         o0 = out_off + split.offset_of(starts, ostr)
         orng, orel = be.runtime.bind(out, o0, o0 + count, t.size, op)
         base = layout.offset + split.offset_of(starts, xbox)
@@ -139,8 +180,16 @@ def _launch(be, kernel, op, t, shape, dim, src, layout, ids, ioff, istrides, out
             r1 = min(size, r0 + rows)
             x0 = base + r0 * xs
             rng, rel = be.runtime.bind(src, x0, x0 + own + (r1 - r0 - 1) * xs, t.size, op)
-            params = {"n": count, "size": size, "ids_off": irel, "x_off": rel, "lo": r0,
-                      "hi": r1, "out_off": orel, "x_strides": layout.strides}
+            params = {
+                "n": count,
+                "size": size,
+                "ids_off": irel,
+                "x_off": rel,
+                "lo": r0,
+                "hi": r1,
+                "out_off": orel,
+                "x_strides": layout.strides,
+            }
             if kernel == "index_select":
                 params.update(ids_stride=istrides[dim], out_shape=sub)
             else:
@@ -150,7 +199,7 @@ def _launch(be, kernel, op, t, shape, dim, src, layout, ids, ioff, istrides, out
 
 def scatter_add(be, dst, ldst, ids, lids, src, lsrc, dim, dtype):
     op = "scatter_add"
-    be.runtime.type_of(dtype, op)        # an unsupported dtype fails before the ids are checked
+    be.runtime.type_of(dtype, op)  # an unsupported dtype fails before the ids are checked
     check_ids(be, ids, lids, ldst.shape[dim], op, dim)
     n = ldst.numel
     if n == 0:
@@ -163,8 +212,9 @@ def scatter_add(be, dst, ldst, ids, lids, src, lsrc, dim, dtype):
     acc, lacc = dst, ldst
     for a in range(0, m, piece):
         k = min(piece, m - a)
-        acc = _scatter_add(be, acc, lacc, ids, lids.narrow(dim, a, k), src,
-                           lsrc.narrow(dim, a, k), dim, dtype)
+        acc = _scatter_add(
+            be, acc, lacc, ids, lids.narrow(dim, a, k), src, lsrc.narrow(dim, a, k), dim, dtype
+        )
         lacc = Layout(ldst.shape)
     return acc
 
@@ -177,21 +227,31 @@ def _scatter_add(be, dst, ldst, ids, lids, src, lsrc, dim, dtype):
     out = be.runtime.alloc(n, dtype, op)
     ti = _ids_type(be, ids)
     nd = ldst.ndim
-    spec = {"S": t.storage, "SI": ti.storage, "ROUND": t.round, "ND": nd, "DIM": dim,
-            "WG": _WG}
+    spec = {"S": t.storage, "SI": ti.storage, "ROUND": t.round, "ND": nd, "DIM": dim, "WG": _WG}
     pipe = be.runtime.kernel("scatter_add", t, spec, op)
-    drng, drel = be.runtime.bind(dst, ldst.offset, ldst.offset + span(ldst.shape, ldst.strides),
-                          t.size, op)
-    irng, irel = be.runtime.bind(ids, lids.offset, lids.offset + span(lids.shape, lids.strides),
-                          ti.size, op)
-    srng, srel = be.runtime.bind(src, lsrc.offset, lsrc.offset + span(lsrc.shape, lsrc.strides),
-                          t.size, op)
+    drng, drel = be.runtime.bind(
+        dst, ldst.offset, ldst.offset + span(ldst.shape, ldst.strides), t.size, op
+    )
+    irng, irel = be.runtime.bind(
+        ids, lids.offset, lids.offset + span(lids.shape, lids.strides), ti.size, op
+    )
+    srng, srel = be.runtime.bind(
+        src, lsrc.offset, lsrc.offset + span(lsrc.shape, lsrc.strides), t.size, op
+    )
     orng, _ = be.runtime.bind(out, 0, n, t.size, op)
     if 5 + 5 * nd > 64:
         raise UnsupportedOp(f"{op}: too many dims ({nd}) for the WebGPU kernel", op=op)
-    params = {"n": n, "ids_len": lids.shape[dim], "ids_off": irel, "src_off": srel,
-              "dst_off": drel, "dst_shape": ldst.shape, "dst_strides": ldst.strides,
-              "ids_shape": lids.shape, "ids_strides": lids.strides,
-              "src_strides": lsrc.strides}
+    params = {
+        "n": n,
+        "ids_len": lids.shape[dim],
+        "ids_off": irel,
+        "src_off": srel,
+        "dst_off": drel,
+        "dst_shape": ldst.shape,
+        "dst_strides": ldst.strides,
+        "ids_shape": lids.shape,
+        "ids_strides": lids.strides,
+        "src_strides": lsrc.strides,
+    }
     be.runtime.launch(pipe, params, [drng, irng, srng, orng], be.runtime.grid(n))
     return out

@@ -3,9 +3,13 @@ features and the limits that decide what ember can run there."""
 
 # The limits that matter to ember's kernels, in WebGPU's spelling.
 LIMITS_SHOWN = (
-    "max-storage-buffer-binding-size", "max-buffer-size", "max-storage-buffers-per-shader-stage",
-    "max-compute-workgroups-per-dimension", "max-compute-invocations-per-workgroup",
-    "max-compute-workgroup-storage-size", "min-storage-buffer-offset-alignment",
+    "max-storage-buffer-binding-size",
+    "max-buffer-size",
+    "max-storage-buffers-per-shader-stage",
+    "max-compute-workgroups-per-dimension",
+    "max-compute-invocations-per-workgroup",
+    "max-compute-workgroup-storage-size",
+    "min-storage-buffer-offset-alignment",
 )
 # Features ember uses or that explain its choices.
 FEATURES_SHOWN = ("shader-f16", "subgroup", "timestamp-query", "shader-float32-atomic")
@@ -32,4 +36,5 @@ def list_adapters():
     """Adapters in the order Device.wgpu(index) opens them. Raises DeviceError (saying
     how to get one) when none is found, ImportError when wgpu-py is missing."""
     from .native import list_native_adapters
+
     return [describe(a, i) for i, a in enumerate(list_native_adapters())]

@@ -4,6 +4,7 @@ A kernel is (file, specialisation): placeholders such as {{S}} (storage type), {
 (an expression from core/ops.py), {{ND}} (dims) or {{WG}} (workgroup size) are replaced
 by text, and the result is compiled once per distinct specialisation.
 """
+
 import re
 from importlib import resources
 
@@ -54,8 +55,9 @@ def bindings(name, spec):
     """Read-only flag per storage binding of kernel `name` as `spec` fills it: the file's
     row, plus the read-only operands a matmul epilogue adds after it (epilogue.py) or the
     i64 overflow flags (overflow.py)."""
-    return BINDINGS[name] + (True,) * spec.get("EPI_READS", 0) + \
-        (False,) * bool(spec.get("OVERFLOW"))
+    return (
+        BINDINGS[name] + (True,) * spec.get("EPI_READS", 0) + (False,) * bool(spec.get("OVERFLOW"))
+    )
 
 
 def placeholders(name):
@@ -67,12 +69,14 @@ def render(name, compute_type, spec, enable_f16=False):
     filled template. A spec value may itself be a fragment with placeholders (binary's
     LOAD_B names {{ND}}): it is filled from the spec before it is pasted, so one pass over
     the template suffices and a pasted fragment is never scanned again."""
+
     def fill_from(values):
         def fill(match):
             key = match.group(1)
             if key not in values:
                 raise KeyError(f"kernel {name}: placeholder {{{{{key}}}}} has no value")
             return values[key]
+
         return fill
 
     raw = {k: str(v) for k, v in spec.items()}
@@ -82,15 +86,31 @@ def render(name, compute_type, spec, enable_f16=False):
             raise KeyError(f"kernel {name}: the fragment {{{{{key}}}}} names another fragment")
     fill = fill_from(filled)
     nan = "nan_f(x)" if compute_type == "f32" else "false"
-    header = ("enable f16;\n" if enable_f16 else "") + f"alias T = {compute_type};\n" + \
-        f"fn nan_t(x: T) -> bool {{ return {nan}; }}\n" + params.BLOCKS[name].slots(spec).wgsl()
-    return header + _PLACEHOLDER.sub(fill, source("prelude")) + \
-        _PLACEHOLDER.sub(fill, source(name))
+    header = (
+        ("enable f16;\n" if enable_f16 else "")
+        + f"alias T = {compute_type};\n"
+        + f"fn nan_t(x: T) -> bool {{ return {nan}; }}\n"
+        + params.BLOCKS[name].slots(spec).wgsl()
+    )
+    return header + _PLACEHOLDER.sub(fill, source("prelude")) + _PLACEHOLDER.sub(fill, source(name))
 
 
 # Fragments (WGSL text) a label leaves out: the pipeline's name stays readable.
-_FRAGMENTS = {"OP", "RESULT", "UNPACK", "PACK", "COMBINE", "CONVERT", "LOAD_B", "INIT",
-              "EPILOGUE", "STORE_TILE", "OVERFLOW", "ADD", "MUL"}
+_FRAGMENTS = {
+    "OP",
+    "RESULT",
+    "UNPACK",
+    "PACK",
+    "COMBINE",
+    "CONVERT",
+    "LOAD_B",
+    "INIT",
+    "EPILOGUE",
+    "STORE_TILE",
+    "OVERFLOW",
+    "ADD",
+    "MUL",
+}
 
 
 def label(name, spec, op=None):

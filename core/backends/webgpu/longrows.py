@@ -9,6 +9,7 @@ handle 8 elements an invocation. Everything runs in f32, as the fused kernels co
 and is rounded to the dtype once at the end. Temporaries are as large as the input:
 this path is for rare, long rows, not for speed.
 """
+
 from ... import dtype as dt
 from ...layout import Layout
 from ...shape import contiguous_strides
@@ -43,7 +44,7 @@ def softmax(be, storage, layout, dim, dtype, log=False):
     full, rows = Layout(shape), _per_row(shape, dim)
     x, lx = _in_f32(be, storage, layout, dtype)
     m = be.reduce("max", x, lx, [dim], _F32)
-    d = be.binary("sub", x, lx, m, rows, _F32)          # x - max: exp cannot overflow
+    d = be.binary("sub", x, lx, m, rows, _F32)  # x - max: exp cannot overflow
     e = be.unary("exp", d, full, _F32)
     s = be.reduce("sum", e, full, [dim], _F32)
     if log:

@@ -11,6 +11,7 @@ for the few fixed-length loops (dims of strided(), workgroup trees) not counted.
 Tests lower BUDGET (monkeypatch loopcap.BUDGET) to reach the long-input paths with
 small inputs; read it as `loopcap.BUDGET` at call time, never import the number.
 """
+
 from ...intmath import ceil_div
 
 BUDGET = 60000

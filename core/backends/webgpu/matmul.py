@@ -18,6 +18,7 @@ batch dim; the halves recurse until every binding fits.
 applied as the kernels store; split launches bind bias and residual for their own rows
 and columns, and of a split K only the last partial product applies it.
 """
+
 from ...errors import UnsupportedOp
 from ...intmath import ceil_div
 from ...shape import contiguous_strides
@@ -29,6 +30,7 @@ from .shapes import collapse, span
 
 class _Operand:
     """A strided 2-D (+ batch) view: storage, offset, batch strides, row/col strides."""
+
     __slots__ = ("st", "off", "bs", "rs", "cs")
 
     def __init__(self, st, off, bs, rs, cs):
@@ -99,19 +101,21 @@ def linear(be, a, la, b, lb, bias, lbias, dtype, activation=None, residual=None,
     op = "linear"
     t = be.runtime.type_of(dtype, op)
     if not dtype.is_float:
-        raise UnsupportedOp(f"linear: the fused path is for float dtypes, not {dtype.name}",
-                            op=op)
+        raise UnsupportedOp(f"linear: the fused path is for float dtypes, not {dtype.name}", op=op)
     if len(la.shape) != 2 or len(lb.shape) != 2:
-        raise UnsupportedOp(f"linear: takes a 2-D input and weight, not {len(la.shape)}-D "
-                            f"and {len(lb.shape)}-D", op=op)
+        raise UnsupportedOp(
+            f"linear: takes a 2-D input and weight, not {len(la.shape)}-D and {len(lb.shape)}-D",
+            op=op,
+        )
     m, k = la.shape
     n = lb.shape[-1]
-    epi = Epilogue(None if bias is None else (bias, lbias.offset, lbias.strides[0]),
-                   activation,
-                   None if residual is None else (residual, lres.offset, lres.strides[0],
-                                                  lres.strides[1]))
+    epi = Epilogue(
+        None if bias is None else (bias, lbias.offset, lbias.strides[0]),
+        activation,
+        None if residual is None else (residual, lres.offset, lres.strides[0], lres.strides[1]),
+    )
     if bias is None and activation is None and residual is None:
-        epi = None      # the plain matmul's kernels, no epilogue parameters
+        epi = None  # the plain matmul's kernels, no epilogue parameters
     out = be.runtime.alloc(m * n, dtype, op)
     if m * n == 0:
         return out
@@ -130,7 +134,7 @@ def _span(op, bshape, rows, cols):
     return span(list(bshape) + [rows, cols], op.bs + [op.rs, op.cs])
 
 
-_MAX_K = 32768   # keeps each invocation's K loop under lavapipe's 65,535-iteration cap
+_MAX_K = 32768  # keeps each invocation's K loop under lavapipe's 65,535-iteration cap
 
 
 def _split_or_launch(be, t, dtype, A, B, C, m, n, k, bshape, acc, epi=None, last=True):
@@ -139,12 +143,28 @@ def _split_or_launch(be, t, dtype, A, B, C, m, n, k, bshape, acc, epi=None, last
     if k > _MAX_K:
         half = k // 2 // 4 * 4
         _split_or_launch(be, t, dtype, A, B, C, m, n, half, bshape, acc, epi, False)
-        _split_or_launch(be, t, dtype, A.moved(half * A.cs), B.moved(half * B.rs), C,
-                         m, n, k - half, bshape, True, epi, last)
+        _split_or_launch(
+            be,
+            t,
+            dtype,
+            A.moved(half * A.cs),
+            B.moved(half * B.rs),
+            C,
+            m,
+            n,
+            k - half,
+            bshape,
+            True,
+            epi,
+            last,
+        )
         return
     limit = be.runtime.max_binding - be.runtime.storage_align - 16
-    spans = {"A": _span(A, bshape, m, k) * t.size, "B": _span(B, bshape, k, n) * t.size,
-             "C": _span(C, bshape, m, n) * t.size}
+    spans = {
+        "A": _span(A, bshape, m, k) * t.size,
+        "B": _span(B, bshape, k, n) * t.size,
+        "C": _span(C, bshape, m, n) * t.size,
+    }
     if epi is not None:
         spans.update(epi.spans(t, m, n))
     worst = max(spans, key=spans.get)
@@ -156,31 +176,79 @@ def _split_or_launch(be, t, dtype, A, B, C, m, n, k, bshape, acc, epi=None, last
         op, dims = None, epi.dims(worst, m, n)
     else:
         op = {"A": A, "B": B, "C": C}[worst]
-        dims = {"A": (("m", A.rs, m), ("k", A.cs, k)), "B": (("k", B.rs, k), ("n", B.cs, n)),
-                "C": (("m", C.rs, m), ("n", C.cs, n))}[worst]
+        dims = {
+            "A": (("m", A.rs, m), ("k", A.cs, k)),
+            "B": (("k", B.rs, k), ("n", B.cs, n)),
+            "C": (("m", C.rs, m), ("n", C.cs, n)),
+        }[worst]
     cands = [(s, name, size) for name, s, size in dims if size > 1]
-    if op is not None and epi is None:   # a linear is 2-D: no batch dims
-        cands += [(s, ("batch", i), size) for i, (s, size) in enumerate(zip(op.bs, bshape, strict=True))
-                  if size > 1]
+    if op is not None and epi is None:  # a linear is 2-D: no batch dims
+        cands += [
+            (s, ("batch", i), size)
+            for i, (s, size) in enumerate(zip(op.bs, bshape, strict=True))
+            if size > 1
+        ]
     if not cands:
-        raise UnsupportedOp(f"matmul: an operand of {spans[worst]} bytes exceeds the adapter's "
-                            f"maximum storage binding ({be.runtime.max_binding} bytes)", op="matmul")
+        raise UnsupportedOp(
+            f"matmul: an operand of {spans[worst]} bytes exceeds the adapter's "
+            f"maximum storage binding ({be.runtime.max_binding} bytes)",
+            op="matmul",
+        )
     _, which, size = max(cands, key=lambda c: c[0])
     half = size // 2
     if which in ("n", "k") and size >= 8:
-        half = half // 4 * 4       # keep vec4 kernels usable on both halves
+        half = half // 4 * 4  # keep vec4 kernels usable on both halves
     if which == "m":
         _split_or_launch(be, t, dtype, A, B, C, half, n, k, bshape, acc, epi, last)
-        _split_or_launch(be, t, dtype, A.moved(half * A.rs), B, C.moved(half * C.rs),
-                         m - half, n, k, bshape, acc, epi and epi.moved(half, 0), last)
+        _split_or_launch(
+            be,
+            t,
+            dtype,
+            A.moved(half * A.rs),
+            B,
+            C.moved(half * C.rs),
+            m - half,
+            n,
+            k,
+            bshape,
+            acc,
+            epi and epi.moved(half, 0),
+            last,
+        )
     elif which == "n":
         _split_or_launch(be, t, dtype, A, B, C, m, half, k, bshape, acc, epi, last)
-        _split_or_launch(be, t, dtype, A, B.moved(half * B.cs), C.moved(half * C.cs),
-                         m, n - half, k, bshape, acc, epi and epi.moved(0, half), last)
+        _split_or_launch(
+            be,
+            t,
+            dtype,
+            A,
+            B.moved(half * B.cs),
+            C.moved(half * C.cs),
+            m,
+            n - half,
+            k,
+            bshape,
+            acc,
+            epi and epi.moved(0, half),
+            last,
+        )
     elif which == "k":
         _split_or_launch(be, t, dtype, A, B, C, m, n, half, bshape, acc, epi, False)
-        _split_or_launch(be, t, dtype, A.moved(half * A.cs), B.moved(half * B.rs), C,
-                         m, n, k - half, bshape, True, epi, last)
+        _split_or_launch(
+            be,
+            t,
+            dtype,
+            A.moved(half * A.cs),
+            B.moved(half * B.rs),
+            C,
+            m,
+            n,
+            k - half,
+            bshape,
+            True,
+            epi,
+            last,
+        )
     else:
         i = which[1]
         lo = list(bshape)
@@ -188,8 +256,19 @@ def _split_or_launch(be, t, dtype, A, B, C, m, n, k, bshape, acc, epi=None, last
         hi = list(bshape)
         hi[i] = size - half
         _split_or_launch(be, t, dtype, A, B, C, m, n, k, lo, acc)
-        _split_or_launch(be, t, dtype, A.moved(half * A.bs[i]), B.moved(half * B.bs[i]),
-                         C.moved(half * C.bs[i]), m, n, k, hi, acc)
+        _split_or_launch(
+            be,
+            t,
+            dtype,
+            A.moved(half * A.bs[i]),
+            B.moved(half * B.bs[i]),
+            C.moved(half * C.bs[i]),
+            m,
+            n,
+            k,
+            hi,
+            acc,
+        )
 
 
 def _all4(*values):
@@ -215,7 +294,7 @@ def tiles(be):
 # spills); the plain matmul_nt 6x4 kernel 14.2.
 _SG_TILE = (12, 2)
 _SG_WG = 64
-_SG_MIN_M = 8     # fewer rows (decoding) keep the plain kernels' narrow-M tiles
+_SG_MIN_M = 8  # fewer rows (decoding) keep the plain kernels' narrow-M tiles
 # x @ W pays a transposed copy of W first (matmul_transpose); measured against the plain
 # matmul_nn it is even at M = 8 and ahead from there (2048^2 W, M = 16: 13.1 ms against
 # 20.1; M = 128: 45 against 73).
@@ -223,8 +302,12 @@ _SG_MIN_M = 8     # fewer rows (decoding) keep the plain kernels' narrow-M tiles
 
 def _use_subgroups(be, m):
     drv = be.driver
-    return (m >= _SG_MIN_M and be.runtime.is_cpu_adapter
-            and getattr(drv, "kind", "") == "native" and "subgroup" in drv.features)
+    return (
+        m >= _SG_MIN_M
+        and be.runtime.is_cpu_adapter
+        and getattr(drv, "kind", "") == "native"
+        and "subgroup" in drv.features
+    )
 
 
 def _fit_rows(tile, m):
@@ -252,8 +335,15 @@ def _launch_transposed(be, t, dtype, A, B, C, m, n, k, bshape, acc, epi, last):
     cstr = contiguous_strides(cshape)
     spec = {"S": t.storage, "NB": len(cshape), "WG": 64}
     pipe = be.runtime.kernel("matmul_transpose", t, spec, "matmul")
-    params = {"k4": k // 4, "n": n, "w_off": rel, "w_rs": B.rs, "batch": cshape, "w_bs": B.bs,
-              "o_bs": [s * n * k // 4 for s in cstr]}
+    params = {
+        "k4": k // 4,
+        "n": n,
+        "w_off": rel,
+        "w_rs": B.rs,
+        "batch": cshape,
+        "w_bs": B.bs,
+        "o_bs": [s * n * k // 4 for s in cstr],
+    }
     be.runtime.launch(pipe, params, [src, dst], (ceil_div(n, 64), k // 4, nc))
     bs = [c * n * k if s else 0 for c, s in zip(cstr, B.bs, strict=True)]
     Bt = _Operand(bt, 0, bs, 1, k)
@@ -266,7 +356,9 @@ def _launch(be, t, dtype, A, B, C, m, n, k, bshape, acc, epi=None, last=True):
         nb *= d
     ranges, rel = [], []
     for op, rows, cols in ((A, m, k), (B, k, n), (C, m, n)):
-        r, o = be.runtime.bind(op.st, op.off, op.off + _span(op, bshape, rows, cols), t.size, "matmul")
+        r, o = be.runtime.bind(
+            op.st, op.off, op.off + _span(op, bshape, rows, cols), t.size, "matmul"
+        )
         ranges.append(r)
         rel.append(o)
     tail = _epilogue.OFF
@@ -280,51 +372,125 @@ def _launch(be, t, dtype, A, B, C, m, n, k, bshape, acc, epi=None, last=True):
     batch4 = _all4(*(A.bs + B.bs + C.bs))
     tile = tiles(be)
     if fast and A.cs == 1 and B.rs == 1 and _all4(k, rel[0], A.rs, rel[1], B.cs) and batch4:
-        a4 = 4     # A's offset and strides in vec4s; in elements for matmul_nt_sg
+        a4 = 4  # A's offset and strides in vec4s; in elements for matmul_nt_sg
         if _use_subgroups(be, m):
             tm, tn = _SG_TILE
             tm = min(tm, 1 << (m - 1).bit_length())
             wgx, wgy, a4 = _SG_WG, 1, 1
-            spec = {"TM": tm, "TN": tn, "WG": wgx, "NB": nbd, "S": t.storage, "ROUND": t.round,
-                    "STORE_TILE": STORE_TILE, **epi_spec}
+            spec = {
+                "TM": tm,
+                "TN": tn,
+                "WG": wgx,
+                "NB": nbd,
+                "S": t.storage,
+                "ROUND": t.round,
+                "STORE_TILE": STORE_TILE,
+                **epi_spec,
+            }
             pipe = be.runtime.kernel("matmul_nt_sg", t, spec, "matmul")
         else:
             tm, tn, wgx, wgy = _fit_rows(tile["nt"], m)
-            spec = {"TM": tm, "TN": tn, "WGX": wgx, "WGY": wgy, "NB": nbd, "S": t.storage,
-                    "ROUND": t.round, "STORE_TILE": STORE_TILE, **epi_spec}
+            spec = {
+                "TM": tm,
+                "TN": tn,
+                "WGX": wgx,
+                "WGY": wgy,
+                "NB": nbd,
+                "S": t.storage,
+                "ROUND": t.round,
+                "STORE_TILE": STORE_TILE,
+                **epi_spec,
+            }
             pipe = be.runtime.kernel("matmul_nt", t, spec, "matmul")
-        params = {"m": m, "n": n, "k": k // 4, "a_off": rel[0] // a4, "b_off": rel[1] // 4,
-                  "o_off": rel[2], "acc": int(acc), "a_rs": A.rs // a4, "b_cs": B.cs // 4,
-                  "o_rs": C.rs, "batch": bshape, "a_bs": [s // a4 for s in A.bs],
-                  "b_bs": [s // 4 for s in B.bs], "o_bs": C.bs}
+        params = {
+            "m": m,
+            "n": n,
+            "k": k // 4,
+            "a_off": rel[0] // a4,
+            "b_off": rel[1] // 4,
+            "o_off": rel[2],
+            "acc": int(acc),
+            "a_rs": A.rs // a4,
+            "b_cs": B.cs // 4,
+            "o_rs": C.rs,
+            "batch": bshape,
+            "a_bs": [s // a4 for s in A.bs],
+            "b_bs": [s // 4 for s in B.bs],
+            "o_bs": C.bs,
+        }
         groups = (ceil_div(ceil_div(n, tn), wgx), ceil_div(ceil_div(m, tm), wgy), nb)
-    elif fast and A.cs == 1 and B.cs == 1 and _all4(n, k, rel[0], A.rs, rel[1], B.rs, rel[2],
-                                                   C.rs) and batch4:
+    elif (
+        fast
+        and A.cs == 1
+        and B.cs == 1
+        and _all4(n, k, rel[0], A.rs, rel[1], B.rs, rel[2], C.rs)
+        and batch4
+    ):
         if _use_subgroups(be, m):
             _launch_transposed(be, t, dtype, A, B, C, m, n, k, bshape, acc, epi, last)
             return
         tm, tc, wgx, wgy = _fit_rows(tile["nn"], m)
-        spec = {"TM": tm, "TC": tc, "WGX": wgx, "WGY": wgy, "NB": nbd, "S": t.storage,
-                "ROUND": t.round + "_4" if t.round else "", **epi_spec}
+        spec = {
+            "TM": tm,
+            "TC": tc,
+            "WGX": wgx,
+            "WGY": wgy,
+            "NB": nbd,
+            "S": t.storage,
+            "ROUND": t.round + "_4" if t.round else "",
+            **epi_spec,
+        }
         pipe = be.runtime.kernel("matmul_nn", t, spec, "matmul")
-        params = {"m": m, "n": n // 4, "k": k // 4, "a_off": rel[0] // 4,
-                  "b_off": rel[1] // 4, "o_off": rel[2] // 4, "acc": int(acc),
-                  "a_rs": A.rs // 4, "b_rs": B.rs // 4, "o_rs": C.rs // 4, "batch": bshape,
-                  "a_bs": [s // 4 for s in A.bs], "b_bs": [s // 4 for s in B.bs],
-                  "o_bs": [s // 4 for s in C.bs]}
+        params = {
+            "m": m,
+            "n": n // 4,
+            "k": k // 4,
+            "a_off": rel[0] // 4,
+            "b_off": rel[1] // 4,
+            "o_off": rel[2] // 4,
+            "acc": int(acc),
+            "a_rs": A.rs // 4,
+            "b_rs": B.rs // 4,
+            "o_rs": C.rs // 4,
+            "batch": bshape,
+            "a_bs": [s // 4 for s in A.bs],
+            "b_bs": [s // 4 for s in B.bs],
+            "o_bs": [s // 4 for s in C.bs],
+        }
         groups = (ceil_div(ceil_div(n // 4, tc), wgx), ceil_div(ceil_div(m, tm), wgy), nb)
     else:
         checked = _overflow.checked("matmul", dtype)
-        spec = {"S": t.storage, "ROUND": t.round, "NB": nbd, "WG": 64, **epi_spec,
-                **_overflow.MATMUL[0 if checked else 1],
-                **_overflow.spec("matmul", "matmul", dtype, epi_spec.get("EPI_READS", 0))}
+        spec = {
+            "S": t.storage,
+            "ROUND": t.round,
+            "NB": nbd,
+            "WG": 64,
+            **epi_spec,
+            **_overflow.MATMUL[0 if checked else 1],
+            **_overflow.spec("matmul", "matmul", dtype, epi_spec.get("EPI_READS", 0)),
+        }
         pipe = be.runtime.kernel("matmul", t, spec, "matmul")
         if checked:
             ranges.append(be.runtime.overflow_binding())
         total = nb * m * n
-        params = {"m": m, "n": n, "k": k, "total": total, "a_off": rel[0], "b_off": rel[1],
-                  "o_off": rel[2], "acc": int(acc), "a_rs": A.rs, "a_cs": A.cs, "b_rs": B.rs,
-                  "b_cs": B.cs, "o_rs": C.rs, "batch": bshape, "a_bs": A.bs, "b_bs": B.bs,
-                  "o_bs": C.bs}
+        params = {
+            "m": m,
+            "n": n,
+            "k": k,
+            "total": total,
+            "a_off": rel[0],
+            "b_off": rel[1],
+            "o_off": rel[2],
+            "acc": int(acc),
+            "a_rs": A.rs,
+            "a_cs": A.cs,
+            "b_rs": B.rs,
+            "b_cs": B.cs,
+            "o_rs": C.rs,
+            "batch": bshape,
+            "a_bs": A.bs,
+            "b_bs": B.bs,
+            "o_bs": C.bs,
+        }
         groups = be.runtime.grid(total, 64)
     be.runtime.launch(pipe, {**params, **tail}, ranges, groups)

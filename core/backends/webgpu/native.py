@@ -5,6 +5,7 @@ implements the same calls over `pyodide.ffi` and reuses everything else. Every w
 exception becomes a DeviceError that names what was being built, so a bad shader never
 crashes the interpreter.
 """
+
 import contextlib
 import os
 
@@ -19,16 +20,24 @@ except ImportError as exc:  # Device.wgpu() turns this into a DeviceError naming
 _NO_ADAPTER_HELP = (
     "no WebGPU adapter found. Install a GPU driver with Vulkan, Metal or DX12 support, or "
     "Mesa's software Vulkan (lavapipe) on Debian/Ubuntu: `sudo apt-get install "
-    "mesa-vulkan-drivers`")
+    "mesa-vulkan-drivers`"
+)
 
 # Limits the backend reads, in WebGPU's spelling.
 _LIMIT_NAMES = (
-    "max-storage-buffer-binding-size", "max-buffer-size", "max-compute-workgroups-per-dimension",
-    "max-storage-buffers-per-shader-stage", "max-compute-invocations-per-workgroup",
-    "max-compute-workgroup-storage-size", "min-storage-buffer-offset-alignment",
-    "min-uniform-buffer-offset-alignment", "max-uniform-buffer-binding-size",
-    "max-compute-workgroup-size-x", "max-compute-workgroup-size-y",
-    "max-compute-workgroup-size-z")
+    "max-storage-buffer-binding-size",
+    "max-buffer-size",
+    "max-compute-workgroups-per-dimension",
+    "max-storage-buffers-per-shader-stage",
+    "max-compute-invocations-per-workgroup",
+    "max-compute-workgroup-storage-size",
+    "min-storage-buffer-offset-alignment",
+    "min-uniform-buffer-offset-alignment",
+    "max-uniform-buffer-binding-size",
+    "max-compute-workgroup-size-x",
+    "max-compute-workgroup-size-y",
+    "max-compute-workgroup-size-z",
+)
 
 
 def _quiet_env():
@@ -49,8 +58,13 @@ def list_native_adapters():
         raise DeviceError(f"Device.wgpu: {_NO_ADAPTER_HELP} ({exc})", device="wgpu") from None
     rank = {"Vulkan": 0, "Metal": 0, "D3D12": 0, "OpenGL": 2}
     kind_rank = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "CPU": 3}
-    return sorted(adapters, key=lambda a: (rank.get(a.info.get("backend_type"), 1),
-                                           kind_rank.get(a.info.get("adapter_type"), 4)))
+    return sorted(
+        adapters,
+        key=lambda a: (
+            rank.get(a.info.get("backend_type"), 1),
+            kind_rank.get(a.info.get("adapter_type"), 4),
+        ),
+    )
 
 
 def open_native_backend(index=0):
@@ -58,8 +72,9 @@ def open_native_backend(index=0):
     if not adapters:
         raise DeviceError(f"Device.wgpu({index}): {_NO_ADAPTER_HELP}", device="wgpu")
     if not 0 <= index < len(adapters):
-        raise DeviceError(f"Device.wgpu({index}): only {len(adapters)} adapter(s) here",
-                          device="wgpu")
+        raise DeviceError(
+            f"Device.wgpu({index}): only {len(adapters)} adapter(s) here", device="wgpu"
+        )
     return WebGPUBackend(NativeDriver(adapters[index]), f"wgpu:{index}")
 
 
@@ -85,15 +100,17 @@ class NativeDriver:
         if "shader-f16" in adapter.features:
             features.append("shader-f16")
         if "subgroup" in adapter.features:
-            features.append("subgroup")     # matmul on CPU adapters broadcasts A across lanes
+            features.append("subgroup")  # matmul on CPU adapters broadcasts A across lanes
         if "timestamp-query" in adapter.features:
             features.append("timestamp-query")  # per-kernel GPU times while profiling
         try:
             self.device = adapter.request_device_sync(
-                label="ember", required_features=features, required_limits=wanted)
+                label="ember", required_features=features, required_limits=wanted
+            )
         except Exception as exc:
-            raise DeviceError(f"Device.wgpu: requestDevice failed on {self.name}: {exc}",
-                              device="wgpu") from None
+            raise DeviceError(
+                f"Device.wgpu: requestDevice failed on {self.name}: {exc}", device="wgpu"
+            ) from None
         self.features = set(self.device.features)
         self.limits = dict(self.device.limits)
         self.queue = self.device.queue
@@ -107,14 +124,21 @@ class NativeDriver:
 
     # --- resources ------------------------------------------------------------------------
     def create_buffer(self, size, kind="storage"):
-        usage = (wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST) if kind == "uniform" else (
-            wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC) if kind == "query" else (
-            wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST)
+        usage = (
+            (wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST)
+            if kind == "uniform"
+            else (wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+            if kind == "query"
+            else (wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST)
+        )
         try:
             return self.device.create_buffer(size=size, usage=usage)
         except Exception as exc:
-            raise OutOfMemory(f"wgpu: cannot allocate a buffer of {size} bytes on {self.name}: "
-                              f"{exc}", size=size, device="wgpu") from None
+            raise OutOfMemory(
+                f"wgpu: cannot allocate a buffer of {size} bytes on {self.name}: {exc}",
+                size=size,
+                device="wgpu",
+            ) from None
 
     def destroy_buffer(self, buf):
         buf.destroy()
@@ -127,30 +151,48 @@ class NativeDriver:
         offset, bindings 1..n_storage storage buffers (read-only where `read_only[i]`)."""
         try:
             module = self.device.create_shader_module(code=code, label=label)
-            entries = [{"binding": 0, "visibility": wgpu.ShaderStage.COMPUTE,
-                        "buffer": {"type": wgpu.BufferBindingType.uniform,
-                                   "has_dynamic_offset": True}}]
+            entries = [
+                {
+                    "binding": 0,
+                    "visibility": wgpu.ShaderStage.COMPUTE,
+                    "buffer": {"type": wgpu.BufferBindingType.uniform, "has_dynamic_offset": True},
+                }
+            ]
             for i in range(n_storage):
-                kind = (wgpu.BufferBindingType.read_only_storage if read_only[i]
-                        else wgpu.BufferBindingType.storage)
-                entries.append({"binding": i + 1, "visibility": wgpu.ShaderStage.COMPUTE,
-                                "buffer": {"type": kind}})
+                kind = (
+                    wgpu.BufferBindingType.read_only_storage
+                    if read_only[i]
+                    else wgpu.BufferBindingType.storage
+                )
+                entries.append(
+                    {
+                        "binding": i + 1,
+                        "visibility": wgpu.ShaderStage.COMPUTE,
+                        "buffer": {"type": kind},
+                    }
+                )
             bgl = self.device.create_bind_group_layout(entries=entries, label=label)
             layout = self.device.create_pipeline_layout(bind_group_layouts=[bgl], label=label)
             pipeline = self.device.create_compute_pipeline(
-                layout=layout, compute={"module": module, "entry_point": "main"}, label=label)
+                layout=layout, compute={"module": module, "entry_point": "main"}, label=label
+            )
         except Exception as exc:
-            raise DeviceError(f"wgpu: kernel {label!r} failed to compile or validate on "
-                              f"{self.name}:\n{exc}", kernel=label, device="wgpu") from None
+            raise DeviceError(
+                f"wgpu: kernel {label!r} failed to compile or validate on {self.name}:\n{exc}",
+                kernel=label,
+                device="wgpu",
+            ) from None
         return (pipeline, bgl)
 
     def create_bind_group(self, pipeline, uniform, uniform_size, ranges):
         """ranges: (buffer, byte offset, byte size) per storage binding."""
-        entries = [{"binding": 0, "resource": {"buffer": uniform, "offset": 0,
-                                               "size": uniform_size}}]
+        entries = [
+            {"binding": 0, "resource": {"buffer": uniform, "offset": 0, "size": uniform_size}}
+        ]
         for i, (buf, off, size) in enumerate(ranges):
-            entries.append({"binding": i + 1,
-                            "resource": {"buffer": buf, "offset": off, "size": size}})
+            entries.append(
+                {"binding": i + 1, "resource": {"buffer": buf, "offset": off, "size": size}}
+            )
         return self.device.create_bind_group(layout=pipeline[1], entries=entries)
 
     # --- recording --------------------------------------------------------------------------
@@ -163,7 +205,8 @@ class NativeDriver:
         if timestamps is not None:  # profiling: a pass of its own, timed (timestamps.py)
             self._end_pass()
             self._pass = self._enc().begin_compute_pass(
-                timestamp_writes=_timestamp_writes(*timestamps))
+                timestamp_writes=_timestamp_writes(*timestamps)
+            )
         if self._pass is None:
             self._pass = self._enc().begin_compute_pass()
         p = self._pass
@@ -181,7 +224,8 @@ class NativeDriver:
         """Record an empty compute pass writing timestamps `begin` and/or `end`."""
         self._end_pass()
         self._enc().begin_compute_pass(
-            timestamp_writes=_timestamp_writes(query_set, begin, end)).end()
+            timestamp_writes=_timestamp_writes(query_set, begin, end)
+        ).end()
 
     def resolve_queries(self, query_set, count, buf):
         self._end_pass()
@@ -205,8 +249,9 @@ class NativeDriver:
         try:
             self.queue.submit([enc.finish()])
         except Exception as exc:
-            raise DeviceError(f"wgpu: submitting work failed on {self.name}: {exc}",
-                              device="wgpu") from None
+            raise DeviceError(
+                f"wgpu: submitting work failed on {self.name}: {exc}", device="wgpu"
+            ) from None
         return True
 
     def discard(self):
@@ -224,7 +269,8 @@ class NativeDriver:
         if free:
             return free.pop()
         return self.device.create_buffer(
-            size=cls, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
+            size=cls, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
+        )
 
     def _give_back(self, staging):
         self._staging.setdefault(staging.size, []).append(staging)
@@ -255,8 +301,9 @@ class NativeDriver:
         try:
             yield
         except Exception as exc:
-            raise DeviceError(f"wgpu: reading back {size} bytes failed on {self.name}: {exc}",
-                              device="wgpu") from None
+            raise DeviceError(
+                f"wgpu: reading back {size} bytes failed on {self.name}: {exc}", device="wgpu"
+            ) from None
 
     def _finish_read(self, staging, size):
         data = staging.read_mapped(0, size)

@@ -13,21 +13,28 @@ The flag word is one extra read_write storage binding after a kernel's own (unar
 binary 4, reduce 3, cumsum 4, the general matmul 4 or after a fused linear's 2 epilogue
 operands 6: within WebGPU's 8 per stage).
 """
+
 from ... import dtype as dt
 from ...errors import UnsupportedDType
 from . import kernels
 
 # Ops whose i64 form is checked, each with its bit in the flag word.
-OPS = ("add", "sub", "mul", "neg", "abs", "square", "affine", "sum", "prod", "cumsum",
-       "matmul")
+OPS = ("add", "sub", "mul", "neg", "abs", "square", "affine", "sum", "prod", "cumsum", "matmul")
 
 # Checked WGSL forms, in the variables of core/ops.py's expressions (a, b; x, p0, p1) and
 # of reduce.wgsl's fold (acc, v) and cumsum.wgsl's add_t (a, b).
-EXPR = {"add": "add_i(a, b)", "sub": "sub_i(a, b)", "mul": "mul_i(a, b)",
-        "neg": "sub_i(0i, x)", "abs": "select(x, sub_i(0i, x), x < 0i)",
-        "square": "mul_i(x, x)", "affine": "add_i(mul_i(x, p0), p1)",
-        "sum": "*acc = add_i(*acc, v);", "prod": "*acc = mul_i(*acc, v);",
-        "cumsum": "add_i(a, b)"}
+EXPR = {
+    "add": "add_i(a, b)",
+    "sub": "sub_i(a, b)",
+    "mul": "mul_i(a, b)",
+    "neg": "sub_i(0i, x)",
+    "abs": "select(x, sub_i(0i, x), x < 0i)",
+    "square": "mul_i(x, x)",
+    "affine": "add_i(mul_i(x, p0), p1)",
+    "sum": "*acc = add_i(*acc, v);",
+    "prod": "*acc = mul_i(*acc, v);",
+    "cumsum": "add_i(a, b)",
+}
 # The general matmul kernel's multiply-add, checked and plain.
 MATMUL = ({"ADD": "add_i(a, b)", "MUL": "mul_i(a, b)"}, {"ADD": "a + b", "MUL": "a * b"})
 
@@ -64,9 +71,10 @@ def spec(kernel, op, dtype, extra_reads=0):
     if not checked(op, dtype):
         return {"OVERFLOW": ""}
     binding = len(kernels.BINDINGS[kernel]) + extra_reads + 1
-    return {"OVERFLOW": f"@group(0) @binding({binding}) var<storage, read_write> OVF: "
-                        f"array<atomic<u32>>;\nconst BIT: u32 = {1 << OPS.index(op)}u;\n" +
-                        _FUNCTIONS}
+    return {
+        "OVERFLOW": f"@group(0) @binding({binding}) var<storage, read_write> OVF: "
+        f"array<atomic<u32>>;\nconst BIT: u32 = {1 << OPS.index(op)}u;\n" + _FUNCTIONS
+    }
 
 
 def error(word):
@@ -74,4 +82,7 @@ def error(word):
     return UnsupportedDType(
         f"i64 values past 32 bits on WebGPU: {', '.join(ops)} gave a result outside i32, in "
         f"which WebGPU holds i64 (WGSL has no 64-bit integers); compute on the CPU for the "
-        f"full range", op=ops[0] if ops else "i64", dtype=dt.i64)
+        f"full range",
+        op=ops[0] if ops else "i64",
+        dtype=dt.i64,
+    )

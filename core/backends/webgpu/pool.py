@@ -7,6 +7,7 @@ one shape creates no new buffers after the first.
 The pool is shared by the threads using a device: each method runs under the runtime's
 lock (a storage may die, and give its buffer back, in any thread).
 """
+
 import contextlib
 import threading
 
@@ -24,13 +25,14 @@ def size_class(nbytes):
 
 class Buffer:
     """A driver buffer with the bookkeeping the backend needs."""
+
     __slots__ = ("handle", "size", "serial", "batch")
 
     def __init__(self, handle, size, serial):
         self.handle = handle
         self.size = size
         self.serial = serial
-        self.batch = -1     # last command batch that referenced it
+        self.batch = -1  # last command batch that referenced it
 
 
 class Pool:
@@ -48,8 +50,11 @@ class Pool:
         self.buffers_created = 0
 
     def stats(self):
-        return {"bytes_in_use": self.bytes_in_use, "bytes_pooled": self.bytes_pooled,
-                "buffers_created": self.buffers_created}
+        return {
+            "bytes_in_use": self.bytes_in_use,
+            "bytes_pooled": self.bytes_pooled,
+            "buffers_created": self.buffers_created,
+        }
 
     def take(self, nbytes, what="tensor"):
         with self.lock:
@@ -57,6 +62,7 @@ class Pool:
 
     def _take(self, nbytes, what):
         from ...errors import OutOfMemory
+
         cls = size_class(nbytes)
         if cls > self.max_buffer:
             cls = max(nbytes, 4)
@@ -64,7 +70,10 @@ class Pool:
             if cls > self.max_buffer:
                 raise OutOfMemory(
                     f"wgpu: a {what} of {nbytes} bytes exceeds the adapter's maximum buffer "
-                    f"size of {self.max_buffer} bytes", size=nbytes, device="wgpu")
+                    f"size of {self.max_buffer} bytes",
+                    size=nbytes,
+                    device="wgpu",
+                )
         bucket = self.free.get(cls)
         if bucket:
             buf = bucket.pop()
@@ -85,10 +94,14 @@ class Pool:
         size class would round up to 2x), counted in use; given back, it is reused only
         at that exact size."""
         from ...errors import OutOfMemory
+
         if nbytes > self.max_buffer:
             raise OutOfMemory(
                 f"wgpu: a buffer of {nbytes} bytes exceeds the adapter's maximum buffer "
-                f"size of {self.max_buffer} bytes", size=nbytes, device="wgpu")
+                f"size of {self.max_buffer} bytes",
+                size=nbytes,
+                device="wgpu",
+            )
         with self.lock:
             buf = self._create(nbytes)
             self.bytes_in_use += nbytes
@@ -113,13 +126,14 @@ class Pool:
 
 class Storage:
     """What a WebGPU tensor holds: a pooled buffer and its element count."""
+
     __slots__ = ("buf", "numel", "pool", "known_range", "dtype_name", "__weakref__")
 
     def __init__(self, buf, numel, pool, known_range=None):
         self.buf = buf
         self.numel = numel
         self.pool = pool
-        self.known_range = known_range   # (min, max) of integer data uploaded from the host
+        self.known_range = known_range  # (min, max) of integer data uploaded from the host
         self.dtype_name = None
 
     def __del__(self):

@@ -18,6 +18,7 @@ storage binding limit by ranges of output rows (whole block rows), x and the out
 ranges of x's rows, and K in parts of whole blocks accumulated into the output, so no
 invocation loops more than ~60,000 times in all (lavapipe's cap is 65,535).
 """
+
 from ... import dtype as dt
 from ...errors import ShapeMismatch, UnsupportedOp
 from ...intmath import ceil_div
@@ -49,6 +50,7 @@ def supports(ggml_type):
 
 class QWeight:
     """A quantized (out_features, in_features) weight resident on a WebGPU device."""
+
     __slots__ = ("storage", "ggml_type", "shape", "row_bytes", "nbytes")
 
     def __init__(self, storage, ggml_type, shape, row_bytes, nbytes):
@@ -63,27 +65,41 @@ def upload(be, raw, ggml_type, shape):
     """The raw block bytes of a 2-D weight (a bytes-like object) as a QWeight on `be`."""
     t = int(ggml_type)
     if t not in _TYPES:
-        raise UnsupportedOp(f"qmatmul: ggml type {t} has no WebGPU kernel "
-                            f"(supported: Q8_0, Q4_0, Q4_K, Q6_K)", op="qmatmul")
+        raise UnsupportedOp(
+            f"qmatmul: ggml type {t} has no WebGPU kernel (supported: Q8_0, Q4_0, Q4_K, Q6_K)",
+            op="qmatmul",
+        )
     name, qk, ts, _ = _TYPES[t]
     if len(shape) != 2:
-        raise ShapeMismatch(f"qmatmul: weight must be 2-D, got shape {tuple(shape)}",
-                            op="qmatmul", shape=tuple(shape))
+        raise ShapeMismatch(
+            f"qmatmul: weight must be 2-D, got shape {tuple(shape)}",
+            op="qmatmul",
+            shape=tuple(shape),
+        )
     n, k = int(shape[0]), int(shape[1])
     if k % qk:
-        raise ShapeMismatch(f"qmatmul: {name} rows of {k} weights are not whole blocks of {qk}",
-                            op="qmatmul", shape=(n, k))
+        raise ShapeMismatch(
+            f"qmatmul: {name} rows of {k} weights are not whole blocks of {qk}",
+            op="qmatmul",
+            shape=(n, k),
+        )
     row_bytes = k // qk * ts
     mv = memoryview(raw).cast("B")
     if mv.nbytes != n * row_bytes:
-        raise ShapeMismatch(f"qmatmul: {name} weight ({n}, {k}) needs {n * row_bytes} bytes, "
-                            f"got {mv.nbytes}", op="qmatmul", shape=(n, k))
+        raise ShapeMismatch(
+            f"qmatmul: {name} weight ({n}, {k}) needs {n * row_bytes} bytes, got {mv.nbytes}",
+            op="qmatmul",
+            shape=(n, k),
+        )
     # 4 bytes of padding: the shader reads a whole word past a block's last byte.
     size = (mv.nbytes + 4 + 3) // 4 * 4
     rt = be.runtime
     if size > rt.pool.max_buffer:
-        raise UnsupportedOp(f"qmatmul: a weight of {size} bytes exceeds the adapter's maximum "
-                            f"buffer size of {rt.pool.max_buffer} bytes", op="qmatmul")
+        raise UnsupportedOp(
+            f"qmatmul: a weight of {size} bytes exceeds the adapter's maximum "
+            f"buffer size of {rt.pool.max_buffer} bytes",
+            op="qmatmul",
+        )
     # An exactly sized buffer (the pool's size classes would round a weight up to 2x);
     # returned to the pool when the weight dies, it is reused only at that exact size.
     storage = rt.exact_storage(size, "u32")
@@ -95,13 +111,15 @@ def qmatmul(be, x, lx, qw, dtype=dt.f32):
     """x @ dequantize(qw).T: x an f32 storage of layout [..., K]; returns (storage, shape)
     of the f32 result [..., N]."""
     if dtype is not dt.f32:
-        raise UnsupportedOp(f"qmatmul: x must be f32 on the device, got {dtype.name}",
-                            op="qmatmul")
+        raise UnsupportedOp(f"qmatmul: x must be f32 on the device, got {dtype.name}", op="qmatmul")
     n, k = qw.shape
     if not lx.shape or lx.shape[-1] != k:
-        raise ShapeMismatch(f"qmatmul: x of shape {tuple(lx.shape)} does not match weight "
-                            f"{qw.shape} (needs last dim {k})", op="qmatmul",
-                            shapes=(tuple(lx.shape), qw.shape))
+        raise ShapeMismatch(
+            f"qmatmul: x of shape {tuple(lx.shape)} does not match weight "
+            f"{qw.shape} (needs last dim {k})",
+            op="qmatmul",
+            shapes=(tuple(lx.shape), qw.shape),
+        )
     lead = tuple(lx.shape[:-1])
     m = 1
     for d in lead:
@@ -109,7 +127,7 @@ def qmatmul(be, x, lx, qw, dtype=dt.f32):
     if not lx.is_contiguous() or lx.offset % 4:
         x = be.copy_strided(x, lx, dtype)
         lx = Layout(lx.shape)
-    if k == 0:                     # an empty sum
+    if k == 0:  # an empty sum
         return be.full(lead + (n,), 0, dt.f32), lead + (n,)
     out = be.runtime.alloc(m * n, dt.f32, "qmatmul")
     if m * n == 0:
@@ -120,15 +138,17 @@ def qmatmul(be, x, lx, qw, dtype=dt.f32):
         return out, lead + (n,)
     tm = min(_MAX_TM, 1 << (m - 1).bit_length())
     blocks = k // qk
-    part = max(1, (loopcap.BUDGET - 4 * tm) // per_block(tm))      # blocks per K part
+    part = max(1, (loopcap.BUDGET - 4 * tm) // per_block(tm))  # blocks per K part
     limit = be.runtime.split_limit - 8
-    rows_w = limit // qw.row_bytes                   # weight rows per binding
-    rows_x = limit // (4 * max(k, n))               # x / out rows per binding
+    rows_w = limit // qw.row_bytes  # weight rows per binding
+    rows_x = limit // (4 * max(k, n))  # x / out rows per binding
     if rows_w < 1 or rows_x < 1:
         raise UnsupportedOp(
             f"qmatmul: one row of the weight ({qw.row_bytes} bytes) or of x/out "
             f"({4 * max(k, n)} bytes) exceeds the adapter's maximum storage binding of "
-            f"{be.runtime.max_binding} bytes", op="qmatmul")
+            f"{be.runtime.max_binding} bytes",
+            op="qmatmul",
+        )
     rows_x = min(rows_x, be.runtime.max_groups * tm)
     rows_w = min(rows_w, be.runtime.max_groups * _WG)
     spec = {"MODE": "matmul", "QTYPE": name, "TS": ts, "QK4": qk // 4, "TM": tm, "WG": _WG}
@@ -144,14 +164,24 @@ def qmatmul(be, x, lx, qw, dtype=dt.f32):
             for n0 in range(0, n, rows_w):
                 n1 = min(n, n0 + rows_w)
                 first = n0 * qw.row_bytes + b0 * ts
-                last = (n1 - 1) * qw.row_bytes + b1 * ts        # one past the last byte
+                last = (n1 - 1) * qw.row_bytes + b1 * ts  # one past the last byte
                 wr, wrel = be.runtime.bind_words(wbuf, first // 4, ceil_div(last, 4) + 1)
                 o0 = m0 * n + n0
-                orng, orel = be.runtime.bind(out, o0, o0 + (m1 - m0 - 1) * n + (n1 - n0), 4,
-                                      "qmatmul")
-                params = {"m": m1 - m0, "n": n1 - n0, "blocks": b1 - b0, "x_off": xrel // 4,
-                          "x_rs": k // 4, "w_off": wrel * 4 + first % 4,
-                          "w_row": qw.row_bytes, "o_off": orel, "o_rs": n, "acc": int(b0 > 0)}
+                orng, orel = be.runtime.bind(
+                    out, o0, o0 + (m1 - m0 - 1) * n + (n1 - n0), 4, "qmatmul"
+                )
+                params = {
+                    "m": m1 - m0,
+                    "n": n1 - n0,
+                    "blocks": b1 - b0,
+                    "x_off": xrel // 4,
+                    "x_rs": k // 4,
+                    "w_off": wrel * 4 + first % 4,
+                    "w_row": qw.row_bytes,
+                    "o_off": orel,
+                    "o_rs": n,
+                    "acc": int(b0 > 0),
+                }
                 groups = (ceil_div(n1 - n0, _WG), ceil_div(m1 - m0, tm), 1)
                 be.runtime.launch(pipe, params, [xr, wr, orng], groups)
     return out, lead + (n,)
@@ -163,6 +193,7 @@ def _dequantized_matmul(be, x, lx, qw, out, m):
     kernels into its columns of `out`. Transient memory is the scratch, at most
     _SCRATCH_BYTES (or one row of W)."""
     from .matmul import _Operand, _split_or_launch
+
     n, k = qw.shape
     name, qk, ts, _ = _TYPES[qw.ggml_type]
     blocks = k // qk
@@ -179,10 +210,30 @@ def _dequantized_matmul(be, x, lx, qw, out, m):
         first, last = n0 * qw.row_bytes, (n0 + rows) * qw.row_bytes
         wr, wrel = be.runtime.bind_words(qw.storage.buf, first // 4, ceil_div(last, 4) + 1)
         orng, orel = be.runtime.bind(scratch, 0, rows * k, 4, "qmatmul")
-        params = {"m": 0, "n": rows, "blocks": blocks, "x_off": 0, "x_rs": 0,
-                  "w_off": wrel * 4 + first % 4, "w_row": qw.row_bytes, "o_off": orel,
-                  "o_rs": k, "acc": 0}
+        params = {
+            "m": 0,
+            "n": rows,
+            "blocks": blocks,
+            "x_off": 0,
+            "x_rs": 0,
+            "w_off": wrel * 4 + first % 4,
+            "w_row": qw.row_bytes,
+            "o_off": orel,
+            "o_rs": k,
+            "acc": 0,
+        }
         be.runtime.launch(pipe, params, [xr, wr, orng], be.runtime.grid(rows * blocks, _WG))
         # out[:, n0:n0 + rows] = x @ scratch[:rows].T (scratch read along K: the nt kernels)
-        _split_or_launch(be, t, dt.f32, A, _Operand(scratch, 0, [0], 1, k),
-                         _Operand(out, n0, [0], n, 1), m, rows, k, [1], False)
+        _split_or_launch(
+            be,
+            t,
+            dt.f32,
+            A,
+            _Operand(scratch, 0, [0], 1, k),
+            _Operand(out, n0, [0], n, 1),
+            m,
+            rows,
+            k,
+            [1],
+            False,
+        )

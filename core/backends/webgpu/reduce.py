@@ -17,6 +17,7 @@ dim of largest stride, recursively until every part fits:
   indices with their extremes; the first piece holding the overall extreme gives the
   index, so ties keep the lowest index as in numpy.
 """
+
 import struct
 from collections import namedtuple
 
@@ -30,10 +31,12 @@ from . import rows as row_kernels
 from .index import gather
 from .shapes import collapse, span
 
-CHUNK = 1 << 16   # reduced elements per workgroup before a second pass
+CHUNK = 1 << 16  # reduced elements per workgroup before a second pass
 
 _COMBINE = {
-    "sum": "*acc = *acc + v;", "mean": "*acc = *acc + v;", "prod": "*acc = *acc * v;",
+    "sum": "*acc = *acc + v;",
+    "mean": "*acc = *acc + v;",
+    "prod": "*acc = *acc * v;",
     "max": "if (better_max(v, vi, *acc, *ai)) { *acc = v; *ai = vi; }",
     "min": "if (better_min(v, vi, *acc, *ai)) { *acc = v; *ai = vi; }",
     "argmax": "if (better_max(v, vi, *acc, *ai)) { *acc = v; *ai = vi; }",
@@ -66,7 +69,7 @@ def reduce(be, op, storage, layout, dims, dtype):
     if n_out == 0:
         return out
     if is_arg:
-        out.known_range = (0, max(k_total - 1, 0))   # no range check needed downstream
+        out.known_range = (0, max(k_total - 1, 0))  # no range check needed downstream
     job = _Job(op, t, t, be.runtime.type_of(out_dtype, op), k_total, True)
     _into(be, job, storage, layout, dims, out, 0, 0)
     return out
@@ -90,7 +93,7 @@ def _into(be, job, src, layout, dims, dest, dest_off, base):
         _fitting(be, job, src, layout, dims, kept, dest, dest_off, base)
         return
     limit_elems = limit // job.tin.size
-    if in_fits:   # only the output is too large: its outermost dim has its largest stride
+    if in_fits:  # only the output is too large: its outermost dim has its largest stride
         d = next(k for k in kept if shape[k] > 1)
         _split_kept(be, job, src, layout, dims, kept, d, dest, dest_off, base, limit_elems)
         return
@@ -107,8 +110,7 @@ def _into(be, job, src, layout, dims, dest, dest_off, base):
         # into parts that leave half a binding for d. Otherwise the partials of d's
         # pieces (one output row per piece) could be no smaller than the source.
         d = max(kept_moving, key=lambda k: strides[k])
-        _split_kept(be, job, src, layout, dims, kept, d, dest, dest_off, base,
-                    limit_elems // 2)
+        _split_kept(be, job, src, layout, dims, kept, d, dest, dest_off, base, limit_elems // 2)
         return
     _split_reduced(be, job, src, layout, dims, kept, d, dest, dest_off, base)
 
@@ -136,9 +138,11 @@ def _split_kept(be, job, src, layout, dims, kept, d, dest, dest_off, base, budge
     """Ranges of kept dim d whose source parts span at most `budget` elements."""
     shape = layout.shape
     n = shape[d]
-    ostride = _prod(shape[k] for k in kept if k > d)    # of d in the output
-    p = _progress(min(_piece(layout, d, budget),
-                      max(1, be.runtime.split_limit // job.tout.size // ostride)), n)
+    ostride = _prod(shape[k] for k in kept if k > d)  # of d in the output
+    p = _progress(
+        min(_piece(layout, d, budget), max(1, be.runtime.split_limit // job.tout.size // ostride)),
+        n,
+    )
     # Output ranges are contiguous when no kept dim before d is longer than 1; otherwise
     # (a permuted source) each part is reduced apart and copied to its strided place.
     outer = all(shape[k] == 1 for k in kept if k < d)
@@ -165,16 +169,27 @@ def _split_reduced(be, job, src, layout, dims, kept, d, dest, dest_off, base):
     parts = [(i, a, layout.narrow(d, a, min(p, n - a))) for i, a in enumerate(range(0, n, p))]
     if op in _EXTREME:
         if d != dims[0]:
-            raise UnsupportedOp(f"{op}: over several dims of a tensor larger than the "
-                                f"adapter's maximum storage binding ({be.runtime.max_binding} bytes); "
-                                f"reshape it to one dim first", op=op)
+            raise UnsupportedOp(
+                f"{op}: over several dims of a tensor larger than the "
+                f"adapter's maximum storage binding ({be.runtime.max_binding} bytes); "
+                f"reshape it to one dim first",
+                op=op,
+            )
         inner = _prod(layout.shape[k] for k in dims if k > d)
         values = be.runtime.alloc(n_out * pieces, pt.dtype, op)
         firsts = be.runtime.alloc(n_out * pieces, dt.i64, op)
         ti = be.runtime.type_of(dt.i64, op)
         for i, a, sub in parts:
-            _into(be, job._replace(op=_EXTREME[op], tout=pt, round_out=False), src, sub, dims,
-                  values, i * n_out, 0)
+            _into(
+                be,
+                job._replace(op=_EXTREME[op], tout=pt, round_out=False),
+                src,
+                sub,
+                dims,
+                values,
+                i * n_out,
+                0,
+            )
             _into(be, job._replace(tout=ti), src, sub, dims, firsts, i * n_out, base + a * inner)
         _pick(be, op, values, firsts, Layout((n_out, pieces), (1, n_out)), pt, dest, dest_off)
         return
@@ -222,18 +237,50 @@ def _fitting(be, job, src, layout, dims, kept, dest, dest_off, base):
         # holding the overall extreme then gives the index (ties keep the lowest).
         values = be.runtime.alloc(n_out * chunks, pt.dtype, job.op)
         firsts = be.runtime.alloc(n_out * chunks, dt.i64, job.op)
-        _pass(be, job._replace(op=_EXTREME[job.op], tout=pt, round_out=False), source,
-              geometry, chunks, values, 0, 0)
-        _pass(be, job._replace(tout=be.runtime.type_of(dt.i64, job.op)), source, geometry, chunks,
-              firsts, 0, base)
+        _pass(
+            be,
+            job._replace(op=_EXTREME[job.op], tout=pt, round_out=False),
+            source,
+            geometry,
+            chunks,
+            values,
+            0,
+            0,
+        )
+        _pass(
+            be,
+            job._replace(tout=be.runtime.type_of(dt.i64, job.op)),
+            source,
+            geometry,
+            chunks,
+            firsts,
+            0,
+            base,
+        )
         _pick(be, job.op, values, firsts, Layout((n_out, chunks)), pt, dest, dest_off)
         return
     # Two passes: chunks of the reduced range into f32/int partials, then those.
     partial = be.runtime.alloc(n_out * chunks, pt.dtype, job.op)
-    _pass(be, job._replace(op={"mean": "sum"}.get(job.op, job.op), tout=pt, round_out=False),
-          source, geometry, chunks, partial, 0, 0)
-    _pass(be, job._replace(tin=pt), (partial, 0, n_out * chunks),
-          ([n_out], [chunks], [chunks], [1], chunks), 1, dest, dest_off, 0)
+    _pass(
+        be,
+        job._replace(op={"mean": "sum"}.get(job.op, job.op), tout=pt, round_out=False),
+        source,
+        geometry,
+        chunks,
+        partial,
+        0,
+        0,
+    )
+    _pass(
+        be,
+        job._replace(tin=pt),
+        (partial, 0, n_out * chunks),
+        ([n_out], [chunks], [chunks], [1], chunks),
+        1,
+        dest,
+        dest_off,
+        0,
+    )
 
 
 def _pass(be, job, source, geometry, chunks, out, out_off, base):
@@ -253,10 +300,19 @@ def _pass(be, job, source, geometry, chunks, out, out_off, base):
     checked = overflow.checked(op, tcomp.dtype)
     chunk = ceil_div(k_total, chunks)
     wg, lanes = row_kernels.row_split(be.runtime, n_out * chunks, chunk, 1)
-    spec = {"S": tin.storage, "SO": tout.storage, "NK": len(kshape), "NR": len(rshape),
-            "COMBINE": overflow.EXPR[op] if checked else _COMBINE[op], "INIT": init, "RESULT": result, "WG": wg, "LANES": lanes,
-            "ISNAN": "nan_f(f32(v))" if tcomp.compute == "f32" else "false",
-            **overflow.spec("reduce", op, tcomp.dtype)}
+    spec = {
+        "S": tin.storage,
+        "SO": tout.storage,
+        "NK": len(kshape),
+        "NR": len(rshape),
+        "COMBINE": overflow.EXPR[op] if checked else _COMBINE[op],
+        "INIT": init,
+        "RESULT": result,
+        "WG": wg,
+        "LANES": lanes,
+        "ISNAN": "nan_f(f32(v))" if tcomp.compute == "f32" else "false",
+        **overflow.spec("reduce", op, tcomp.dtype),
+    }
     pipe = be.runtime.kernel("reduce", tcomp, spec, op)
     checks = [be.runtime.overflow_binding()] if checked else []
     st, off, extent = source
@@ -264,8 +320,20 @@ def _pass(be, job, source, geometry, chunks, out, out_off, base):
     orng, orel = be.runtime.bind(out, out_off, out_off + n_out * chunks, tout.size, op)
     count = job.mean_count
     scale = struct.unpack("<I", struct.pack("<f", 1.0 / count if count else float("inf")))[0]
-    params = {"slots": n_out * chunks, "k": k_total, "x_off": rel, "scale": scale,
-              "chunk": chunk, "chunks": chunks, "out_off": orel, "index_base": base,
-              "kept_shape": kshape, "kept_strides": kstr, "red_shape": rshape,
-              "red_strides": rstr}
-    be.runtime.launch(pipe, params, [rng, orng] + checks, be.runtime.grid(n_out * chunks, wg // lanes))
+    params = {
+        "slots": n_out * chunks,
+        "k": k_total,
+        "x_off": rel,
+        "scale": scale,
+        "chunk": chunk,
+        "chunks": chunks,
+        "out_off": orel,
+        "index_base": base,
+        "kept_shape": kshape,
+        "kept_strides": kstr,
+        "red_shape": rshape,
+        "red_strides": rstr,
+    }
+    be.runtime.launch(
+        pipe, params, [rng, orng] + checks, be.runtime.grid(n_out * chunks, wg // lanes)
+    )

@@ -6,6 +6,7 @@ binding (split.py); a row that does not fit as laid out (a softmax down the colu
 on a copy with the dim last; rows too long for the loop budget run as chains of simpler
 kernels (longrows.py). The norms add a residual laid out as x as they read it.
 """
+
 import struct
 
 from ...errors import UnsupportedOp, fmt_shape
@@ -21,11 +22,15 @@ def row_split(rt, rows, length, passes):
     few thousand terms, and `passes` loops over the row stay within the loop budget,
     loopcap.py); GPUs, and few or long rows, share a row among a workgroup tree (rows too
     long even for that are row_too_long)."""
-    if (rt.is_cpu_adapter and rows >= 64
-            and length <= 2048 and passes * length <= min(16384, loopcap.BUDGET)):
+    if (
+        rt.is_cpu_adapter
+        and rows >= 64
+        and length <= 2048
+        and passes * length <= min(16384, loopcap.BUDGET)
+    ):
         return 64, 1
     lanes = min(256 if length >= 2048 else 64, 1 << max(0, length - 1).bit_length())
-    return max(64, lanes), lanes     # short rows: several per workgroup
+    return max(64, lanes), lanes  # short rows: several per workgroup
 
 
 def row_too_long(rt, n, passes):
@@ -61,23 +66,42 @@ def softmax(be, storage, layout, dim, dtype, log=False):
         return out
     kshape, kx, ko, os_ = kept_dims(layout, dim)
     xs = layout.strides[dim]
-    plan = split.row_plan(kshape, [(kx, (n - 1) * xs + 1, t.size),
-                                   (ko, (n - 1) * os_ + 1, t.size)], rt.split_limit)
+    plan = split.row_plan(
+        kshape, [(kx, (n - 1) * xs + 1, t.size), (ko, (n - 1) * os_ + 1, t.size)], rt.split_limit
+    )
     if plan is None:
-        return _rows_apart(be, op, storage, layout, dim, dtype, out, lambda st, lay: (
-            softmax(be, st, lay, lay.ndim - 1, dtype, log)))
+        return _rows_apart(
+            be,
+            op,
+            storage,
+            layout,
+            dim,
+            dtype,
+            out,
+            lambda st, lay: softmax(be, st, lay, lay.ndim - 1, dtype, log),
+        )
     for rows, sub, pipe, (rng, rel), (orng, orel), grid in _row_launches(
-            rt, "softmax", t, op, storage, layout.offset, out, kshape, kx, ko, plan, n, xs,
-            os_, 3):
-        params = {"rows": rows, "n": n, "x_off": rel, "log": int(log), "x_stride": xs,
-                  "out_stride": os_, "out_off": orel, "kept_shape": sub, "kept_x_strides": kx,
-                  "kept_out_strides": ko}
+        rt, "softmax", t, op, storage, layout.offset, out, kshape, kx, ko, plan, n, xs, os_, 3
+    ):
+        params = {
+            "rows": rows,
+            "n": n,
+            "x_off": rel,
+            "log": int(log),
+            "x_stride": xs,
+            "out_stride": os_,
+            "out_off": orel,
+            "kept_shape": sub,
+            "kept_x_strides": kx,
+            "kept_out_strides": ko,
+        }
         rt.launch(pipe, params, [rng, orng], grid)
     return out
 
 
-def _row_launches(rt, kernel, t, op, storage, offset, out, kshape, kx, ko, plan, n, xs, os_,
-                  passes, also=None):
+def _row_launches(
+    rt, kernel, t, op, storage, offset, out, kshape, kx, ko, plan, n, xs, os_, passes, also=None
+):
     """Per box of rows of a row kernel's split plan (rows of n elements, strides xs in the
     input and os_ in the output): (rows, the box's shape, the pipeline, the input's and the
     output's (range, offset) bindings, the grid); with `also` (storage, offset) of a second
@@ -85,8 +109,7 @@ def _row_launches(rt, kernel, t, op, storage, offset, out, kshape, kx, ko, plan,
     for starts, sub in split.row_boxes(kshape, *plan):
         rows = numel(sub)
         wg, lanes = row_split(rt, rows, n, passes)
-        spec = {"S": t.storage, "ROUND": t.round, "NK": len(kshape), "WG": wg,
-                "LANES": lanes}
+        spec = {"S": t.storage, "ROUND": t.round, "NK": len(kshape), "WG": wg, "LANES": lanes}
         pipe = rt.kernel(kernel, t, spec, op)
         x0 = offset + split.offset_of(starts, kx)
         o0 = split.offset_of(starts, ko)
@@ -112,7 +135,9 @@ def _rows_apart(be, op, storage, layout, dim, dtype, out, last_dim_op):
         raise UnsupportedOp(
             f"{op}: one row of {n} elements ({n * t.size} bytes) along dim {dim} of shape "
             f"{fmt_shape(layout.shape)} exceeds the adapter's maximum storage binding of "
-            f"{rt.max_binding} bytes", op=op)
+            f"{rt.max_binding} bytes",
+            op=op,
+        )
     perm = [d for d in range(layout.ndim) if d != dim] + [dim]
     moved = layout.permute(perm)
     rows = be.copy_strided(storage, moved, dtype)
@@ -121,8 +146,7 @@ def _rows_apart(be, op, storage, layout, dim, dtype, out, last_dim_op):
     return out
 
 
-def layer_norm(be, storage, layout, w, lw, b, lb, eps, dtype, rms=False, residual=None,
-               lres=None):
+def layer_norm(be, storage, layout, w, lw, b, lb, eps, dtype, rms=False, residual=None, lres=None):
     """Norm over the last dim, of x + residual where given: the norm kernel adds a
     residual laid out as x (same strides) as it reads; any other (or a row taking the
     long-row or rows-apart paths) is added first."""
@@ -131,7 +155,7 @@ def layer_norm(be, storage, layout, w, lw, b, lb, eps, dtype, rms=False, residua
     t = rt.type_of(dtype, op)
     dim = layout.ndim - 1
     n = layout.shape[dim]
-    passes = 2 if rms else 3     # rms_norm skips the mean
+    passes = 2 if rms else 3  # rms_norm skips the mean
     long_rows = layout.numel and row_too_long(rt, n, passes) and n * t.size <= rt.split_limit
     if residual is not None and (long_rows or tuple(lres.strides) != tuple(layout.strides)):
         storage = be.binary("add", storage, layout, residual, lres, dtype)
@@ -143,14 +167,21 @@ def layer_norm(be, storage, layout, w, lw, b, lb, eps, dtype, rms=False, residua
         return out
     kshape, kx, ko, _ = kept_dims(layout, dim)
     xs = layout.strides[dim]
-    plan = split.row_plan(kshape, [(kx, (n - 1) * xs + 1, t.size), (ko, n, t.size)],
-                          rt.split_limit)
+    plan = split.row_plan(kshape, [(kx, (n - 1) * xs + 1, t.size), (ko, n, t.size)], rt.split_limit)
     if plan is None and residual is not None:
         summed = be.binary("add", storage, layout, residual, lres, dtype)
         return layer_norm(be, summed, Layout(layout.shape), w, lw, b, lb, eps, dtype, rms)
     if plan is None:
-        return _rows_apart(be, op, storage, layout, dim, dtype, out, lambda st, lay: (
-            layer_norm(be, st, lay, w, lw, b, lb, eps, dtype, rms)))
+        return _rows_apart(
+            be,
+            op,
+            storage,
+            layout,
+            dim,
+            dtype,
+            out,
+            lambda st, lay: layer_norm(be, st, lay, w, lw, b, lb, eps, dtype, rms),
+        )
     flags = 4 if rms else 0
     extra, affine = [], []
     for bit, (s, ls) in ((1, (w, lw)), (2, (b, lb))):
@@ -168,14 +199,26 @@ def layer_norm(be, storage, layout, w, lw, b, lb, eps, dtype, rms=False, residua
         flags |= 8
         also = (residual, lres.offset)
     for rows, sub, pipe, (rng, rel), (orng, orel), grid, *bind_r in _row_launches(
-            rt, "norm", t, op, storage, layout.offset, out, kshape, kx, ko, plan, n, xs, 1,
-            passes, also):
+        rt, "norm", t, op, storage, layout.offset, out, kshape, kx, ko, plan, n, xs, 1, passes, also
+    ):
         # Without a residual, binding 5 repeats x (read-only, never read).
-        (rrng, rrel), = bind_r or [(rng, 0)]
+        ((rrng, rrel),) = bind_r or [(rng, 0)]
         ranges = [rng] + [r or rng for r in affine] + [orng, rrng]
-        params = {"rows": rows, "n": n, "x_off": rel, "eps": eps_bits, "x_stride": xs,
-                  "flags": flags, "w_off": extra[0][0], "b_off": extra[1][0],
-                  "w_stride": extra[0][1], "b_stride": extra[1][1], "out_off": orel,
-                  "res_off": rrel, "kept_shape": sub, "kept_x_strides": kx}
+        params = {
+            "rows": rows,
+            "n": n,
+            "x_off": rel,
+            "eps": eps_bits,
+            "x_stride": xs,
+            "flags": flags,
+            "w_off": extra[0][0],
+            "b_off": extra[1][0],
+            "w_stride": extra[0][1],
+            "b_stride": extra[1][1],
+            "out_off": orel,
+            "res_off": rrel,
+            "kept_shape": sub,
+            "kept_x_strides": kx,
+        }
         rt.launch(pipe, params, ranges, grid)
     return out

@@ -26,6 +26,7 @@ when the batch's uniform arena fills. Shapes, strides and scalars of each dispat
 bits (a u32, or an i32 as its bits): a larger one (an element count past 2^32) is refused
 with UnsupportedOp naming the kernel, never wrapped.
 """
+
 import struct
 import threading
 
@@ -35,9 +36,9 @@ from . import kernels, overflow, params
 from .dtypes import device_types, unsupported
 from .pool import Pool, Storage
 
-BLOCK = 256               # bytes of uniform data per dispatch
-ARENA = 256 * 1024        # uniform arena per batch: up to 1,024 dispatches
-WG = 256                  # invocations per workgroup of elementwise kernels
+BLOCK = 256  # bytes of uniform data per dispatch
+ARENA = 256 * 1024  # uniform arena per batch: up to 1,024 dispatches
+WG = 256  # invocations per workgroup of elementwise kernels
 
 
 class Runtime:
@@ -58,13 +59,18 @@ class Runtime:
         self.batch = 0
         self.pipelines = {}
         self.labels = {}
-        self.slots = {}           # pipeline -> its parameter block's slots (params.py)
-        self.overflow = None      # the i64 overflow flag word, made on first use
-        self.overflow_armed = False   # a checked kernel ran since the flags were last read
+        self.slots = {}  # pipeline -> its parameter block's slots (params.py)
+        self.overflow = None  # the i64 overflow flag word, made on first use
+        self.overflow_armed = False  # a checked kernel ran since the flags were last read
         self.bind_groups = {}
-        self.timer = None         # a timestamps.GpuTimer while a profiler watches this device
-        self.counters = {"pipeline_hits": 0, "pipeline_misses": 0, "submits": 0,
-                         "dispatches": 0, "readbacks": 0}
+        self.timer = None  # a timestamps.GpuTimer while a profiler watches this device
+        self.counters = {
+            "pipeline_hits": 0,
+            "pipeline_misses": 0,
+            "submits": 0,
+            "dispatches": 0,
+            "readbacks": 0,
+        }
 
     # --- facts -------------------------------------------------------------------------------
     @property
@@ -164,7 +170,8 @@ class Runtime:
             raise UnsupportedOp(
                 f"{op}: an operand spans {length} bytes, more than the adapter's maximum "
                 f"storage binding of {self.max_binding} bytes, and this op cannot split it",
-                op=op)
+                op=op,
+            )
         buf.batch = self.batch
         return (buf, start, length), lo - start // size
 
@@ -193,16 +200,19 @@ class Runtime:
         storage bindings."""
         params = self.slots[id(pipe[0])].pack(values)
         if len(params) > BLOCK // 4:
-            raise UnsupportedOp(f"wgpu: {len(params)} kernel parameters exceed one uniform "
-                                f"block (too many dims)", op="launch")
+            raise UnsupportedOp(
+                f"wgpu: {len(params)} kernel parameters exceed one uniform block (too many dims)",
+                op="launch",
+            )
         for i, v in enumerate(params):
-            if not -2 ** 31 <= v < 2 ** 32:
+            if not -(2**31) <= v < 2**32:
                 label = self.labels.get(id(pipe[0]), "?")
                 raise UnsupportedOp(
                     f"wgpu: kernel {label}: parameter {self.slots[id(pipe[0])].name_of(i)} "
                     f"is {v}, which does not fit the "
                     f"32 bits WGSL indexes with (an operand of more than 2^32 elements?)",
-                    op=label)
+                    op=label,
+                )
         data = struct.pack(f"<{len(params)}I", *[v & 0xFFFFFFFF for v in params])
         with self.lock:
             if self.arena_used + self.block > ARENA:
@@ -212,7 +222,7 @@ class Runtime:
                 # must wait for the batch that holds this dispatch (see write).
                 buf.batch = self.batch
             off = self.arena_used
-            self.arena_host[off:off + len(data)] = data
+            self.arena_host[off : off + len(data)] = data
             key = (id(pipe[0]),) + tuple((b.serial, o, n) for b, o, n in ranges)
             try:
                 bg = self.bind_groups.get(key)
@@ -220,21 +230,26 @@ class Runtime:
                     if len(self.bind_groups) > 4096:
                         self.bind_groups.clear()
                     bg = self.driver.create_bind_group(
-                        pipe, self.arena, BLOCK, [(b.handle, o, n) for b, o, n in ranges])
+                        pipe, self.arena, BLOCK, [(b.handle, o, n) for b, o, n in ranges]
+                    )
                     self.bind_groups[key] = bg
                 if self.timer is None:
                     self.driver.dispatch(pipe, bg, off, groups)
                 else:  # profiling: the dispatch timed in a pass of its own
-                    self.timer.dispatch(pipe, bg, off, groups,
-                                        self.labels.get(id(pipe[0]), "?"), ranges)
+                    self.timer.dispatch(
+                        pipe, bg, off, groups, self.labels.get(id(pipe[0]), "?"), ranges
+                    )
             except EmberError:
                 raise
             except Exception as exc:  # a validation error from the driver: name the kernel
                 label = self.labels.get(id(pipe[0]), "?")
                 self._recover()
-                raise DeviceError(f"wgpu: dispatching kernel {label} with groups {groups} and "
-                                  f"bindings {[(o, n) for _, o, n in ranges]} failed: {exc}",
-                                  kernel=label, device="wgpu") from None
+                raise DeviceError(
+                    f"wgpu: dispatching kernel {label} with groups {groups} and "
+                    f"bindings {[(o, n) for _, o, n in ranges]} failed: {exc}",
+                    kernel=label,
+                    device="wgpu",
+                ) from None
             self.arena_used += self.block
             self.counters["dispatches"] += 1
 
@@ -262,8 +277,9 @@ class Runtime:
         """Submit the recorded batch (the uniform arena is written just before)."""
         with self.lock:
             if self.arena_used:
-                self.driver.write_buffer(self.arena, 0,
-                                         memoryview(self.arena_host)[:self.arena_used])
+                self.driver.write_buffer(
+                    self.arena, 0, memoryview(self.arena_host)[: self.arena_used]
+                )
             self.arena_used = 0
             if self.timer is not None:
                 self.timer.close_batch()

@@ -1,10 +1,11 @@
 """Host scalars as the 32-bit words WebGPU kernels read (pure Python)."""
+
 import struct
 
 from ... import dtype as dt
 from ...errors import UnsupportedDType
 
-I32_MIN, I32_MAX = -2 ** 31, 2 ** 31 - 1
+I32_MIN, I32_MAX = -(2**31), 2**31 - 1
 
 
 def param_bits(value, t, dtype, op, saturate=False):
@@ -15,14 +16,16 @@ def param_bits(value, t, dtype, op, saturate=False):
     if t.compute == "f32":
         return struct.unpack("<I", struct.pack("<f", float(value)))[0]
     v = int(value)
-    lo, hi = (I32_MIN, I32_MAX) if t.compute == "i32" else (0, 2 ** 32 - 1)
+    lo, hi = (I32_MIN, I32_MAX) if t.compute == "i32" else (0, 2**32 - 1)
     if saturate:
         v = max(lo, min(hi, v))
     elif not lo <= v <= hi:
         raise UnsupportedDType(
             f"{op}: the scalar {v} does not fit the 32 bits ({t.compute}, {lo}..{hi}) the "
             f"WebGPU backend holds {dtype.name} in (WGSL has no 64-bit integers)",
-            op=op, dtype=dtype)
+            op=op,
+            dtype=dtype,
+        )
     return v & 0xFFFFFFFF
 
 
@@ -30,6 +33,7 @@ def host_round(value, dtype):
     """A fill value as the dtype holds it (the device keeps bf16/f16 widened)."""
     if dtype is dt.bf16:
         from ...hostdata import pack, unpack
+
         return unpack(pack([float(value)], dtype), dtype, (1,))[0]
     if dtype is dt.f16:
         return struct.unpack("<e", struct.pack("<e", float(value)))[0]

@@ -1,5 +1,6 @@
 """cumsum on WebGPU: a scan of 4,096 elements per invocation (within the loop budget,
 loopcap.py), then the scan of each row's chunk totals added to the chunks after them."""
+
 from ...intmath import ceil_div
 from ...layout import Layout
 from ...shape import contiguous_strides
@@ -7,7 +8,7 @@ from . import overflow
 from .rows import kept_dims
 from .shapes import span
 
-CHUNK = 4096         # prefix-sum elements per invocation before carries
+CHUNK = 4096  # prefix-sum elements per invocation before carries
 
 
 def cumsum(be, storage, layout, dim, dtype):
@@ -21,17 +22,32 @@ def cumsum(be, storage, layout, dim, dtype):
     rows = layout.numel // length
     chunks = ceil_div(length, CHUNK)
     checked = overflow.checked("cumsum", dtype)
-    spec = {"S": t.storage, "ROUND": t.round, "NK": len(kshape), "WG": 64,
-            "ADD": overflow.EXPR["cumsum"] if checked else "a + b",
-            **overflow.spec("cumsum", "cumsum", dtype)}
+    spec = {
+        "S": t.storage,
+        "ROUND": t.round,
+        "NK": len(kshape),
+        "WG": 64,
+        "ADD": overflow.EXPR["cumsum"] if checked else "a + b",
+        **overflow.spec("cumsum", "cumsum", dtype),
+    }
     pipe = rt.kernel("cumsum", t, spec, "cumsum")
-    rng, rel = rt.bind(storage, layout.offset,
-                       layout.offset + span(layout.shape, layout.strides), t.size, "cumsum")
+    rng, rel = rt.bind(
+        storage, layout.offset, layout.offset + span(layout.shape, layout.strides), t.size, "cumsum"
+    )
     orng, _ = rt.bind(out, 0, layout.numel, t.size, "cumsum")
-    params = {"slots": rows * chunks, "n": length, "x_off": rel, "mode": 0,
-              "x_stride": layout.strides[dim], "out_stride": os_, "chunk": CHUNK,
-              "chunks": chunks, "kept_shape": kshape, "kept_x_strides": kx,
-              "kept_out_strides": ko}
+    params = {
+        "slots": rows * chunks,
+        "n": length,
+        "x_off": rel,
+        "mode": 0,
+        "x_stride": layout.strides[dim],
+        "out_stride": os_,
+        "chunk": CHUNK,
+        "chunks": chunks,
+        "kept_shape": kshape,
+        "kept_x_strides": kx,
+        "kept_out_strides": ko,
+    }
     checks = [rt.overflow_binding()] if checked else []
     rt.launch(pipe, params, [rng, rng, orng] + checks, rt.grid(rows * chunks, 64))
     if chunks > 1:
@@ -39,10 +55,14 @@ def cumsum(be, storage, layout, dim, dtype):
         # but the final one), then added to the chunks after them.
         ostr = contiguous_strides(layout.shape)
         kept = [d for d in range(layout.ndim) if d != dim]
-        totals = Layout([layout.shape[d] for d in kept] + [chunks - 1],
-                        [ostr[d] for d in kept] + [CHUNK * os_],
-                        (CHUNK - 1) * os_)
+        totals = Layout(
+            [layout.shape[d] for d in kept] + [chunks - 1],
+            [ostr[d] for d in kept] + [CHUNK * os_],
+            (CHUNK - 1) * os_,
+        )
         carries = cumsum(be, out, totals, len(kept), dtype)
         crng, _ = rt.bind(carries, 0, rows * (chunks - 1), t.size, "cumsum")
-        rt.launch(pipe, dict(params, mode=1), [crng, crng, orng] + checks, rt.grid(rows * chunks, 64))
+        rt.launch(
+            pipe, dict(params, mode=1), [crng, crng, orng] + checks, rt.grid(rows * chunks, 64)
+        )
     return out

@@ -20,7 +20,9 @@ def collapse(shape, strides_list):
     out_dims = []
     out_strides = [[] for _ in strides_list]
     for k, d in enumerate(dims):
-        if out_dims and all(st[-1] == ss[k] * d for st, ss in zip(out_strides, strides, strict=True)):
+        if out_dims and all(
+            st[-1] == ss[k] * d for st, ss in zip(out_strides, strides, strict=True)
+        ):
             out_dims[-1] *= d
             for st, ss in zip(out_strides, strides, strict=True):
                 st[-1] = ss[k]

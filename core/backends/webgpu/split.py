@@ -13,6 +13,7 @@ extra, which must fit one binding. Pure shape arithmetic: no driver, no numpy.
   anyway (the copy kernel): a transposed copy fits both the source and the destination
   only when cut along both dims.
 """
+
 import itertools
 import operator
 
@@ -35,11 +36,11 @@ def row_plan(shape, operands, limit):
 
     operands: (strides in the space, extra elements, element size in bytes) each;
     limit: bytes one binding may span."""
-    if _fit(shape, operands, limit):     # the common case: one launch
+    if _fit(shape, operands, limit):  # the common case: one launch
         return 0, shape[0]
     nd = len(shape)
     for j in range(nd):
-        box = [1] * (j + 1) + list(shape[j + 1:])
+        box = [1] * (j + 1) + list(shape[j + 1 :])
         if not _fit(box, operands, limit):
             continue
         rows = shape[j]
@@ -54,9 +55,9 @@ def row_boxes(shape, level, rows):
     """(starts, sub shape) of every box of a row plan, in row-major order."""
     nd = len(shape)
     if level == 0 and rows >= shape[0]:
-        yield (), list(shape)      # no starts: every offset_of is 0
+        yield (), list(shape)  # no starts: every offset_of is 0
         return
-    tail = list(shape[level + 1:])
+    tail = list(shape[level + 1 :])
     for lead in itertools.product(*(range(n) for n in shape[:level])):
         for r0 in range(0, shape[level], rows):
             r = min(rows, shape[level] - r0)

@@ -10,12 +10,13 @@ resolved into a buffer of their own; `collect()` reads them all back after the r
 Timestamps are in nanoseconds (WebGPU's unit); a pair whose end reads before its begin
 (allowed by the spec after a clock change) counts as zero.
 """
+
 import struct
 import time
 
 from ...errors import UnsupportedOp
 
-MAX_QUERIES = 4096   # WebGPU's limit on one query set's count
+MAX_QUERIES = 4096  # WebGPU's limit on one query set's count
 
 
 def supported(driver):
@@ -28,15 +29,18 @@ class GpuTimer:
         # Two queries per dispatch and the two markers: the arena bounds dispatches per batch.
         self.capacity = 2 * dispatches_per_batch + 2
         if self.capacity > MAX_QUERIES:
-            raise UnsupportedOp(f"profile: a batch of {dispatches_per_batch} dispatches needs "
-                                f"more than {MAX_QUERIES} timestamp queries", op="profile")
+            raise UnsupportedOp(
+                f"profile: a batch of {dispatches_per_batch} dispatches needs "
+                f"more than {MAX_QUERIES} timestamp queries",
+                op="profile",
+            )
         self.query_set = driver.create_query_set(self.capacity)
         self._open()
-        self.batches = []    # (resolve buffer, query count, kernels, CPU submit time in ns)
+        self.batches = []  # (resolve buffer, query count, kernels, CPU submit time in ns)
 
     def _open(self):
         self.used = 0
-        self.kernels = []    # (label, bytes bound) per dispatch of the open batch
+        self.kernels = []  # (label, bytes bound) per dispatch of the open batch
 
     def dispatch(self, pipe, bind_group, uniform_offset, groups, label, ranges):
         """Record one dispatch (Runtime.launch calls this instead of the driver's while a
@@ -45,8 +49,9 @@ class GpuTimer:
             self.driver.timestamp_pass(self.query_set, 0, None)
             self.used = 1
         i = self.used
-        self.driver.dispatch(pipe, bind_group, uniform_offset, groups,
-                             timestamps=(self.query_set, i, i + 1))
+        self.driver.dispatch(
+            pipe, bind_group, uniform_offset, groups, timestamps=(self.query_set, i, i + 1)
+        )
         self.used += 2
         self.kernels.append((label, sum(n for _, _, n in ranges)))
 
@@ -74,14 +79,19 @@ class GpuTimer:
     async def collect_async(self):
         """collect() without blocking (a page without JSPI)."""
         batches, self.batches = self.batches, []
-        return [self._parse(b, await self.driver.read_async(b[0], 0, b[1] * 8))
-                for b in batches]
+        return [self._parse(b, await self.driver.read_async(b[0], 0, b[1] * 8)) for b in batches]
 
     def _parse(self, batch, raw):
         buf, count, kernels, submitted = batch
         self.driver.destroy_buffer(buf)
         stamps = struct.unpack(f"<{count}Q", bytes(raw))
-        timed = [(label, nbytes, stamps[1 + 2 * k], max(stamps[2 + 2 * k], stamps[1 + 2 * k]))
-                 for k, (label, nbytes) in enumerate(kernels)]
-        return {"submit_ns": submitted, "begin_ns": stamps[0],
-                "end_ns": max(stamps[-1], stamps[0]), "kernels": timed}
+        timed = [
+            (label, nbytes, stamps[1 + 2 * k], max(stamps[2 + 2 * k], stamps[1 + 2 * k]))
+            for k, (label, nbytes) in enumerate(kernels)
+        ]
+        return {
+            "submit_ns": submitted,
+            "begin_ns": stamps[0],
+            "end_ns": max(stamps[-1], stamps[0]),
+            "kernels": timed,
+        }

@@ -4,6 +4,7 @@ Dtypes the device holds widened (bf16, f16 without shader-f16, u8, i64: dtypes.p
 uploaded as the host's words and widened by the unpack kernel, and packed back by the
 pack kernel before readback; both run by ranges that fit one storage binding.
 """
+
 from ... import dtype as dt
 from ...errors import ShapeMismatch, UnsupportedDType, fmt_shape
 from ...intmath import ceil_div
@@ -41,18 +42,24 @@ def from_host(be, data, dtype, shape):
     n = _numel(shape)
     mv = memoryview(data)
     if mv.nbytes and not mv.c_contiguous:
-        mv = memoryview(mv.tobytes())      # one C-order copy of a strided host view
+        mv = memoryview(mv.tobytes())  # one C-order copy of a strided host view
     raw = mv.cast("B") if mv.nbytes and (mv.format != "B" or mv.ndim != 1) else mv
     if raw.nbytes != n * dtype.itemsize:
         raise ShapeMismatch(
             f"from_host: {raw.nbytes} bytes for shape {fmt_shape(shape)} of {dtype.name} "
-            f"(expected {n * dtype.itemsize})", op=op, shapes=(tuple(shape),))
+            f"(expected {n * dtype.itemsize})",
+            op=op,
+            shapes=(tuple(shape),),
+        )
     known = int_range(data, raw, dtype) if dtype.is_int and n else None
     if dtype is dt.i64 and known and (known[0] < I32_MIN or known[1] > I32_MAX):
         raise UnsupportedDType(
             f"from_host: i64 values {known[0]}..{known[1]} do not fit in 32 bits; the "
             f"WebGPU backend keeps i64 as i32 on the device (WGSL has no 64-bit "
-            f"integers)", op=op, dtype=dtype)
+            f"integers)",
+            op=op,
+            dtype=dtype,
+        )
     out = rt.alloc(n, dtype, op)
     out.known_range = known
     if n == 0:
@@ -70,9 +77,10 @@ def from_host(be, data, dtype, shape):
         e = min(n, s + per)
         wrng, wrel = rt.bind_words(tmp, s * hs // 4, ceil_div(e * hs, 4))
         orng, orel = rt.bind(out, s, e, t.size, op)
-        rt.launch(pipe, {"n": e - s, "out_off": orel, "first_word": wrel}, [wrng, orng],
-                  rt.grid(e - s))
-    rt.give(tmp)   # reused only after this batch (see Runtime.write)
+        rt.launch(
+            pipe, {"n": e - s, "out_off": orel, "first_word": wrel}, [wrng, orng], rt.grid(e - s)
+        )
+    rt.give(tmp)  # reused only after this batch (see Runtime.write)
     return out
 
 
@@ -88,14 +96,14 @@ def full(be, shape, value, dtype):
     out = rt.alloc(n, dtype, "full")
     if n == 0:
         return out
-    pipe = rt.kernel("fill", t, {"S": t.storage, "PARAM": t.param, "WG": WG, "EPT": EPT},
-                     "full")
+    pipe = rt.kernel("fill", t, {"S": t.storage, "PARAM": t.param, "WG": WG, "EPT": EPT}, "full")
     per = (rt.max_binding - rt.storage_align) // t.size
     for s in range(0, n, per):
         e = min(n, s + per)
         rng, rel = rt.bind(out, s, e, t.size, "full")
-        rt.launch(pipe, {"n": e - s, "value": bits, "out_off": rel}, [rng],
-                  rt.grid(ceil_div(e - s, EPT)))
+        rt.launch(
+            pipe, {"n": e - s, "value": bits, "out_off": rel}, [rng], rt.grid(ceil_div(e - s, EPT))
+        )
     if dtype.is_int:
         out.known_range = (int(value), int(value))
     return out
@@ -124,8 +132,12 @@ def _read_plan(be, storage, layout, dtype, op):
             w0, w1 = s * dtype.itemsize // 4, host_words(dtype, e)
             rng, rel = rt.bind(storage, off + s, off + e, t.size, op)
             wrng, wrel = rt.bind_words(out, w0, w1)
-            rt.launch(pipe, {"words": w1 - w0, "n": e - s, "out_off": wrel, "x_off": rel},
-                      [rng, wrng], rt.grid(w1 - w0))
+            rt.launch(
+                pipe,
+                {"words": w1 - w0, "n": e - s, "out_off": wrel, "x_off": rel},
+                [rng, wrng],
+                rt.grid(w1 - w0),
+            )
         return out, 0, words * 4, n * dtype.itemsize, storage
     if not layout.is_contiguous():
         storage = be.copy_strided(storage, layout, dtype)
@@ -160,17 +172,16 @@ async def to_bytes_async(be, storage, layout, dtype):
 def _finish_read(rt, buf, data, nbytes, keep):
     skip = keep[1] if isinstance(keep, tuple) else 0
     if not isinstance(keep, tuple):
-        rt.give(buf)   # the pack output is ours alone
+        rt.give(buf)  # the pack output is ours alone
     mv = memoryview(data).cast("B")
-    return mv[skip:skip + nbytes].tobytes() if (skip or len(mv) != nbytes) else bytes(mv)
+    return mv[skip : skip + nbytes].tobytes() if (skip or len(mv) != nbytes) else bytes(mv)
 
 
 def to_numpy(be, storage, layout, dtype):
     import numpy
+
     raw = bytearray(to_bytes(be, storage, layout, dtype))
     arr = numpy.frombuffer(raw, dtype=dtype.numpy_name).reshape(layout.shape)
     if dtype is dt.bf16:
         arr = (arr.astype(numpy.uint32) << 16).view(numpy.float32)
     return arr
-
-
