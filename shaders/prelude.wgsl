@@ -136,8 +136,11 @@ fn pow_f(a: f32, b: f32) -> f32 {
 // does. Written on magnitudes: `%` and `/` of negative integers differ between drivers.
 fn idiv(a: T, b: T) -> T {
     if (b == T(0)) { return T(0); }
-    let q = abs(a) / abs(b);
-    if ((a < T(0)) == (b < T(0))) { return q; }
-    let r = abs(a) - q * abs(b);
-    return T(0) - q - select(T(0), T(1), r != T(0));
+    // On magnitudes as u32: abs() of the i32 minimum does not fit an i32 (it gave
+    // -2147483648 // 2 = +1073741824). The minimum // -1 wraps as numpy's int32 does.
+    let ma = select(0u - bitcast<u32>(a), bitcast<u32>(a), a >= T(0));
+    let mb = select(0u - bitcast<u32>(b), bitcast<u32>(b), b >= T(0));
+    let q = ma / mb;
+    if ((a < T(0)) == (b < T(0))) { return bitcast<T>(q); }
+    return bitcast<T>(0u - q - select(0u, 1u, ma - q * mb != 0u));
 }

@@ -19,7 +19,20 @@ from ...errors import UnsupportedDType
 from . import kernels
 
 # Ops whose i64 form is checked, each with its bit in the flag word.
-OPS = ("add", "sub", "mul", "neg", "abs", "square", "affine", "sum", "prod", "cumsum", "matmul")
+OPS = (
+    "add",
+    "sub",
+    "mul",
+    "neg",
+    "abs",
+    "square",
+    "affine",
+    "sum",
+    "prod",
+    "cumsum",
+    "matmul",
+    "div",
+)
 
 # Checked WGSL forms, in the variables of core/ops.py's expressions (a, b; x, p0, p1) and
 # of reduce.wgsl's fold (acc, v) and cumsum.wgsl's add_t (a, b).
@@ -34,6 +47,7 @@ EXPR = {
     "sum": "*acc = add_i(*acc, v);",
     "prod": "*acc = mul_i(*acc, v);",
     "cumsum": "add_i(a, b)",
+    "div": "div_i(a, b)",
 }
 # The general matmul kernel's multiply-add, checked and plain.
 MATMUL = ({"ADD": "add_i(a, b)", "MUL": "mul_i(a, b)"}, {"ADD": "a + b", "MUL": "a * b"})
@@ -56,6 +70,11 @@ fn mul_i(a: i32, b: i32) -> i32 {
     let limit = select(2147483647u, 2147483648u, (a < 0i) != (b < 0i));
     if (ma != 0u && mag_i(b) > limit / ma) { overflowed(); }
     return bitcast<i32>(bitcast<u32>(a) * bitcast<u32>(b));
+}
+fn div_i(a: i32, b: i32) -> i32 {
+    // Floor division leaves i32 only for the minimum // -1 (2^31).
+    if (a == I32_LO && b == -1i) { overflowed(); }
+    return idiv(a, b);
 }
 """
 
