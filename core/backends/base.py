@@ -323,5 +323,14 @@ class Backend:
         bytes_pooled, buffers_created); empty elsewhere."""
         return {}
 
+    def start_kernel_timer(self) -> Any:
+        """Start timing every kernel this device runs (ember.profiler's hook): a timer
+        whose `collect()` / `await collect_async()` give each kernel's GPU time, or None
+        where there are no kernels to time or no timestamp queries (the default)."""
+        return None
+
+    def stop_kernel_timer(self, timer: Any) -> None:
+        """Stop what start_kernel_timer started, submitting the work recorded so far."""
+
     def synchronize(self) -> None:
         """Wait for queued work (a no-op on synchronous backends)."""

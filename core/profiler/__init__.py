@@ -63,19 +63,9 @@ class Profiler:
         name = str(device)
         self.devices.append(name)
         self.ops.instrument(device.backend, name)
-        runtime = getattr(device.backend, "runtime", None)
-        if runtime is None or not hasattr(runtime, "timer"):
-            return
-        from ..backends.webgpu import runtime as runtime_module
-        from ..backends.webgpu import timestamps
-
-        if not timestamps.supported(runtime.driver):
-            return
-        with runtime.lock:
-            runtime.flush()  # earlier work stays out of the first timed batch
-            timer = timestamps.GpuTimer(runtime.driver, runtime_module.ARENA // runtime.block)
-            runtime.timer = timer
-        self.timers.append((name, runtime, timer))
+        timer = device.backend.start_kernel_timer()
+        if timer is not None:
+            self.timers.append((name, device.backend, timer))
 
     def stop(self):
         """Stop watching; read the GPU timestamps back (blocking) and return the Profile."""
@@ -97,12 +87,8 @@ class Profiler:
         Device._get = self._open_device
         self.ops.restore()
         timers = []
-        for name, runtime, timer in self.timers:
-            with runtime.lock:
-                try:
-                    runtime.flush()  # the last batch's queries are resolved and submitted
-                finally:
-                    runtime.timer = None
+        for name, backend, timer in self.timers:
+            backend.stop_kernel_timer(timer)  # the last batch's queries are submitted
             timers.append((name, timer))
         return timers
 

@@ -20,7 +20,9 @@ from ..dtype import DType, as_dtype
 from ..layout import Layout
 
 # Contract methods that answer a question rather than do work: left untimed.
-_FACTS = frozenset({"lacks", "keeps_quantized", "memory_stats"})
+_FACTS = frozenset(
+    {"lacks", "keeps_quantized", "memory_stats", "start_kernel_timer", "stop_kernel_timer"}
+)
 
 
 def contract_methods():
@@ -94,8 +96,11 @@ class OpRecorder:
 
     def instrument(self, backend, device_name):
         names = [n for n in contract_methods() if n not in vars(backend)]
+        cls = type(backend)
         for name in names:
-            setattr(backend, name, self._wrap(getattr(backend, name), name, device_name))
+            # The class's own implementation, bound: every name is declared on Backend.
+            method = inspect.getattr_static(cls, name).__get__(backend, cls)
+            setattr(backend, name, self._wrap(method, name, device_name))
         self.wrapped.append((backend, names))
 
     def restore(self):

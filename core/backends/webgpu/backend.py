@@ -78,6 +78,12 @@ class WebGPUBackend(Backend):
     def memory_stats(self):
         return self.runtime.memory_stats()
 
+    def start_kernel_timer(self):
+        return self.runtime.start_timer()
+
+    def stop_kernel_timer(self, timer):
+        self.runtime.stop_timer(timer)
+
     def kernel_stats(self):
         return self.runtime.kernel_stats()
 

@@ -272,6 +272,28 @@ class Runtime:
             self.driver.write_buffer(self.overflow.handle, 0, bytes(4))
             raise overflow.error(word)
 
+    # --- profiling -------------------------------------------------------------------------
+    def start_timer(self):
+        """Time each dispatch from now on (timestamps.GpuTimer), or None where the adapter
+        has no timestamp queries. Earlier work is submitted first, outside the timing."""
+        from . import timestamps
+
+        if not timestamps.supported(self.driver):
+            return None
+        with self.lock:
+            self.flush()
+            self.timer = timestamps.GpuTimer(self.driver, ARENA // self.block)
+            return self.timer
+
+    def stop_timer(self, timer):
+        """Submit the last timed batch (its queries resolved) and stop timing."""
+        with self.lock:
+            try:
+                if self.timer is timer:
+                    self.flush()
+            finally:
+                self.timer = None
+
     # --- batches -----------------------------------------------------------------------------
     def flush(self):
         """Submit the recorded batch (the uniform arena is written just before)."""
