@@ -115,11 +115,6 @@ fn erf_f(x: f32) -> f32 {
     return sign(x) * (1.0 - erfc_tail(min(ax, 10.0)));
 }
 
-fn gelu_erf(x: f32) -> f32 {
-    let z = x * 0.7071067811865476;
-    return 0.5 * x * (1.0 + sign(z) * (1.0 - erfc_tail(min(abs(z), 10.0))));
-}
-
 fn gelu_tanh(x: f32) -> f32 {
     return 0.5 * x * (1.0 + tanh_f(0.7978845608028654 * (x + 0.044715 * (x * x * x))));
 }
