@@ -143,13 +143,12 @@ def scaled_dot_product_attention(
     tq, tk = lq.shape[-2], lk.shape[-2]
     batch = lq.shape[:-2]
     out_shape = batch + (tq, lv.shape[-1])
-    out = be.empty(out_shape, dtype)
     if numel(out_shape) == 0:
-        return out
+        return be.empty(out_shape, dtype)
     kt = lk.transpose(-2, -1)
     step = max(1, ATTENTION_TILE_ELEMENTS // max(1, numel(batch) * tk))
-    for q0 in range(0, tq, step):
-        n = min(step, tq - q0)
+
+    def tile(q0, n):
         scores = (be.matmul(q, lq.narrow(-2, q0, n), k, kt, dtype), Layout(batch + (n, tk)))
         scores = _binary(be, "mul", scores, float(scale), dtype)
         if mask is not None:
@@ -157,9 +156,19 @@ def scaled_dot_product_attention(
         if causal:
             scores = _binary(be, "add", scores, _causal_tile(be, q0, n, tq, tk, dtype), dtype)
         weights = be.softmax(scores[0], scores[1], len(batch) + 1, dtype)
-        tile = be.matmul(weights, scores[1], v, lv, dtype)
+        return be.matmul(weights, scores[1], v, lv, dtype)
+
+    if step >= tq:  # one tile (every decode step): its result is the output, no copy
+        return tile(0, tq)
+    out = be.empty(out_shape, dtype)
+    for q0 in range(0, tq, step):
+        n = min(step, tq - q0)
         be.copy_into(
-            out, Layout(out_shape).narrow(-2, q0, n), tile, Layout(batch + (n, lv.shape[-1])), dtype
+            out,
+            Layout(out_shape).narrow(-2, q0, n),
+            tile(q0, n),
+            Layout(batch + (n, lv.shape[-1])),
+            dtype,
         )
     return out
 

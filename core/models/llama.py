@@ -116,16 +116,27 @@ class Attention(Module):
         if cache is not None:
             k, v = cache.update(self.layer_idx, k, v)
         g = nh // nkv
+        mask = masks.get(self.window)  # [b, 1, 1, t, len] or None
         # Grouped-query attention without repeating k/v: the g query heads that share a
-        # kv head broadcast against it ([b, nkv, g, t, hd] queries, [b, nkv, 1, len, hd]
-        # keys); the backend computes it in tiles of queries.
-        out = F.scaled_dot_product_attention(
-            q.reshape(b, nkv, g, t, hd),
-            k.unsqueeze(2),
-            v.unsqueeze(2),
-            mask=masks.get(self.window),
-            scale=self.scale,
-        )  # [b, nkv, g, t, hd]
+        # kv head are g*t query rows against it ([b, nkv, g*t, hd] queries, [b, nkv, len,
+        # hd] keys: one GEMM per kv head, not g GEMVs). The mask is per query position,
+        # so with t > 1 and a mask the g heads broadcast as a dim of their own instead.
+        if t == 1 or mask is None:
+            out = F.scaled_dot_product_attention(
+                q.reshape(b, nkv, g * t, hd),
+                k,
+                v,
+                mask=None if mask is None else mask.reshape(b, 1, 1, mask.shape[-1]),
+                scale=self.scale,
+            )  # [b, nkv, g*t, hd]
+        else:
+            out = F.scaled_dot_product_attention(
+                q.reshape(b, nkv, g, t, hd),
+                k.unsqueeze(2),
+                v.unsqueeze(2),
+                mask=mask,
+                scale=self.scale,
+            )  # [b, nkv, g, t, hd]
         out = out.reshape(b, nh, t, hd).transpose(1, 2).reshape(b, t, nh * hd)
         return self.o_proj(out)
 
