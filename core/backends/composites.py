@@ -93,7 +93,7 @@ def rope(be: "Backend", storage, layout, cos, lcos, sin, lsin, dtype, interleave
     a*cos - b*sin and b*cos + a*sin, written into their places in a new storage."""
     shape = layout.shape
     half = shape[-1] // 2
-    lc, ls = _table_layout(lcos, shape), _table_layout(lsin, shape)
+    lc, ls = table_layout(lcos, shape), table_layout(lsin, shape)
     if interleaved:
         pairs = Layout(shape[:-1] + (half, 2))
         x = layout.reshape(shape[:-1] + (half, 2))
@@ -120,7 +120,7 @@ def rope(be: "Backend", storage, layout, cos, lcos, sin, lsin, dtype, interleave
     return out
 
 
-def _table_layout(table, shape):
+def table_layout(table, shape):
     """A (T, D/2) or (B, T, D/2) table's layout broadcast over x's shape [B, ..., T, D]
     with D halved: a batched table follows x's first dim."""
     target = shape[:-1] + (shape[-1] // 2,)
