@@ -137,27 +137,32 @@ def _span(op, bshape, rows, cols):
 _MAX_K = 32768  # keeps each invocation's K loop under lavapipe's 65,535-iteration cap
 
 
+def _split_k(be, t, dtype, A, B, C, m, n, k, half, bshape, acc, epi, last):
+    """C = A @ B as two launches over K: [0, half) accumulating as `acc` says, then the
+    rest added on top; only the last part of the last split applies the epilogue."""
+    _split_or_launch(be, t, dtype, A, B, C, m, n, half, bshape, acc, epi, False)
+    _split_or_launch(
+        be,
+        t,
+        dtype,
+        A.moved(half * A.cs),
+        B.moved(half * B.rs),
+        C,
+        m,
+        n,
+        k - half,
+        bshape,
+        True,
+        epi,
+        last,
+    )
+
+
 def _split_or_launch(be, t, dtype, A, B, C, m, n, k, bshape, acc, epi=None, last=True):
     """C = A @ B over the operands A, B, C. `epi`: a linear's epilogue, applied by the
     launch of the last part of K (`last`)."""
     if k > _MAX_K:
-        half = k // 2 // 4 * 4
-        _split_or_launch(be, t, dtype, A, B, C, m, n, half, bshape, acc, epi, False)
-        _split_or_launch(
-            be,
-            t,
-            dtype,
-            A.moved(half * A.cs),
-            B.moved(half * B.rs),
-            C,
-            m,
-            n,
-            k - half,
-            bshape,
-            True,
-            epi,
-            last,
-        )
+        _split_k(be, t, dtype, A, B, C, m, n, k, k // 2 // 4 * 4, bshape, acc, epi, last)
         return
     limit = be.runtime.max_binding - be.runtime.storage_align - 16
     spans = {
@@ -233,22 +238,7 @@ def _split_or_launch(be, t, dtype, A, B, C, m, n, k, bshape, acc, epi=None, last
             last,
         )
     elif which == "k":
-        _split_or_launch(be, t, dtype, A, B, C, m, n, half, bshape, acc, epi, False)
-        _split_or_launch(
-            be,
-            t,
-            dtype,
-            A.moved(half * A.cs),
-            B.moved(half * B.rs),
-            C,
-            m,
-            n,
-            k - half,
-            bshape,
-            True,
-            epi,
-            last,
-        )
+        _split_k(be, t, dtype, A, B, C, m, n, k, half, bshape, acc, epi, last)
     else:
         i = which[1]
         lo = list(bshape)
