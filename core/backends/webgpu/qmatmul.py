@@ -5,9 +5,16 @@ are (an exactly sized buffer, counted in the pool's bytes in use, not rounded to
 class); `qmatmul(be, x, lx, qw, dtype)` computes x @ dequantize(W).T in f32 with
 shaders/qmatmul.wgsl, which decodes the blocks inside its dot products.
 
-Types with a kernel: Q8_0, Q4_0, Q4_K and Q6_K (Q4_K_M files mix the last two). Other
-types have none here: `supports(t)` is False for them and callers (QuantLinear) keep
-dequantizing those to f32 at load time.
+Types with a kernel: the ten common GGUF types, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K,
+Q4_K, Q5_K and Q6_K. Any other type has none here: `supports(t)` is False for it and
+Backend.place_quantized dequantizes it to a dense f32 weight at load time.
+
+The blocks are not re-packed: the device buffer holds the file's bytes as they are (plus at
+most 7 bytes of padding), and the shader reads fields at byte offsets into an array<u32>.
+Most block sizes (18, 22, 34, 110, 210 bytes) are not multiples of 4, so an aligned re-pack
+would pad every block (Q4_0 to 20 bytes: +11%) or reorder fields on the host at load, which
+the page must do in pure Python; reading a field that straddles two words costs two loads
+and a shift instead.
 
 Few rows of x (decoding): one invocation per output column and tile of up to 8 rows,
 reading the weight once per tile. From 8 rows (a prompt) the weight is dequantized a
@@ -28,9 +35,15 @@ from . import loopcap
 # ggml type number -> (shader name, weights per block, bytes per block, loop iterations
 # per block for a tile of `tm` rows: the block's own loops plus add_rows' row loop)
 _TYPES = {
-    8: ("q8_0", 32, 34, lambda tm: 1 + 8 + 8 * tm),
     2: ("q4_0", 32, 18, lambda tm: 1 + 4 + 8 * tm),
+    3: ("q4_1", 32, 20, lambda tm: 1 + 4 + 8 * tm),
+    6: ("q5_0", 32, 22, lambda tm: 1 + 4 + 8 * tm),
+    7: ("q5_1", 32, 24, lambda tm: 1 + 4 + 8 * tm),
+    8: ("q8_0", 32, 34, lambda tm: 1 + 8 + 8 * tm),
+    10: ("q2_k", 256, 84, lambda tm: 1 + 16 + 64 + 64 * tm),
+    11: ("q3_k", 256, 110, lambda tm: 1 + 16 + 64 + 64 * tm),
     12: ("q4_k", 256, 144, lambda tm: 1 + 4 + 32 + 64 * tm),
+    13: ("q5_k", 256, 176, lambda tm: 1 + 4 + 32 + 64 * tm),
     14: ("q6_k", 256, 210, lambda tm: 1 + 2 + 8 + 64 + 64 * tm),
 }
 _WG = 64
@@ -66,7 +79,8 @@ def upload(be, raw, ggml_type, shape):
     t = int(ggml_type)
     if t not in _TYPES:
         raise UnsupportedOp(
-            f"qmatmul: ggml type {t} has no WebGPU kernel (supported: Q8_0, Q4_0, Q4_K, Q6_K)",
+            f"qmatmul: ggml type {t} has no WebGPU kernel (supported: "
+            f"{', '.join(v[0].upper() for v in _TYPES.values())})",
             op="qmatmul",
         )
     name, qk, ts, _ = _TYPES[t]
