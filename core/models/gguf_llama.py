@@ -7,9 +7,9 @@ GGUF names tensors its own way (`blk.0.attn_q.weight`); `GGUFSource` presents th
 Hugging Face names to the same VarBuilder the safetensors path uses, so the model code
 is shared. On the CPU quantized weights stay packed in the file's memory map and run
 through `qmatmul` (a chunk of rows dequantized at a time). On WebGPU the linear layers'
-weights of types its kernel decodes (Q8_0, Q4_0, Q4_K, Q6_K: every tensor of a Q4_K_M
-file but the odd one) go to the device as their raw blocks and are dequantized inside
-the matmul, so device memory is about the file's tensor bytes; other types, and other
+weights of types its kernel decodes (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q2_K .. Q6_K:
+every quantized tensor of the common GGUF files) go to the device as their raw blocks
+and are dequantized inside the matmul, so device memory is about the file's tensor bytes; other types, and other
 devices, get those weights dequantized to f32 a few MiB of rows at a time while
 uploading (quant_layers.QuantLinear.place). A quantized embedding table stays on the
 host: only the looked-up rows are dequantized and uploaded.

@@ -2,9 +2,9 @@
 
 A QuantLinear runs the backend contract's quantized matmul (Backend.qmatmul) on what
 Backend.place_quantized made of its weight, and decides nothing about devices: where the
-backend keeps the weight's type quantized (`keeps_quantized`: WebGPU, for the types its
-kernel decodes: Q8_0, Q4_0, Q4_K, Q6_K) the raw blocks go to the device as they are and
-are dequantized inside the matmul, so device memory is the file's tensor bytes; numpy
+backend keeps the weight's type quantized (`keeps_quantized`: WebGPU, for the ten common
+GGUF types its kernel decodes, Q4_0 .. Q6_K) the raw blocks go to the device as they are
+and are dequantized inside the matmul, so device memory is the file's tensor bytes; numpy
 reads the host weight itself and dequantizes a chunk of rows at a time into one reused
 buffer; other devices get a dense f32 copy made once, a chunk of rows at a time.
 
