@@ -98,25 +98,36 @@ class Attention(Module):
             self.qkv_proj = layers.fused(vb, ("q_proj", "k_proj", "v_proj"), h, outs, qkv_bias)
         self.o_proj = layers.linear(vb.pp("o_proj"), self.n_heads * hd, h, cfg.attention_bias)
         self.scale = float(hd) ** -0.5
+        self.rope_kind = "default"  # which of the model's rotary tables (see rope_params)
 
     def forward(self, x, rope, tables, cache, masks):
         b, t, _ = x.shape
         hd, nh, nkv = self.head_dim, self.n_heads, self.n_kv
-        cos, sin, half = tables
-        # q and k are adjacent heads of one output: rotate them in one pass, heads first
-        # ([b, heads, t, hd]) as attention wants them.
         qkv = self.qkv_proj(x).reshape(b, t, nh + 2 * nkv, hd)
-        qk = qkv.narrow(2, 0, nh + nkv)
+        q, k = self.rotate_qk(qkv.narrow(2, 0, nh + nkv), rope, tables)
+        v = qkv.narrow(2, nh + nkv, nkv).transpose(1, 2)
+        if cache is not None:
+            k, v = cache.update(self.layer_idx, k, v)
+        out = self.attend(q, k, v, masks.get(self.window))  # [b, nh, t, hd]
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, nh * hd))
+
+    def rotate_qk(self, qk, rope, tables):
+        """The q and k heads ([b, t, nh + nkv, hd], adjacent heads of one output) rotated
+        in one pass, returned heads first ([b, heads, t, hd]) as attention wants them."""
+        nh, nkv = self.n_heads, self.n_kv
+        cos, sin, half = tables
         if half is not None:  # whole heads: ember.functional.rope, [t or b, t, hd/2] tables
             qk = rope.rotate_fused(qk.transpose(1, 2), half)
         else:  # a partial rotation (Phi-3.5): cos/sin [batch or 1, t, rot] over the heads
             qk = rope.rotate(qk, cos.unsqueeze(2), sin.unsqueeze(2)).transpose(1, 2)
-        q, k = qk.narrow(1, 0, nh), qk.narrow(1, nh, nkv)
-        v = qkv.narrow(2, nh + nkv, nkv).transpose(1, 2)
-        if cache is not None:
-            k, v = cache.update(self.layer_idx, k, v)
+        return qk.narrow(1, 0, nh), qk.narrow(1, nh, nkv)
+
+    def attend(self, q, k, v, mask):
+        """Attention of q [b, nh, t, hd] over k, v [b, nkv, len, hd] under the additive
+        `mask` ([b, 1, 1, t, len] or None): [b, nh, t, hd]."""
+        b, nh, t, hd = q.shape
+        nkv = self.n_kv
         g = nh // nkv
-        mask = masks.get(self.window)  # [b, 1, 1, t, len] or None
         # Grouped-query attention without repeating k/v: the g query heads that share a
         # kv head are g*t query rows against it ([b, nkv, g*t, hd] queries, [b, nkv, len,
         # hd] keys: one GEMM per kv head, not g GEMVs). The mask is per query position,
@@ -137,8 +148,7 @@ class Attention(Module):
                 mask=mask,
                 scale=self.scale,
             )  # [b, nkv, g, t, hd]
-        out = out.reshape(b, nh, t, hd).transpose(1, 2).reshape(b, t, nh * hd)
-        return self.o_proj(out)
+        return out.reshape(b, nh, t, hd)
 
 
 class MLP(Module):
@@ -176,6 +186,10 @@ class DecoderLayer(Module):
 
 
 class LlamaForCausalLM(Module):
+    # What a family changes (gemma.py): its config, its decoder layer, where its weights sit.
+    config_class = LlamaConfig
+    layer_class = DecoderLayer
+
     def __init__(self, cfg, vb, device=None, layers=None, max_len=None):
         """`layers` makes the layers (DenseLayers by default); `max_len` caps the context
         below the config's max_position_embeddings (a smaller cache and rope tables)."""
@@ -184,13 +198,13 @@ class LlamaForCausalLM(Module):
         self.device = as_device(device if device is not None else (vb.device or "cpu"))
         self.context_length = _context_length(cfg, max_len)
         layers = layers if layers is not None else DenseLayers()
-        m = vb.pp("model")
+        m = vb.pp(cfg.extra.get("weights_prefix", "model"))
         self.embed_tokens = layers.embedding(
             m.pp("embed_tokens"), cfg.vocab_size, cfg.hidden_size, self.device
         )
         self.layers = ModuleList(
             *[
-                DecoderLayer(cfg, m.pp(f"layers.{i}"), i, layers)
+                self.layer_class(cfg, m.pp(f"layers.{i}"), i, layers)
                 for i in range(cfg.num_hidden_layers)
             ]
         )
@@ -199,14 +213,14 @@ class LlamaForCausalLM(Module):
             self.lm_head = layers.tied_head(self.embed_tokens)
         else:
             self.lm_head = layers.linear(vb.pp("lm_head"), cfg.hidden_size, cfg.vocab_size, False)
-        self._rope = None
+        object.__setattr__(self, "_ropes", {})  # rope kind -> RotaryEmbedding
 
     # --- construction ---------------------------------------------------------------------
     @classmethod
     def from_pretrained(cls, path, device=None, dtype=dt.f32, max_len=None):
         """A model directory holding config.json and safetensors weights."""
         device = as_device(device) if device is not None else as_device("cpu")
-        cfg = LlamaConfig.from_file(path)
+        cfg = cls.config_class.from_file(path)
         merge_generation_config(cfg, path)
         vb = VarBuilder.from_dir(path, dtype=dtype, device=device)
         return cls(cfg, vb, device, max_len=max_len)
@@ -231,26 +245,29 @@ class LlamaForCausalLM(Module):
             self.device,
         )
 
-    def rope(self, max_len):
+    def rope_params(self, kind):
+        """(theta, scaling) of the rotary tables the layers of `kind` use (one kind here)."""
+        return self.config.rope_theta, self.config.rope_scaling
+
+    def rope(self, max_len, kind="default"):
         """Rotary tables covering max_len positions (rebuilt only when a longer one is asked)."""
-        if self._rope is None or self._rope.max_len < max_len:
+        rope = self._ropes.get(kind)
+        if rope is None or rope.max_len < max_len:
             cfg = self.config
-            object.__setattr__(
-                self,
-                "_rope",
-                RotaryEmbedding(
-                    cfg.head_dim,
-                    max_len,
-                    cfg.rope_theta,
-                    cfg.rope_scaling,
-                    cfg.rotary_dim,
-                    cfg.rope_interleaved,
-                    self.device,
-                    self.dtype,
-                    cfg.extra.get("rope_freq_factors"),
-                ),
+            theta, scaling = self.rope_params(kind)
+            rope = RotaryEmbedding(
+                cfg.head_dim,
+                max_len,
+                theta,
+                scaling,
+                cfg.rotary_dim,
+                cfg.rope_interleaved,
+                self.device,
+                self.dtype,
+                cfg.extra.get("rope_freq_factors"),
             )
-        return self._rope
+            self._ropes[kind] = rope
+        return rope
 
     # --- forward --------------------------------------------------------------------------
     def forward(self, input_ids, cache=None, attention_mask=None, last_only=False):
@@ -292,9 +309,12 @@ class LlamaForCausalLM(Module):
             key_mask = llama_host.bool_rows(attention_mask, (b, total))
         if t > PREFILL_TILE:
             return self._tiled(ids, cache, key_mask, last_only)
-        rope = self.rope(cache.max_len if cache is not None else total)
         positions = llama_host.positions(key_mask, past, self.device)
-        tables = rope.tables(positions, t) + (rope.fused_tables(positions, t),)
+        rotations = {}  # rope kind -> (its RotaryEmbedding, its tables at these positions)
+        for kind in {layer.self_attn.rope_kind for layer in self.layers}:
+            rope = self.rope(cache.max_len if cache is not None else total, kind)
+            tables = rope.tables(positions, t) + (rope.fused_tables(positions, t),)
+            rotations[kind] = rope, tables
         masks = {
             w: llama_host.additive_mask(
                 b, t, past, w, key_mask, self._mask_low(), self.dtype, self.device
@@ -307,11 +327,15 @@ class LlamaForCausalLM(Module):
             # transformers rounds the scale to the model's dtype first (sqrt(3072) is 55.5 in bf16)
             x = x * llama_host.round_to_dtype(self.config.embed_scale, x.dtype)
         for layer in self.layers:
-            x = layer(x, rope, tables, cache, masks)
+            x = layer(x, *rotations[layer.self_attn.rope_kind], cache, masks)
         if cache is not None:
             cache.advance(t)
         if last_only and t > 1:
             x = x.narrow(1, t - 1, 1)
+        return self.logits(x)
+
+    def logits(self, x):
+        """The vocabulary logits of the last layer's output."""
         return self.lm_head(self.norm(x))
 
     def _tiled(self, ids, cache, key_mask, last_only):

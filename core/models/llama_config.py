@@ -19,6 +19,9 @@ LAYER_TYPES = ("full_attention", "sliding_attention")
 
 @dataclass
 class LlamaConfig:
+    MODEL_TYPES = SUPPORTED_MODEL_TYPES  # what from_dict accepts (a family's subclass changes it)
+    family = "Llama-family"  # named when a model_type is refused
+
     model_type: str = "llama"
     vocab_size: int = 32000
     hidden_size: int = 4096
@@ -87,7 +90,7 @@ class LlamaConfig:
                 path=src,
                 field="num_key_value_heads",
             )
-        cf.string(src, "model_type", self.model_type, SUPPORTED_MODEL_TYPES)
+        cf.string(src, "model_type", self.model_type, self.MODEL_TYPES)
         cf.string(src, "hidden_act", self.hidden_act)
         self.rms_norm_eps = cf.positive_number(src, "rms_norm_eps", self.rms_norm_eps)
         self.rope_theta = cf.positive_number(src, "rope_theta", self.rope_theta)
@@ -163,10 +166,10 @@ class LlamaConfig:
     def from_dict(cls, d, path="config.json"):
         d = dict(d)
         model_type = d.get("model_type", "llama")
-        if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:
+        if not isinstance(model_type, str) or model_type not in cls.MODEL_TYPES:
             raise FormatError(
-                f"{path}: model_type {model_type!r} is not a Llama-family model "
-                f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})",
+                f"{path}: model_type {model_type!r} is not a {cls.family} model "
+                f"(supported: {', '.join(cls.MODEL_TYPES)})",
                 path=path,
                 field="model_type",
             )
