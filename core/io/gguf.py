@@ -449,7 +449,8 @@ class GGUFFile:
             if start + nbytes > size:
                 r.fail(
                     field + ".offset",
-                    f"tensor data [{start}, {start + nbytes}) lies outside the file ({size} bytes)",
+                    f"tensor data [{start}, {start + nbytes}) lies outside the file: its data "
+                    f"ends at offset {size} (truncated, or joined from too few parts?)",
                     offset=off,
                     nbytes=nbytes,
                 )

@@ -1,4 +1,4 @@
-"""Llama-family models from GGUF files (llama.cpp's format).
+"""Language models from GGUF files (llama.cpp's format): the Llama family and Gemma 2/3.
 
     model = load_gguf_model("tinyllama.Q4_K_M.gguf", device=ember.Device.cpu())
     tok = tokenizer_from_gguf("tinyllama.Q4_K_M.gguf")
@@ -19,6 +19,7 @@ rotary pairs are adjacent; those models use the interleaved rope layout.
 """
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,20 +30,12 @@ from ..io.gguf import GGUFFile
 from ..io.quant import GGMLType, QTensor
 from ..nn import Module, VarBuilder
 from ..tensor import cat, from_numpy
+from .gemma import GemmaForCausalLM
+from .gemma_config import gemma_config_from_gguf
 from .llama import DenseLayers, LlamaForCausalLM
 from .llama_config import LlamaConfig, check_gguf_metadata
 from .quant_layers import QuantEmbedding, QuantLinear
 
-# GGUF architectures this loader knows, and the LlamaConfig model_type each becomes.
-ARCHITECTURES = {
-    "llama": "llama",
-    "mistral": "mistral",
-    "qwen2": "qwen2",
-    "gemma": "gemma",
-    "phi3": "phi3",
-}
-# Architectures whose converter left rotary pairs split in halves (llama.cpp "NEOX" rope).
-_HALF_ROPE = {"qwen2", "gemma", "phi3"}
 _PLAIN = {GGMLType.F32, GGMLType.F16, GGMLType.BF16}
 
 _GLOBAL_NAMES = {
@@ -69,6 +62,66 @@ _LAYER_NAMES = {
 }
 
 
+# Gemma 2/3 layers: four norms, and per-head q/k norms (Gemma 3). llama.cpp's "ffn_norm"
+# is the norm before the MLP here, not the one after attention as in Llama.
+_GEMMA_LAYER_NAMES = {
+    **{k: v for k, v in _LAYER_NAMES.items() if "layernorm" not in k},
+    "input_layernorm.weight": "attn_norm.weight",
+    "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+    "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+    "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight",
+}
+
+
+def _llama_family(model_type):
+    def config(d, md, arch, path):
+        cfg = LlamaConfig.from_dict(dict(d, model_type=model_type), path=path)
+        if model_type == "gemma":
+            cfg.norm_plus_one = False  # llama.cpp's converter already added the 1
+            cfg.embed_scale = math.sqrt(cfg.hidden_size)
+        return cfg
+
+    return config
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """What loading one GGUF `general.architecture` takes."""
+
+    model: type  # the model class
+    config: object  # (Llama-style fields, metadata, arch, path) -> the model's config
+    layer_names: dict  # Hugging Face layer tensor names -> llama.cpp's
+    half_rope: bool  # the converter left rotary pairs split in halves (llama.cpp "NEOX")
+
+
+# The GGUF architectures ember loads (a new family joins here).
+ARCHITECTURES = {
+    "llama": Architecture(LlamaForCausalLM, _llama_family("llama"), _LAYER_NAMES, False),
+    "mistral": Architecture(LlamaForCausalLM, _llama_family("mistral"), _LAYER_NAMES, False),
+    "qwen2": Architecture(LlamaForCausalLM, _llama_family("qwen2"), _LAYER_NAMES, True),
+    "gemma": Architecture(LlamaForCausalLM, _llama_family("gemma"), _LAYER_NAMES, True),
+    "phi3": Architecture(LlamaForCausalLM, _llama_family("phi3"), _LAYER_NAMES, True),
+    "gemma2": Architecture(GemmaForCausalLM, gemma_config_from_gguf, _GEMMA_LAYER_NAMES, True),
+    "gemma3": Architecture(GemmaForCausalLM, gemma_config_from_gguf, _GEMMA_LAYER_NAMES, True),
+}
+
+
+def architecture(gguf_file):
+    """The registry entry for the file's general.architecture (FormatError naming it and
+    the supported ones when ember has none)."""
+    arch = gguf_file.metadata.get("general.architecture")
+    if not isinstance(arch, str) or arch not in ARCHITECTURES:
+        raise FormatError(
+            f"{gguf_file.path}: general.architecture {arch!r} is not a model ember can load "
+            f"(supported: {', '.join(ARCHITECTURES)})",
+            path=gguf_file.path,
+            field="general.architecture",
+        )
+    return arch, ARCHITECTURES[arch]
+
+
 def gguf_name(hf_name):
     """The llama.cpp tensor name for a Hugging Face Llama tensor name (None if unmapped)."""
     if hf_name in _GLOBAL_NAMES:
@@ -86,11 +139,13 @@ class GGUFSource:
 
     Quantized 2-D tensors load as QTensor views of the memory map (the layers built
     over them place their weights on the model's device, see load_gguf_model); other
-    tensors (F32/F16/BF16, 1-D) load as ember tensors on the device.
+    tensors (F32/F16/BF16, 1-D) load as ember tensors on the device. With `dequantize`
+    every tensor loads dense, in the VarBuilder's dtype.
     """
 
-    def __init__(self, gguf_file):
+    def __init__(self, gguf_file, layer_names=_LAYER_NAMES, dequantize=False):
         self.file = gguf_file
+        self.dequantize = dequantize
         self._names = {}
         for name in list(_GLOBAL_NAMES):
             if _GLOBAL_NAMES[name] in gguf_file.tensors:
@@ -99,7 +154,7 @@ class GGUFSource:
             parts = gname.split(".", 2)
             if parts[0] == "blk" and len(parts) == 3:  # other names are not layer weights
                 _, layer, tail = parts
-                for hf_tail, g_tail in _LAYER_NAMES.items():
+                for hf_tail, g_tail in layer_names.items():
                     if g_tail == tail:
                         self._names[f"model.layers.{layer}.{hf_tail}"] = gname
 
@@ -122,23 +177,17 @@ class GGUFSource:
         info = self.file.tensors[gname]
         device = as_device(device) if device is not None else as_device("cpu")
         want = dt.as_dtype(dtype) if dtype is not None else dt.f32
-        if info.ggml_type not in _PLAIN and len(info.shape) == 2:
+        if info.ggml_type not in _PLAIN and len(info.shape) == 2 and not self.dequantize:
             return self.file.qtensor(gname)
         t = from_numpy(self.file.dequantize(gname)).to(device)
         return t if t.dtype is want else t.to(want)
 
 
 def config_from_gguf(gguf_file):
-    """A LlamaConfig from a GGUF file's metadata (llama.cpp's key names)."""
+    """The model's config (a LlamaConfig, or its family's subclass) from a GGUF file's
+    metadata (llama.cpp's key names)."""
     md = gguf_file.metadata
-    arch = md.get("general.architecture")
-    if not isinstance(arch, str) or arch not in ARCHITECTURES:
-        raise FormatError(
-            f"{gguf_file.path}: general.architecture {arch!r} is not a Llama-family model "
-            f"(supported: {', '.join(ARCHITECTURES)})",
-            path=gguf_file.path,
-            field="general.architecture",
-        )
+    arch, entry = architecture(gguf_file)
     check_gguf_metadata(md, arch, gguf_file.path)  # types and ranges, before int() and //
 
     def key(name, default=None, required=False):
@@ -173,9 +222,7 @@ def config_from_gguf(gguf_file):
     kind = key("rope.scaling.type")
     if kind in ("linear",) and key("rope.scaling.factor"):
         scaling = {"rope_type": "linear", "factor": float(key("rope.scaling.factor"))}
-    model_type = ARCHITECTURES[arch]
     d = {
-        "model_type": model_type,
         "vocab_size": vocab,
         "hidden_size": hidden,
         "intermediate_size": int(key("feed_forward_length", required=True)),
@@ -190,17 +237,14 @@ def config_from_gguf(gguf_file):
         "max_position_embeddings": int(key("context_length", 2048)),
         "sliding_window": key("attention.sliding_window"),
         "tie_word_embeddings": "output.weight" not in gguf_file.tensors,
-        "rope_interleaved": arch not in _HALF_ROPE,
+        "rope_interleaved": not entry.half_rope,
         "qkv_bias": "blk.0.attn_q.bias" in gguf_file.tensors,
         "attention_bias": "blk.0.attn_output.bias" in gguf_file.tensors,
         "bos_token_id": md.get("tokenizer.ggml.bos_token_id"),
         "eos_token_id": md.get("tokenizer.ggml.eos_token_id"),
         "pad_token_id": md.get("tokenizer.ggml.padding_token_id"),
     }
-    cfg = LlamaConfig.from_dict(d, path=gguf_file.path)
-    if model_type == "gemma":
-        cfg.norm_plus_one = False  # llama.cpp's converter already added the 1
-        cfg.embed_scale = math.sqrt(hidden)
+    cfg = entry.config(d, md, arch, gguf_file.path)
     if "rope_freqs.weight" in gguf_file.tensors:  # llama3 scaling, as per-frequency divisors
         cfg.extra["rope_freq_factors"] = gguf_file.dequantize("rope_freqs.weight")
     return cfg
@@ -258,13 +302,17 @@ class ConcatLinear(Module):
         return cat([getattr(self, name)(x) for name in self.names], -1)
 
 
-def load_gguf_model(path, device=None, dtype=dt.f32):
-    """A LlamaForCausalLM over a GGUF file's weights (kept memory-mapped on the CPU)."""
+def load_gguf_model(path, device=None, dtype=dt.f32, dequantize=False):
+    """The model of the file's architecture (LlamaForCausalLM, GemmaForCausalLM) over its
+    weights, kept memory-mapped on the CPU; with `dequantize`, every weight dequantized
+    once at load into dense `dtype` tensors instead (the reference form of the model)."""
     device = as_device(device) if device is not None else as_device("cpu")
     f = path if isinstance(path, GGUFFile) else GGUFFile(path)
     cfg = config_from_gguf(f)
-    vb = VarBuilder(GGUFSource(f), dtype=dtype, device=device)
-    model = LlamaForCausalLM(cfg, vb, device, layers=QuantizedLayers())
+    _, entry = architecture(f)
+    source = GGUFSource(f, entry.layer_names, dequantize=dequantize)
+    vb = VarBuilder(source, dtype=dtype, device=device)
+    model = entry.model(cfg, vb, device, layers=QuantizedLayers())
     model._gguf = f  # the memory map must outlive the quantized weights viewing it
     if isinstance(model.embed_tokens, QuantEmbedding):
         model.embed_tokens.out_dtype = dt.as_dtype(dtype)
@@ -291,6 +339,8 @@ def tokenizer_from_gguf(path):
 
 
 __all__ = [
+    "ARCHITECTURES",
+    "Architecture",
     "ConcatLinear",
     "GGUFSource",
     "QuantizedLayers",

@@ -7,12 +7,19 @@ kind would have, and handed to `ember.tokenizers.Tokenizer.from_dict`:
   regex named by `tokenizer.ggml.pre`.
 - "llama": SentencePiece BPE with byte fallback (Llama 2, Mistral ...): "▁" for spaces;
   when the file has no merges they are derived from the piece scores (a merge ranks by
-  the score of the piece it makes, as SentencePiece applies them).
+  the score of the piece it makes, as SentencePiece applies them). With
+  `tokenizer.ggml.add_space_prefix` false (Gemma 3) no "▁" is put before the text.
+  Gemma files (general.architecture gemma, gemma2, gemma3) store the pieces made of
+  spaces as spaces, and their scores do not follow the merge order: those pieces are
+  spelled with "▁" again and merges rank by the position of the piece they make, as
+  transformers reads these files.
 """
 
 import math
 
 from ..errors import FormatError
+
+_GEMMA = ("gemma", "gemma2", "gemma3")
 
 # tokenizer.ggml.token_type values
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -79,8 +86,14 @@ def tokenizer_json_from_metadata(md, path="a GGUF file"):
         raise _bad(path, "tokenizer.ggml.scores", "must be finite numbers")
     if not isinstance(md.get("tokenizer.ggml.pre", ""), str):
         raise _bad(path, "tokenizer.ggml.pre", "must be a string")
-    if not isinstance(md.get("tokenizer.ggml.add_bos_token", False), bool):
-        raise _bad(path, "tokenizer.ggml.add_bos_token", "must be a bool")
+    for flag in ("tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_space_prefix"):
+        if not isinstance(md.get(flag, False), bool):
+            raise _bad(path, flag, "must be a bool")
+    gemma = kind == "llama" and md.get("general.architecture") in _GEMMA
+    respelled = set()
+    if gemma:
+        respelled = {i for i, t in enumerate(tokens) if t and not t.strip(" ")}
+        tokens = ["\u2581" * len(t) if i in respelled else t for i, t in enumerate(tokens)]
     vocab = {}
     for i, t in enumerate(tokens):
         vocab.setdefault(t, i)
@@ -95,7 +108,7 @@ def tokenizer_json_from_metadata(md, path="a GGUF file"):
             "special": ty == CONTROL,
         }
         for i, (t, ty) in enumerate(zip(tokens, types, strict=True))
-        if ty in (CONTROL, USER_DEFINED)
+        if ty in (CONTROL, USER_DEFINED) and i not in respelled  # those go through BPE
     ]
     merges = md.get("tokenizer.ggml.merges")
     bos = _token_id(md, "tokenizer.ggml.bos_token_id", len(tokens), path)
@@ -155,8 +168,17 @@ def tokenizer_json_from_metadata(md, path="a GGUF file"):
         add_bos = bool(md.get("tokenizer.ggml.add_bos_token", True))
         unk = _token_id(md, "tokenizer.ggml.unknown_token_id", len(tokens), path, default=0)
         scores = md.get("tokenizer.ggml.scores")
-        if merges is None:
+        if merges is None and gemma:
+            merges = _merges_by_position(tokens, vocab)
+        elif merges is None:
             merges = _merges_from_scores(tokens, types, scores, vocab)
+        prefix = md.get("tokenizer.ggml.add_space_prefix", True)
+        replace = {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
+        decoders = [
+            {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+            {"type": "ByteFallback"},
+            {"type": "Fuse"},
+        ]
         model = {
             "type": "BPE",
             "dropout": None,
@@ -169,24 +191,18 @@ def tokenizer_json_from_metadata(md, path="a GGUF file"):
             "vocab": vocab,
             "merges": list(merges),
         }
+        if prefix:  # "▁" before the text, and its space stripped again when decoding
+            normalizer = {
+                "type": "Sequence",
+                "normalizers": [{"type": "Prepend", "prepend": "\u2581"}, replace],
+            }
+            decoders.append({"type": "Strip", "content": " ", "start": 1, "stop": 0})
+        else:
+            normalizer = replace
         d = {
-            "normalizer": {
-                "type": "Sequence",
-                "normalizers": [
-                    {"type": "Prepend", "prepend": "\u2581"},
-                    {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
-                ],
-            },
+            "normalizer": normalizer,
             "pre_tokenizer": None,
-            "decoder": {
-                "type": "Sequence",
-                "decoders": [
-                    {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
-                    {"type": "ByteFallback"},
-                    {"type": "Fuse"},
-                    {"type": "Strip", "content": " ", "start": 1, "stop": 0},
-                ],
-            },
+            "decoder": {"type": "Sequence", "decoders": decoders},
         }
     else:
         raise FormatError(
@@ -241,6 +257,21 @@ def _merges_from_scores(tokens, types, scores, vocab):
             ia, ib = vocab.get(a), vocab.get(b)
             if ia is not None and ib is not None:
                 found.append((-scores[i], i, ia, ib, a, b))
+    found.sort()
+    return [f"{a} {b}" for *_, a, b in found]
+
+
+def _merges_by_position(tokens, vocab):
+    """Gemma's merges: every split of a piece into two pieces of the vocabulary, ranked by
+    the merged piece's position in the file (earlier first), then the longer left part."""
+    found = []
+    for i, piece in enumerate(tokens):
+        if vocab.get(piece) != i:
+            continue  # a duplicate spelling: its first position ranks it
+        for k in range(1, len(piece)):
+            a, b = piece[:k], piece[k:]
+            if a in vocab and b in vocab:
+                found.append((i, -k, -len(b), a, b))
     found.sort()
     return [f"{a} {b}" for *_, a, b in found]
 
