@@ -5,6 +5,7 @@ of an unknown architecture, the reader's error for a file joined from too few pa
 Gemma tokenizer conventions, and the real Gemma 3 270M Q4_K_M against transformers
 loading the same file.
 """
+import json
 import os
 import shutil
 
@@ -41,8 +42,18 @@ def gguf():
     return require("gguf")
 
 
+def _tiny_vocab(n):
+    """A Gemma-style SentencePiece vocabulary of n pieces: (pieces, token types)."""
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    pieces = ["<pad>", "<eos>", "<bos>", "<unk>", "\u2581"] + list(letters)
+    pieces += ["\u2581" + c for c in letters] + ["th", "he", "\u2581th", "\u2581the", "at", "\u2581cat"]
+    types = [3, 3, 3, 2] + [1] * (len(pieces) - 4)
+    pieces += [f"<unused{i}>" for i in range(n - len(pieces))]
+    return pieces, types + [5] * (n - len(types))
+
+
 def _write_gemma_gguf(path, hf, arch, gguf):
-    """`hf` written as llama.cpp writes Gemma 2/3 (f32 tensors)."""
+    """`hf` written as llama.cpp writes Gemma 2/3 (f32 tensors), with a tokenizer."""
     cfg = hf.config
     sd = {k: v.detach().float().numpy() for k, v in hf.state_dict().items()}
     w = gguf.GGUFWriter(str(path), arch)
@@ -65,6 +76,17 @@ def _write_gemma_gguf(path, hf, arch, gguf):
         w.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
         w.add_float32(f"{arch}.attn_logit_softcapping", cfg.attn_logit_softcapping)
         w.add_float32(f"{arch}.final_logit_softcapping", cfg.final_logit_softcapping)
+    pieces, types = _tiny_vocab(cfg.vocab_size)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(pieces)
+    w.add_token_types(types)
+    w.add_token_scores([-float(i) for i in range(len(pieces))])
+    w.add_bos_token_id(2)
+    w.add_eos_token_id(1)
+    w.add_unk_token_id(3)
+    w.add_pad_token_id(0)
+    w.add_add_bos_token(True)
+    w.add_add_space_prefix(False)
 
     def put(name, arr):
         w.add_tensor(name, np.ascontiguousarray(arr + 1.0 if name.endswith("norm.weight") else arr))
@@ -124,6 +146,30 @@ def test_tiny_gguf_logits_match_transformers(tiny_gguf, device, torch):
     got = model([ids]).numpy()[0]
     tol = 1e-4 if device.kind == "cpu" else 1e-3
     assert np.abs(got - ref).max() <= tol, np.abs(got - ref).max()
+
+
+def test_cli_generates_gemma_from_gguf_and_from_a_directory(tiny_gguf, tmp_path, capsys, torch):
+    """`ember generate --gguf` and `--model DIR` reach the Gemma model through the
+    registries: the greedy tokens are transformers' for the same prompt."""
+    from ember.cli import main
+    from ember.models.gguf_llama import tokenizer_from_gguf
+    from ember.models.gguf_tokenizer import tokenizer_json_from_metadata
+    arch, hf, path = tiny_gguf
+    ids = tokenizer_from_gguf(path).encode("the cat").ids
+    with torch.no_grad():
+        out = hf.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=6, eos_token_id=1,
+                          attention_mask=torch.ones(1, len(ids), dtype=torch.long), pad_token_id=0)
+    want = out[0, len(ids):].tolist()
+    folder = tmp_path / "dir"
+    hf.save_pretrained(folder, safe_serialization=True)
+    tj = tokenizer_json_from_metadata(GGUFFile(path).metadata, path)
+    tj.pop("_eos_token_id")
+    (folder / "tokenizer.json").write_text(json.dumps(tj))
+    for source in (["--gguf", path], ["--model", str(folder)]):
+        code = main(["generate", *source, "--max-new-tokens", "6", "--json", "the cat"])
+        printed = capsys.readouterr().out
+        assert code == 0, printed
+        assert json.loads(printed)["token_ids"] == want, source
 
 
 def test_unknown_architecture_lists_the_registry(tmp_path, gguf):

@@ -130,9 +130,9 @@ def load_llm(args):
                 f"{args.gguf} tokenizer.chat_template",
             )
         return model, tokenizer, template
-    from ..models.llama import LlamaForCausalLM
+    from ..models.causal_lm import load_causal_lm
 
-    model = LlamaForCausalLM.from_pretrained(model_dir, device=device)
+    model = load_causal_lm(model_dir, device=device)
     tokenizer = _tokenizer_from_dir(model_dir)
     template = _template_or_none(ChatTemplate.from_tokenizer_config, model_dir)
     return model, tokenizer, template
