@@ -263,17 +263,19 @@ def _merges_from_scores(tokens, types, scores, vocab):
 
 def _merges_by_position(tokens, vocab):
     """Gemma's merges: every split of a piece into two pieces of the vocabulary, ranked by
-    the merged piece's position in the file (earlier first), then the longer left part."""
-    found = []
+    the merged piece's position in the file (earlier first), then the longer left part.
+    Pieces come in position order, so the ranking is the order they are found in."""
+    merges = []
     for i, piece in enumerate(tokens):
         if vocab.get(piece) != i:
             continue  # a duplicate spelling: its first position ranks it
-        for k in range(1, len(piece)):
-            a, b = piece[:k], piece[k:]
-            if a in vocab and b in vocab:
-                found.append((i, -k, -len(b), a, b))
-    found.sort()
-    return [f"{a} {b}" for *_, a, b in found]
+        for k in range(len(piece) - 1, 0, -1):
+            left = piece[:k]
+            if left in vocab:
+                right = piece[k:]
+                if right in vocab:
+                    merges.append(f"{left} {right}")
+    return merges
 
 
 def tokenizer_from_metadata(md, path="a GGUF file"):
