@@ -139,3 +139,27 @@ def test_bad_config_names_the_field(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(dict(TINY, model_type="llama")))
     with pytest.raises(FormatError, match="model_type 'llama' is not a Gemma 2/3 model"):
         GemmaConfig.from_file(str(tmp_path))
+
+
+def test_multimodal_gemma3_directory_runs_its_text_model(tmp_path, torch):
+    """A Gemma3ForConditionalGeneration directory (model_type "gemma3", the text config
+    nested, weights under language_model.*): its text logits match transformers'."""
+    transformers = require("transformers")
+    from ember.models.causal_lm import load_causal_lm
+    text = dict(TINY)
+    vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                  image_size=28, patch_size=14)
+    cfg = transformers.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4)
+    torch.manual_seed(7)
+    hf = transformers.Gemma3ForConditionalGeneration(cfg).eval()
+    with torch.no_grad():
+        for pname, p in hf.named_parameters():
+            p.copy_(0.3 * torch.randn_like(p) if "norm" in pname else 0.15 * torch.randn_like(p))
+    hf.save_pretrained(tmp_path, safe_serialization=True)
+    ids = _prompt(TINY["vocab_size"], 12, 5)
+    with torch.no_grad():
+        ref = hf(input_ids=torch.tensor([ids])).logits[0].numpy()
+    model = load_causal_lm(str(tmp_path))
+    assert isinstance(model, GemmaForCausalLM)
+    got = model([ids]).numpy()[0]
+    assert np.abs(got - ref).max() <= 1e-4, np.abs(got - ref).max()

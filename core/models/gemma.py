@@ -86,6 +86,13 @@ class GemmaForCausalLM(LlamaForCausalLM):
     config_class = GemmaConfig
     layer_class = GemmaDecoderLayer
 
+    def __init__(self, cfg, vb, device=None, layers=None, max_len=None):
+        prefixes = cfg.extra.get("weights_prefixes")
+        if prefixes:  # Gemma3ForConditionalGeneration: where this file keeps the text model
+            found = [p for p in prefixes if vb.contains(f"{p}.embed_tokens.weight")]
+            cfg.extra["weights_prefix"] = (found or prefixes)[0]
+        super().__init__(cfg, vb, device, layers, max_len)
+
     def rope_params(self, kind):
         cfg = self.config
         if kind == "sliding_attention" and cfg.rope_local_theta is not None:

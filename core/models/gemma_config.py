@@ -59,7 +59,8 @@ class GemmaConfig(LlamaConfig):
             text = dict(d["text_config"])
             text.setdefault("tie_word_embeddings", d.get("tie_word_embeddings", True))
             d = {**text, "model_type": "gemma3_text"}
-            d["weights_prefix"] = "model.language_model"
+            # its files name the text weights one of two ways (GemmaForCausalLM picks)
+            d["weights_prefixes"] = ["language_model.model", "model.language_model"]
             model_type = "gemma3_text"
         if model_type not in cls.MODEL_TYPES:
             return super().from_dict(d, path)  # refused there, naming what is supported
