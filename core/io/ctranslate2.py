@@ -182,4 +182,92 @@ class CTranslate2File:
         return False
 
 
-__all__ = ["CT2Variable", "CTranslate2File"]
+# --- Whisper (spec "WhisperSpec"): CTranslate2 variable names -> Hugging Face's ---------------
+_LN = {"gamma": "weight", "beta": "bias"}
+
+
+def _split(array, parts):
+    """Equal row blocks of a fused weight or bias (views of the file, no copy)."""
+    n = array.shape[0] // parts
+    return [array[i * n : (i + 1) * n] for i in range(parts)]
+
+
+def _whisper_attention(f, ct2, hf, names, out, fused_rows):
+    """One attention block: `names` are the HF projections the fused linears hold, in
+    order (`fused_rows` HF names per CT2 linear); the k bias, which Whisper does not have,
+    is left out (CTranslate2 stores zeros there)."""
+    layer = 0
+    i = 0
+    while i < len(names):
+        group = names[i : i + fused_rows[layer]]
+        w = f.array(f"{ct2}/linear_{layer}/weight")
+        b = f.array(f"{ct2}/linear_{layer}/bias")
+        for name, wpart, bpart in zip(
+            group, _split(w, len(group)), _split(b, len(group)), strict=False
+        ):
+            out[f"{hf}.{name}.weight"] = wpart
+            if name != "k_proj":
+                out[f"{hf}.{name}.bias"] = bpart
+        i += len(group)
+        layer += 1
+
+
+def whisper_hf_tensors(f):
+    """{Hugging Face Whisper name: numpy view} for a CTranslate2 Whisper model.bin, so the
+    model loads one set of names whichever format it came in:
+
+    self-attention `linear_0` is q/k/v fused and `linear_1` the output; cross-attention
+    (`attention`) `linear_0` is q, `linear_1` k/v fused, `linear_2` the output; the
+    feed-forward's `linear_0`/`linear_1` are fc1/fc2; layer norms keep gamma/beta;
+    `decoder/projection` aliases the embeddings (the tied proj_out)."""
+    if f.spec != "WhisperSpec":
+        raise FormatError(
+            f"{f.path}: CTranslate2 spec is {f.spec!r}, not a Whisper model (WhisperSpec)",
+            path=f.path,
+            field="spec name",
+        )
+    out = {}
+
+    def norm(ct2, hf):
+        for k, v in _LN.items():
+            out[f"{hf}.{v}"] = f.array(f"{ct2}/{k}")
+
+    def ffn(ct2, hf):
+        norm(f"{ct2}/layer_norm", f"{hf}.final_layer_norm")
+        for i, fc in enumerate(("fc1", "fc2")):
+            out[f"{hf}.{fc}.weight"] = f.array(f"{ct2}/linear_{i}/weight")
+            out[f"{hf}.{fc}.bias"] = f.array(f"{ct2}/linear_{i}/bias")
+
+    qkv_o = ("q_proj", "k_proj", "v_proj", "out_proj")
+    for side in ("encoder", "decoder"):
+        i = 0
+        while f"{side}/layer_{i}/self_attention/linear_0/weight" in f.variables:
+            ct2, hf = f"{side}/layer_{i}", f"model.{side}.layers.{i}"
+            norm(f"{ct2}/self_attention/layer_norm", f"{hf}.self_attn_layer_norm")
+            _whisper_attention(f, f"{ct2}/self_attention", f"{hf}.self_attn", qkv_o, out, (3, 1))
+            if side == "decoder":
+                norm(f"{ct2}/attention/layer_norm", f"{hf}.encoder_attn_layer_norm")
+                _whisper_attention(
+                    f, f"{ct2}/attention", f"{hf}.encoder_attn", qkv_o, out, (1, 2, 1)
+                )
+            ffn(f"{ct2}/ffn", hf)
+            i += 1
+        norm(f"{side}/layer_norm", f"model.{side}.layer_norm")
+        out[f"model.{side}.embed_positions.weight"] = f.array(
+            f"{side}/position_encodings/encodings"
+        )
+    for conv in ("conv1", "conv2"):
+        for k in ("weight", "bias"):
+            out[f"model.encoder.{conv}.{k}"] = f.array(f"encoder/{conv}/{k}")
+    out["model.decoder.embed_tokens.weight"] = f.array("decoder/embeddings/weight")
+    return out
+
+
+def scalar(f, name, default=None):
+    """A rank-0 variable (a spec setting such as encoder/num_heads) as a Python int."""
+    if name not in f.variables:
+        return default
+    return int(f.array(name).reshape(()))
+
+
+__all__ = ["CT2Variable", "CTranslate2File", "scalar", "whisper_hf_tensors"]

@@ -1,0 +1,199 @@
+"""Whisper (encoder-decoder speech recognition), device-generic.
+
+Encoder: two conv1d (the second of stride 2) with GELU, learned/sinusoidal positions from
+the checkpoint, pre-norm transformer layers. Decoder: token and position embeddings,
+pre-norm layers of causal self-attention (its keys and values kept in a KVCache), cross-
+attention over the encoder output (its keys and values computed once per window and kept
+in the cache), a feed-forward, and logits against the tied embedding.
+
+Weights use Hugging Face's names; a CTranslate2 model.bin is mapped onto them
+(ember.io.ctranslate2.whisper_hf_tensors), so both formats load into the same modules.
+"""
+
+from .. import dtype as dt
+from .. import functional as F
+from ..errors import ShapeMismatch, fmt_shape
+from ..nn import Conv1d, Embedding, LayerNorm, Linear, Module
+from .kv_cache import KVCache
+
+
+class Attention(Module):
+    def __init__(self, vb, d_model, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.head_dim = d_model // n_heads
+        self.q_proj = Linear(d_model, d_model, vb=vb.pp("q_proj"))
+        self.k_proj = Linear(d_model, d_model, bias=False, vb=vb.pp("k_proj"))
+        self.v_proj = Linear(d_model, d_model, vb=vb.pp("v_proj"))
+        self.out_proj = Linear(d_model, d_model, vb=vb.pp("out_proj"))
+
+    def heads(self, x):
+        """[b, t, d] -> [b, heads, t, head_dim]"""
+        b, t, _ = x.shape
+        return x.reshape(b, t, self.n_heads, self.head_dim).transpose(1, 2)
+
+    def keys_values(self, x):
+        return self.heads(self.k_proj(x)), self.heads(self.v_proj(x))
+
+    def attend(self, q, k, v, residual, causal=False):
+        b, _, t, _ = q.shape
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        out = out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim)
+        return self.out_proj(out, residual=residual)
+
+
+class EncoderLayer(Module):
+    def __init__(self, cfg, vb):
+        super().__init__()
+        d, eps = cfg.d_model, cfg.layer_norm_eps
+        self.self_attn_layer_norm = LayerNorm(d, eps, vb=vb.pp("self_attn_layer_norm"))
+        self.self_attn = Attention(vb.pp("self_attn"), d, cfg.encoder_attention_heads)
+        self.final_layer_norm = LayerNorm(d, eps, vb=vb.pp("final_layer_norm"))
+        self.fc1 = Linear(d, cfg.encoder_ffn_dim, vb=vb.pp("fc1"))
+        self.fc2 = Linear(cfg.encoder_ffn_dim, d, vb=vb.pp("fc2"))
+
+    def forward(self, x):
+        h = self.self_attn_layer_norm(x)
+        a = self.self_attn
+        k, v = a.keys_values(h)
+        x = a.attend(a.heads(a.q_proj(h)), k, v, residual=x)
+        h = self.final_layer_norm(x)
+        return self.fc2(self.fc1(h, activation="gelu"), residual=x)
+
+
+class Encoder(Module):
+    def __init__(self, cfg, vb):
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.d_model
+        self.conv1 = Conv1d(cfg.num_mel_bins, d, 3, padding=1, vb=vb.pp("conv1"))
+        self.conv2 = Conv1d(d, d, 3, stride=2, padding=1, vb=vb.pp("conv2"))
+        self.embed_positions = Embedding(cfg.max_source_positions, d, vb=vb.pp("embed_positions"))
+        self.layers = [EncoderLayer(cfg, vb.pp(f"layers.{i}")) for i in range(cfg.encoder_layers)]
+        self.layer_norm = LayerNorm(d, cfg.layer_norm_eps, vb=vb.pp("layer_norm"))
+
+    def forward(self, features):
+        """features [b, n_mels, 2 * max_source_positions] -> [b, max_source_positions, d]"""
+        cfg = self.cfg
+        want = (cfg.num_mel_bins, 2 * cfg.max_source_positions)
+        if features.ndim != 3 or tuple(features.shape[1:]) != want:
+            raise ShapeMismatch(
+                f"Whisper encoder: features {fmt_shape(features.shape)} must be [batch, "
+                f"{want[0]}, {want[1]}] (mel bins, frames of a 30 s window)",
+                op="whisper.encoder",
+                shapes=(features.shape,),
+            )
+        x = self.conv1(features).gelu()
+        x = self.conv2(x).gelu().transpose(1, 2)  # [b, positions, d]
+        x = x + self.embed_positions.weight
+        for layer in self.layers:
+            x = layer(x)
+        return self.layer_norm(x)
+
+
+class DecoderLayer(Module):
+    def __init__(self, cfg, vb, index):
+        super().__init__()
+        d, eps, h = cfg.d_model, cfg.layer_norm_eps, cfg.decoder_attention_heads
+        self.index = index
+        self.self_attn_layer_norm = LayerNorm(d, eps, vb=vb.pp("self_attn_layer_norm"))
+        self.self_attn = Attention(vb.pp("self_attn"), d, h)
+        self.encoder_attn_layer_norm = LayerNorm(d, eps, vb=vb.pp("encoder_attn_layer_norm"))
+        self.encoder_attn = Attention(vb.pp("encoder_attn"), d, h)
+        self.final_layer_norm = LayerNorm(d, eps, vb=vb.pp("final_layer_norm"))
+        self.fc1 = Linear(d, cfg.decoder_ffn_dim, vb=vb.pp("fc1"))
+        self.fc2 = Linear(cfg.decoder_ffn_dim, d, vb=vb.pp("fc2"))
+
+    def forward(self, x, cache):
+        h = self.self_attn_layer_norm(x)
+        a = self.self_attn
+        k, v = cache.self_kv.update(self.index, *a.keys_values(h))
+        x = a.attend(a.heads(a.q_proj(h)), k, v, residual=x, causal=x.shape[1] > 1)
+        h = self.encoder_attn_layer_norm(x)
+        c = self.encoder_attn
+        ck, cv = cache.cross[self.index]
+        x = c.attend(c.heads(c.q_proj(h)), ck, cv, residual=x)
+        h = self.final_layer_norm(x)
+        return self.fc2(self.fc1(h, activation="gelu"), residual=x)
+
+
+class DecoderCache:
+    """Per window: the self-attention KVCache and each layer's cross-attention (k, v)."""
+
+    def __init__(self, self_kv, cross):
+        self.self_kv = self_kv
+        self.cross = cross
+
+    @property
+    def length(self):
+        return self.self_kv.length
+
+
+class Decoder(Module):
+    def __init__(self, cfg, vb):
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.d_model
+        self.embed_tokens = Embedding(cfg.vocab_size, d, vb=vb.pp("embed_tokens"))
+        self.embed_positions = Embedding(cfg.max_target_positions, d, vb=vb.pp("embed_positions"))
+        self.layers = [
+            DecoderLayer(cfg, vb.pp(f"layers.{i}"), i) for i in range(cfg.decoder_layers)
+        ]
+        self.layer_norm = LayerNorm(d, cfg.layer_norm_eps, vb=vb.pp("layer_norm"))
+
+    def new_cache(self, encoder_out):
+        """A cache for decoding against `encoder_out` [b, positions, d]: the cross-attention
+        keys and values of every layer, computed here once."""
+        cfg, w = self.cfg, self.embed_tokens.weight
+        b = encoder_out.shape[0]
+        self_kv = KVCache(
+            cfg.decoder_layers,
+            b,
+            cfg.decoder_attention_heads,
+            cfg.max_target_positions,
+            cfg.d_model // cfg.decoder_attention_heads,
+            dtype=w.dtype,
+            device=w.device,
+        )
+        cross = [layer.encoder_attn.keys_values(encoder_out) for layer in self.layers]
+        return DecoderCache(self_kv, cross)
+
+    def forward(self, tokens, cache, last_only=True):
+        """tokens (Tensor i64/i32 [b, t]) after the cache's length -> logits f32 [b, t or 1,
+        vocab]; the cache advances by t."""
+        _b, t = tokens.shape
+        start = cache.length
+        if start + t > self.cfg.max_target_positions:
+            raise ShapeMismatch(
+                f"Whisper decoder: {start + t} tokens exceed max_target_positions "
+                f"{self.cfg.max_target_positions}",
+                op="whisper.decoder",
+                shapes=(tokens.shape,),
+            )
+        x = self.embed_tokens(tokens) + self.embed_positions.weight.narrow(0, start, t)
+        for layer in self.layers:
+            x = layer(x, cache)
+        cache.self_kv.advance(t)
+        if last_only:
+            x = x.narrow(1, t - 1, 1)
+        x = self.layer_norm(x)
+        logits = F.linear(x, self.embed_tokens.weight)  # proj_out is tied to the embeddings
+        return logits if logits.dtype == dt.f32 else logits.float()
+
+
+class WhisperModel(Module):
+    """`encoder(features)`, `decoder.new_cache(encoder_out)`, `decoder(tokens, cache)`."""
+
+    def __init__(self, cfg, vb):
+        super().__init__()
+        self.cfg = cfg
+        self.encoder = Encoder(cfg, vb.pp("model.encoder"))
+        self.decoder = Decoder(cfg, vb.pp("model.decoder"))
+
+    @property
+    def dtype(self):
+        return self.decoder.embed_tokens.weight.dtype
+
+    @property
+    def device(self):
+        return self.decoder.embed_tokens.weight.device

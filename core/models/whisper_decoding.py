@@ -1,0 +1,189 @@
+"""Whisper's decoding: greedy search with openai-whisper's logit rules (suppressed tokens,
+blank suppression at the start, the timestamp rules), the segments a window's tokens
+make, and long audio as 30 s windows that seek on the last timestamp.
+
+The rules run on the host, on one row of logits per step (the vocabulary, ~52k floats);
+the model runs wherever its weights are.
+"""
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..tensor import tensor
+from .whisper_tokens import SECONDS_PER_TIMESTAMP
+
+NEG_INF = -np.inf
+MAX_INITIAL_TIMESTAMP = 1.0  # seconds: the first timestamp is at most <|1.00|>
+
+
+@dataclass
+class DecodeOptions:
+    language: str | None = None
+    task: str = "transcribe"
+    timestamps: bool = True
+    suppress_tokens: tuple = ()  # besides the special tokens, which are always suppressed
+    suppress_blank: tuple = ()  # suppressed at the first sampled position (" ", eot)
+    max_new_tokens: int | None = None
+    max_initial_timestamp: float | None = MAX_INITIAL_TIMESTAMP
+
+
+@dataclass
+class DecodeResult:
+    tokens: list  # sampled tokens, without the prompt and without the final eot
+    avg_logprob: float
+    ended: bool  # eot was sampled (else the length limit stopped it)
+
+
+def _log_softmax(x):
+    m = np.max(x)
+    return x - (m + np.log(np.sum(np.exp(x - m))))
+
+
+class LogitRules:
+    """openai-whisper's SuppressBlank, SuppressTokens and ApplyTimestampRules, in that order,
+    for one sequence; `sampled` are the tokens after the prompt."""
+
+    def __init__(self, tokens, opts, vocab):
+        self.t = tokens
+        self.opts = opts
+        suppress = {i for i in opts.suppress_tokens if 0 <= i < vocab} | set(tokens.specials())
+        if opts.timestamps:
+            suppress.add(tokens.no_timestamps)
+        self.suppress = np.array(sorted(suppress), dtype=np.int64)
+        self.blank = np.array([i for i in opts.suppress_blank if 0 <= i < vocab], dtype=np.int64)
+
+    def apply(self, logits, sampled):
+        logits = np.array(logits, dtype=np.float32)
+        if not sampled and len(self.blank):
+            logits[self.blank] = NEG_INF
+        logits[self.suppress] = NEG_INF
+        if self.opts.timestamps:
+            self._timestamps(logits, sampled)
+        return logits
+
+    def _timestamps(self, logits, sampled):
+        tb, eot = self.t.timestamp_begin, self.t.eot
+        last_ts = len(sampled) >= 1 and sampled[-1] >= tb
+        penultimate_ts = len(sampled) < 2 or sampled[-2] >= tb
+        if last_ts:
+            if penultimate_ts:  # a pair of timestamps closed a segment: text must follow
+                logits[tb:] = NEG_INF
+            else:  # a timestamp after text: another timestamp (or the end) must follow
+                logits[:eot] = NEG_INF
+        stamps = [s for s in sampled if s >= tb]
+        if stamps:  # timestamps never go back (nor repeat, except to close a segment)
+            last = stamps[-1] if last_ts and not penultimate_ts else stamps[-1] + 1
+            logits[tb:last] = NEG_INF
+        if not sampled:  # the first token is a timestamp, at most max_initial_timestamp
+            logits[:tb] = NEG_INF
+            if self.opts.max_initial_timestamp is not None:
+                last_allowed = tb + round(self.opts.max_initial_timestamp / SECONDS_PER_TIMESTAMP)
+                logits[last_allowed + 1 :] = NEG_INF
+        logprobs = _log_softmax(logits.astype(np.float64))
+        ts = logprobs[tb:]
+        top = np.max(ts)
+        ts_logprob = top + np.log(np.sum(np.exp(ts - top))) if np.isfinite(top) else NEG_INF
+        if ts_logprob > np.max(logprobs[:tb]):  # timestamps together outweigh any text token
+            logits[:tb] = NEG_INF
+
+
+def greedy(model, encoder_out, tokens, opts, prefix=()):
+    """Greedy decoding of one window (encoder_out [1, positions, d]). `prefix` tokens
+    (<|startofprev|> and earlier text) come before the start-of-transcript sequence."""
+    cfg = model.cfg
+    prompt = list(prefix) + tokens.prompt(opts.language, opts.task, opts.timestamps)
+    limit = cfg.max_target_positions // 2 if opts.max_new_tokens is None else opts.max_new_tokens
+    limit = min(limit, cfg.max_target_positions - len(prompt))
+    rules = LogitRules(tokens, opts, cfg.vocab_size)
+    cache = model.decoder.new_cache(encoder_out)
+    step = tensor([prompt], device=model.device)
+    sampled, total = [], 0.0
+    ended = False
+    while len(sampled) < limit:
+        logits = model.decoder(step, cache).numpy()[0, -1]
+        logits = rules.apply(logits, sampled)
+        token = int(np.argmax(logits))
+        total += float(_log_softmax(logits.astype(np.float64))[token])
+        if token == tokens.eot:
+            ended = True
+            break
+        sampled.append(token)
+        step = tensor([[token]], device=model.device)
+    return DecodeResult(sampled, total / (len(sampled) + 1), ended)
+
+
+@dataclass
+class Segment:
+    start: float
+    end: float
+    tokens: list
+    text: str = ""
+    avg_logprob: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+def split_segments(sampled, tokens, offset, window_seconds):
+    """(segments, seconds consumed) of one window's sampled tokens, as openai-whisper:
+    consecutive timestamp pairs close segments; a window that ends on a single timestamp
+    was fully consumed, otherwise the next window starts at the last closing timestamp."""
+    tb = tokens.timestamp_begin
+    is_ts = [t >= tb for t in sampled]
+    single_ending = len(is_ts) >= 2 and not is_ts[-2] and is_ts[-1]
+    cuts = [i + 1 for i in range(len(is_ts) - 1) if is_ts[i] and is_ts[i + 1]]
+    segments = []
+    if cuts:
+        if single_ending:
+            cuts.append(len(sampled))
+        last = 0
+        for cut in cuts:
+            part = sampled[last:cut]
+            start = (part[0] - tb) * SECONDS_PER_TIMESTAMP
+            end = (part[-1] - tb) * SECONDS_PER_TIMESTAMP
+            segments.append(Segment(offset + start, offset + end, part))
+            last = cut
+        consumed = (
+            window_seconds if single_ending else (sampled[last - 1] - tb) * SECONDS_PER_TIMESTAMP
+        )
+    else:
+        duration = window_seconds
+        stamps = [t for t in sampled if t >= tb]
+        if stamps and stamps[-1] != tb:
+            duration = (stamps[-1] - tb) * SECONDS_PER_TIMESTAMP
+        if any(t < tokens.eot for t in sampled):
+            segments.append(Segment(offset, offset + duration, list(sampled)))
+        consumed = window_seconds
+    return segments, consumed
+
+
+def transcribe(model, tokenizer, tokens, samples, log_mel, opts, condition_on_previous=True):
+    """Segments of `samples` (16 kHz mono), yielded as each 30 s window is decoded; each
+    window starts where the previous one's last complete segment ended."""
+    from ..audio.log_mel import HOP, N_FRAMES, N_SAMPLES, SAMPLE_RATE
+
+    content_frames = len(samples) // HOP
+    seek = 0  # in mel frames
+    previous = []
+    while seek < content_frames:
+        window = samples[seek * HOP : seek * HOP + N_SAMPLES]
+        frames = min(N_FRAMES, content_frames - seek)
+        mel = log_mel(window).unsqueeze(0)
+        if mel.dtype != model.dtype:
+            mel = mel.to(model.dtype)
+        encoder_out = model.encoder(mel)
+        prefix = []
+        if condition_on_previous and previous:
+            room = model.cfg.max_target_positions // 2 - 1
+            prefix = [tokens.sot_prev] + previous[-room:]
+        result = greedy(model, encoder_out, tokens, opts, prefix)
+        offset = seek * HOP / SAMPLE_RATE
+        segments, consumed = split_segments(
+            result.tokens, tokens, offset, frames * HOP / SAMPLE_RATE
+        )
+        for seg in segments:
+            seg.text = tokenizer.decode([t for t in seg.tokens if t < tokens.eot])
+            seg.avg_logprob = result.avg_logprob
+            yield seg
+        previous += [t for s in segments for t in s.tokens]
+        seek += max(1, math.floor(consumed * SAMPLE_RATE / HOP + 0.5)) if consumed else frames

@@ -1,0 +1,177 @@
+"""Whisper against transformers on tiny random WhisperForConditionalGeneration configs (80 and
+128 mel bins, English-only and multilingual): encoder output, decoder logits (whole and
+step by step through the caches), greedy tokens and segments against `generate`, and the
+same weights converted to CTranslate2's model.bin by ctranslate2's own converter."""
+
+import json
+
+import numpy as np
+import pytest
+
+import ember
+from ember.models.whisper_decoding import DecodeOptions, greedy, split_segments
+from ember.models.whisper_load import load_whisper
+from ember.models.whisper_tokens import WhisperTokens
+from helpers import require
+
+TEXT_TOKENS = 100
+LANGS = ("en", "de", "fr")
+SUPPRESS = (3, 5, 7)
+BLANK = (9,)
+FRAMES = 60  # = 2 x max_source_positions, as the encoder requires
+
+
+def _tol(device):
+    return 1e-4 if device.kind == "cpu" else 1e-3
+
+
+@pytest.fixture(scope="module", params=[(80, False), (128, True)], ids=["80-en", "128-multi"])
+def tiny(request, tmp_path_factory):
+    torch = require("torch")
+    transformers = require("transformers")
+    n_mels, multilingual = request.param
+    tokens = WhisperTokens.by_layout(TEXT_TOKENS, LANGS, multilingual=multilingual)
+    torch.manual_seed(n_mels)
+    cfg = transformers.WhisperConfig(
+        vocab_size=tokens.timestamp_begin + 1501,
+        d_model=32,
+        encoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_layers=2,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_source_positions=FRAMES // 2,
+        max_target_positions=64,
+        num_mel_bins=n_mels,
+        pad_token_id=tokens.eot,
+        bos_token_id=tokens.eot,
+        eos_token_id=tokens.eot,
+        decoder_start_token_id=tokens.sot,
+    )
+    model = transformers.WhisperForConditionalGeneration(cfg).eval()
+    # an English-only model has the language tokens but is never prompted with them
+    languages = {}
+    if multilingual:
+        languages["lang_to_id"] = {f"<|{c}|>": i for c, i in tokens.languages.items()}
+        languages["task_to_id"] = {"transcribe": tokens.transcribe, "translate": tokens.translate}
+    model.generation_config = transformers.GenerationConfig(
+        decoder_start_token_id=tokens.sot,
+        eos_token_id=tokens.eot,
+        pad_token_id=tokens.eot,
+        bos_token_id=tokens.eot,
+        no_timestamps_token_id=tokens.no_timestamps,
+        is_multilingual=multilingual,
+        **languages,
+        # real checkpoints list the control tokens among suppress_tokens; ember always does
+        suppress_tokens=list(SUPPRESS) + list(tokens.specials()),
+        begin_suppress_tokens=list(BLANK) + [tokens.eot],
+        max_initial_timestamp_index=50,
+        max_length=64,
+    )
+    path = tmp_path_factory.mktemp(f"whisper-{n_mels}")
+    model.save_pretrained(path)
+    features = torch.randn(2, n_mels, FRAMES, generator=torch.Generator().manual_seed(1))
+    return model, path, tokens, features
+
+
+def test_encoder_and_logits_match_transformers(device, tiny):
+    torch = require("torch")
+    model, path, _, features = tiny
+    ids = torch.randint(0, TEXT_TOKENS, (2, 7), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        enc = model.model.encoder(features).last_hidden_state.numpy()
+        logits = model(input_features=features, decoder_input_ids=ids).logits.numpy()
+    em = load_whisper(path, device=device)
+    assert em.format == "huggingface"
+    e = em.encoder(ember.tensor(features.numpy(), device=device))
+    np.testing.assert_allclose(e.numpy(), enc, rtol=0, atol=_tol(device))
+    whole = em.decoder(ember.tensor(ids.numpy(), device=device), em.decoder.new_cache(e), False)
+    np.testing.assert_allclose(whole.numpy(), logits, rtol=0, atol=_tol(device))
+    # the same logits from a prompt of 3 and then one token at a time through the caches
+    cache = em.decoder.new_cache(e)
+    steps = [em.decoder(ember.tensor(ids.numpy()[:, :3], device=device), cache, False)]
+    steps += [
+        em.decoder(ember.tensor(ids.numpy()[:, i : i + 1], device=device), cache)
+        for i in range(3, 7)
+    ]
+    assert cache.length == 7
+    np.testing.assert_allclose(
+        np.concatenate([s.numpy() for s in steps], 1), logits, rtol=0, atol=_tol(device)
+    )
+
+
+@pytest.mark.parametrize("timestamps", [False, True])
+def test_greedy_tokens_match_transformers_generate(device, tiny, timestamps):
+    model, path, tokens, features = tiny
+    language = "de" if tokens.multilingual else None
+    kwargs = {"language": language, "task": "transcribe"} if tokens.multilingual else {}
+    one = features[:1]
+    out = model.generate(
+        one,
+        return_timestamps=timestamps,
+        max_new_tokens=20,
+        do_sample=False,
+        num_beams=1,
+        return_dict_in_generate=True,
+        **kwargs,
+    )
+    em = load_whisper(path, device=device)
+    opts = DecodeOptions(
+        language=language,
+        timestamps=timestamps,
+        suppress_tokens=SUPPRESS,
+        suppress_blank=BLANK + (tokens.eot,),
+        max_new_tokens=20,
+    )
+    got = greedy(em, em.encoder(ember.tensor(one.numpy(), device=device)), tokens, opts)
+    prompt = tokens.prompt(language, timestamps=timestamps)
+    if not timestamps:
+        expected = out["sequences"][0].tolist()
+        assert expected[: len(prompt)] == prompt
+        assert got.tokens == [t for t in expected[len(prompt) :] if t != tokens.eot]
+        return
+    # with timestamps transformers returns the segments; the raw sequence is in each one
+    segs = out["segments"][0]
+    raw = segs[0]["result"]["sequences"].tolist()
+    assert raw[: len(prompt)] == prompt
+    assert got.tokens == [t for t in raw[len(prompt) :] if t != tokens.eot]
+    assert any(t >= tokens.timestamp_begin for t in got.tokens)  # the rules were exercised
+    mine, _ = split_segments(got.tokens, tokens, 0.0, 30.0)
+    assert [(round(s.start, 2), round(s.end, 2)) for s in mine] == [
+        (round(float(s["start"]), 2), round(float(s["end"]), 2)) for s in segs
+    ]
+
+
+def test_ctranslate2_model_bin_loads_the_same_weights(cpu, tiny, tmp_path):
+    ctranslate2 = require("ctranslate2")
+    torch = require("torch")
+    model, path, _, features = tiny
+    out = tmp_path / "ct2"
+    ctranslate2.converters.TransformersConverter(str(path)).convert(str(out))
+    em = load_whisper(out, device=cpu)
+    assert em.format == "ctranslate2"
+    ids = torch.randint(0, TEXT_TOKENS, (2, 5), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        logits = model(input_features=features, decoder_input_ids=ids).logits.numpy()
+    e = em.encoder(ember.tensor(features.numpy()))
+    got = em.decoder(ember.tensor(ids.numpy()), em.decoder.new_cache(e), False).numpy()
+    np.testing.assert_allclose(got, logits, rtol=0, atol=1e-4)
+
+
+def test_bad_model_directories_name_what_is_wrong(tiny, tmp_path):
+    _, path, _, _ = tiny
+    with pytest.raises(ember.FormatError, match="neither a CTranslate2"):
+        load_whisper(tmp_path)
+    cfg = json.loads((path / "config.json").read_text())
+    del cfg["num_mel_bins"]
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text(json.dumps(cfg))
+    (broken / "model.safetensors").write_bytes((path / "model.safetensors").read_bytes())
+    with pytest.raises(ember.FormatError, match="num_mel_bins") as info:
+        load_whisper(broken)
+    assert str(broken) in str(info.value)
+    em = load_whisper(path)
+    with pytest.raises(ember.ShapeMismatch, match="frames"):
+        em.encoder(ember.zeros(1, em.cfg.num_mel_bins, FRAMES + 2))
