@@ -20,6 +20,7 @@ COMMANDS = (
     "demo",
     "generate",
     "chat",
+    "transcribe",
     "serve",
     "bench",
     "inspect",

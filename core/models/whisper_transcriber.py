@@ -1,0 +1,84 @@
+"""A Whisper model directory ready to transcribe: the model, its tokenizer, its special
+tokens, the suppression lists from its config, and the log-mel for its mel-bin count.
+
+    t = WhisperTranscriber.from_dir(path, device=dev)
+    for seg in t.transcribe("speech.wav"):
+        print(seg.start, seg.end, seg.text)
+"""
+
+import json
+import os
+
+from .. import dtype as dt
+from ..errors import FormatError
+from ..tokenizers import Tokenizer
+from .whisper_decoding import DecodeOptions, transcribe
+from .whisper_load import load_whisper
+from .whisper_tokens import WhisperTokens
+
+MULTILINGUAL_VOCAB = 51865  # Whisper's own test: English-only models have 51864 tokens
+
+
+def _is_multilingual(path, cfg):
+    gen = os.path.join(path, "generation_config.json")
+    if os.path.isfile(gen):
+        with open(gen, encoding="utf-8") as fh:
+            flag = json.load(fh).get("is_multilingual")
+        if isinstance(flag, bool):
+            return flag
+    return cfg.vocab_size >= MULTILINGUAL_VOCAB
+
+
+class WhisperTranscriber:
+    def __init__(self, model, tokenizer, tokens):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.tokens = tokens
+        self._log_mel = None
+
+    @classmethod
+    def from_dir(cls, path, device=None, dtype=dt.f32):
+        path = os.path.expanduser(os.fspath(path))
+        model = load_whisper(path, device=device, dtype=dtype)
+        tok_path = os.path.join(path, "tokenizer.json")
+        if not os.path.isfile(tok_path):
+            raise FormatError(
+                f"{path}: no tokenizer.json beside the model", path=path, field="tokenizer.json"
+            )
+        tokenizer = Tokenizer.from_file(tok_path)
+        tokens = WhisperTokens.from_tokenizer(
+            tokenizer, _is_multilingual(path, model.cfg), tok_path
+        )
+        return cls(model, tokenizer, tokens)
+
+    def log_mel(self, samples):
+        if self._log_mel is None:
+            from ..audio.log_mel import LogMel
+
+            self._log_mel = LogMel(self.model.cfg.num_mel_bins, self.model.device)
+        return self._log_mel(samples)
+
+    def options(self, language=None, task="transcribe", timestamps=True):
+        cfg = self.model.cfg
+        return DecodeOptions(
+            language=language,
+            task=task,
+            timestamps=timestamps,
+            suppress_tokens=cfg.suppress_tokens,
+            suppress_blank=cfg.begin_suppress_tokens or self._blank(),
+        )
+
+    def _blank(self):
+        """openai-whisper's SuppressBlank when the config has no list: " " and eot."""
+        space = self.tokenizer.encode(" ", add_special_tokens=False).ids
+        return (*space, self.tokens.eot)
+
+    def transcribe(self, audio, language=None, task="transcribe", timestamps=True):
+        """Segments of `audio` (a file path, or 16 kHz mono samples), yielded as decoded."""
+        from .. import audio as audio_io
+
+        samples = audio_io.load(audio) if isinstance(audio, (str, os.PathLike)) else audio
+        # checked before any window is decoded, so a bad option fails at once
+        opts = self.options(language, task, timestamps)
+        self.tokens.prompt(opts.language, opts.task, opts.timestamps)
+        yield from transcribe(self.model, self.tokenizer, self.tokens, samples, self.log_mel, opts)
