@@ -175,3 +175,33 @@ def test_bad_model_directories_name_what_is_wrong(tiny, tmp_path):
     em = load_whisper(path)
     with pytest.raises(ember.ShapeMismatch, match="frames"):
         em.encoder(ember.zeros(1, em.cfg.num_mel_bins, FRAMES + 2))
+
+
+def test_temperature_fallback_and_no_speech_skip(cpu, tiny):
+    from ember.models.whisper_decoding import decode_with_fallback, is_silence
+
+    _, path, tokens, features = tiny
+    em = load_whisper(path, device=cpu)
+    enc = em.encoder(ember.tensor(features.numpy()[:1]))
+    language = "de" if tokens.multilingual else None
+
+    def run(seed=0, **kw):
+        opts = DecodeOptions(
+            language=language, max_new_tokens=12, temperatures=(0.0, 0.5, 1.0), **kw
+        )
+        text_of = lambda ids: " ".join(map(str, ids))  # noqa: E731
+        rng = np.random.default_rng(seed)
+        return decode_with_fallback(em, enc, tokens, opts, text_of, rng=rng), opts
+
+    # a random model's text is unlikely (log-probability far below -1): every temperature
+    # is tried and the last one kept
+    greedy_only, _ = run(logprob_threshold=None, compression_ratio_threshold=None)
+    assert greedy_only.temperature == 0.0 and greedy_only.avg_logprob < -1.0
+    sampled, opts = run()
+    assert sampled.temperature == 1.0 and sampled.tokens != greedy_only.tokens
+    assert run()[0].tokens == sampled.tokens  # seeded: the same samples again
+    assert not is_silence(sampled, opts)
+    # <|nospeech|> above a threshold of 0 with unlikely text: silence, no fallback, skipped
+    silent, opts = run(no_speech_threshold=0.0)
+    assert silent.temperature == 0.0 and 0.0 < silent.no_speech_prob < 1.0
+    assert is_silence(silent, opts)

@@ -7,6 +7,7 @@ import re
 import numpy as np
 
 import ember
+import ember.audio
 from ember.cli import main
 from ember.models.whisper_decoding import greedy, split_segments
 from ember.models.whisper_transcriber import WhisperTranscriber
@@ -30,9 +31,14 @@ def test_tiny_en_on_jfk_matches_the_text_and_faster_whisper(
 ):
     fw = require("faster_whisper")
     t = WhisperTranscriber.from_dir(whisper_tiny_en_dir, device=ember.Device.cpu())
-    segments = list(t.transcribe(jfk_wav))
+    segments = list(t.transcribe(jfk_wav))  # with temperature fallback, as by default
     assert _words(" ".join(s.text for s in segments)) == _words(JFK)
     assert segments[0].start == 0.0 and 10.0 < segments[-1].end <= 11.0
+    # digital silence, alone and after the speech: no invented text
+    assert list(t.transcribe(np.zeros(5 * 16000, np.float32))) == []
+    samples = ember.audio.load(jfk_wav)
+    padded = np.concatenate([samples, np.zeros(40 * 16000, np.float32)])
+    assert [s.text for s in t.transcribe(padded)] == [s.text for s in segments]
 
     # faster-whisper on the same files, greedy without fallback
     peer = fw.WhisperModel(whisper_tiny_en_dir, device="cpu", compute_type="float32")
@@ -49,7 +55,8 @@ def test_tiny_en_on_jfk_matches_the_text_and_faster_whisper(
     feats = FeatureExtractor(feature_size=t.model.cfg.num_mel_bins)(decode_audio(jfk_wav))
     content = feats.shape[-1] - 1  # faster-whisper's content frames
     window = pad_or_trim(feats[:, :content])[None].astype(np.float32)
-    result = greedy(t.model, t.model.encoder(ember.tensor(window)), t.tokens, t.options())
+    opts = t.options(fallback=False)
+    result = greedy(t.model, t.model.encoder(ember.tensor(window)), t.tokens, opts)
     mine, _ = split_segments(result.tokens, t.tokens, 0.0, content / 100)
     assert [s.tokens for s in mine] == peer_tokens
 

@@ -33,6 +33,12 @@ def add_parser(subparsers):
     p.add_argument("--beam-size", type=int, default=1, help="1: greedy (the only search yet)")
     p.add_argument("--output-format", choices=FORMATS, default="txt")
     p.add_argument("--no-timestamps", action="store_true", help="decode without timestamp tokens")
+    p.add_argument(
+        "--no-fallback",
+        action="store_true",
+        help="greedy only: no decoding again at higher temperatures when a window fails "
+        "the compression-ratio or log-probability thresholds",
+    )
     add_device_argument(p, default="cpu")
     p.set_defaults(func=run)
 
@@ -87,7 +93,11 @@ def run(args, out=None):
             print("WEBVTT\n", file=out)
         segments = []
         stream = transcriber.transcribe(
-            path, args.language, args.task, timestamps=not args.no_timestamps
+            path,
+            args.language,
+            args.task,
+            timestamps=not args.no_timestamps,
+            fallback=not args.no_fallback,
         )
         for i, seg in enumerate(stream, 1):
             segments.append(seg)

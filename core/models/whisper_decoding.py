@@ -16,6 +16,10 @@ from .whisper_tokens import SECONDS_PER_TIMESTAMP
 
 NEG_INF = -np.inf
 MAX_INITIAL_TIMESTAMP = 1.0  # seconds: the first timestamp is at most <|1.00|>
+# A window whose samples all stay below this (-80 dBFS) is digital silence: it is not
+# decoded, since Whisper invents text there (tiny.en says " you", with a log-probability
+# good enough to pass the no-speech test).
+SILENCE_PEAK = 1e-4
 
 
 @dataclass
@@ -27,6 +31,15 @@ class DecodeOptions:
     suppress_blank: tuple = ()  # suppressed at the first sampled position (" ", eot)
     max_new_tokens: int | None = None
     max_initial_timestamp: float | None = MAX_INITIAL_TIMESTAMP
+    # openai-whisper's fallback: decode again at the next temperature while the text
+    # compresses too well (repetition) or its mean log-probability is too low; a window
+    # whose <|nospeech|> probability is high and whose text is unlikely is silence
+    temperatures: tuple = (0.0,)
+    compression_ratio_threshold: float | None = 2.4
+    logprob_threshold: float | None = -1.0
+    no_speech_threshold: float | None = 0.6
+    condition_on_previous: bool = True
+    seed: int = 0
 
 
 @dataclass
@@ -34,6 +47,8 @@ class DecodeResult:
     tokens: list  # sampled tokens, without the prompt and without the final eot
     avg_logprob: float
     ended: bool  # eot was sampled (else the length limit stopped it)
+    no_speech_prob: float = 0.0
+    temperature: float = 0.0
 
 
 def _log_softmax(x):
@@ -89,29 +104,78 @@ class LogitRules:
             logits[:tb] = NEG_INF
 
 
-def greedy(model, encoder_out, tokens, opts, prefix=()):
-    """Greedy decoding of one window (encoder_out [1, positions, d]). `prefix` tokens
-    (<|startofprev|> and earlier text) come before the start-of-transcript sequence."""
+def greedy(model, encoder_out, tokens, opts, prefix=(), temperature=0.0, rng=None):
+    """Greedy decoding of one window (encoder_out [1, positions, d]), or sampling at
+    `temperature` > 0 from `rng`. `prefix` tokens (<|startofprev|> and earlier text) come
+    before the start-of-transcript sequence."""
     cfg = model.cfg
     prompt = list(prefix) + tokens.prompt(opts.language, opts.task, opts.timestamps)
     limit = cfg.max_target_positions // 2 if opts.max_new_tokens is None else opts.max_new_tokens
     limit = min(limit, cfg.max_target_positions - len(prompt))
     rules = LogitRules(tokens, opts, cfg.vocab_size)
     cache = model.decoder.new_cache(encoder_out)
-    step = tensor([prompt], device=model.device)
+    # the whole prompt's logits once: the one at <|startoftranscript|> gives no_speech_prob
+    first = model.decoder(tensor([prompt], device=model.device), cache, last_only=False)
+    first = first.numpy()[0]
+    no_speech = float(np.exp(_log_softmax(first[len(prefix)].astype(np.float64))[tokens.no_speech]))
+    logits = first[-1]
     sampled, total = [], 0.0
     ended = False
     while len(sampled) < limit:
-        logits = model.decoder(step, cache).numpy()[0, -1]
         logits = rules.apply(logits, sampled)
-        token = int(np.argmax(logits))
-        total += float(_log_softmax(logits.astype(np.float64))[token])
+        logprobs = _log_softmax(logits.astype(np.float64))
+        if temperature > 0:
+            p = np.exp(logprobs / temperature - np.max(logprobs / temperature))
+            token = int(rng.choice(len(p), p=p / p.sum()))
+        else:
+            token = int(np.argmax(logits))
+        total += float(logprobs[token])
         if token == tokens.eot:
             ended = True
             break
         sampled.append(token)
-        step = tensor([[token]], device=model.device)
-    return DecodeResult(sampled, total / (len(sampled) + 1), ended)
+        if len(sampled) < limit:
+            step = tensor([[token]], device=model.device)
+            logits = model.decoder(step, cache).numpy()[0, -1]
+    return DecodeResult(sampled, total / (len(sampled) + 1), ended, no_speech, temperature)
+
+
+def compression_ratio(text):
+    """Bytes of the text over bytes of its zlib compression: high for repeated text."""
+    import zlib
+
+    raw = text.encode("utf-8")
+    return len(raw) / len(zlib.compress(raw)) if raw else 0.0
+
+
+def decode_with_fallback(model, encoder_out, tokens, opts, text_of, prefix=(), rng=None):
+    """openai-whisper's temperature fallback over opts.temperatures; the last result is
+    kept when every temperature fails the thresholds."""
+    result = None
+    for temperature in opts.temperatures:
+        result = greedy(model, encoder_out, tokens, opts, prefix, temperature, rng)
+        bad_ratio = (
+            opts.compression_ratio_threshold is not None
+            and compression_ratio(text_of(result.tokens)) > opts.compression_ratio_threshold
+        )
+        unlikely = (
+            opts.logprob_threshold is not None and result.avg_logprob < opts.logprob_threshold
+        )
+        silent = (
+            opts.no_speech_threshold is not None
+            and result.no_speech_prob > opts.no_speech_threshold
+            and unlikely
+        )
+        if silent or not (bad_ratio or unlikely):
+            break
+    return result
+
+
+def is_silence(result, opts):
+    """openai-whisper's no-speech skip: <|nospeech|> likely and the text not."""
+    if opts.no_speech_threshold is None or result.no_speech_prob <= opts.no_speech_threshold:
+        return False
+    return not (opts.logprob_threshold is not None and result.avg_logprob > opts.logprob_threshold)
 
 
 @dataclass
@@ -157,33 +221,45 @@ def split_segments(sampled, tokens, offset, window_seconds):
     return segments, consumed
 
 
-def transcribe(model, tokenizer, tokens, samples, log_mel, opts, condition_on_previous=True):
+def transcribe(model, tokenizer, tokens, samples, log_mel, opts):
     """Segments of `samples` (16 kHz mono), yielded as each 30 s window is decoded; each
     window starts where the previous one's last complete segment ended."""
     from ..audio.log_mel import HOP, N_FRAMES, N_SAMPLES, SAMPLE_RATE
 
+    def text_of(ids):
+        return tokenizer.decode([t for t in ids if t < tokens.eot])
+
+    rng = np.random.default_rng(opts.seed)
     content_frames = len(samples) // HOP
     seek = 0  # in mel frames
     previous = []
     while seek < content_frames:
         window = samples[seek * HOP : seek * HOP + N_SAMPLES]
         frames = min(N_FRAMES, content_frames - seek)
+        if not np.any(np.abs(window[: frames * HOP]) > SILENCE_PEAK):
+            seek += frames
+            continue
         mel = log_mel(window).unsqueeze(0)
         if mel.dtype != model.dtype:
             mel = mel.to(model.dtype)
         encoder_out = model.encoder(mel)
         prefix = []
-        if condition_on_previous and previous:
+        if opts.condition_on_previous and previous:
             room = model.cfg.max_target_positions // 2 - 1
             prefix = [tokens.sot_prev] + previous[-room:]
-        result = greedy(model, encoder_out, tokens, opts, prefix)
+        result = decode_with_fallback(model, encoder_out, tokens, opts, text_of, prefix, rng)
+        if is_silence(result, opts):
+            seek += frames
+            continue
         offset = seek * HOP / SAMPLE_RATE
         segments, consumed = split_segments(
             result.tokens, tokens, offset, frames * HOP / SAMPLE_RATE
         )
         for seg in segments:
-            seg.text = tokenizer.decode([t for t in seg.tokens if t < tokens.eot])
+            seg.text = text_of(seg.tokens)
             seg.avg_logprob = result.avg_logprob
+            seg.extra = {"temperature": result.temperature, "no_speech_prob": result.no_speech_prob}
             yield seg
-        previous += [t for s in segments for t in s.tokens]
+        # text sampled at a high temperature is a poor prompt for the next window
+        previous = [] if result.temperature > 0.5 else previous + result.tokens
         seek += max(1, math.floor(consumed * SAMPLE_RATE / HOP + 0.5)) if consumed else frames

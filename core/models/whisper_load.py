@@ -3,8 +3,9 @@ generation_config.json]) or CTranslate2 (model.bin + config.json), each with tok
 
     model = load_whisper("~/.cache/ember/models/whisper-tiny.en", device=dev)
 
-f16 checkpoints load as f32 unless `dtype` says otherwise (dtype=ember.f16 keeps them f16
-on a device that computes in f16).
+With dtype=None an f16 checkpoint stays f16 on a device that declares f16 support
+(`backend.info["f16"]`: WebGPU adapters with shader-f16) and loads as f32 elsewhere (the
+CPU, which has no fast f16 arithmetic); an explicit dtype is used as given.
 """
 
 import json
@@ -66,11 +67,26 @@ def _open_hf(path):
     return cfg, VarBuilder.from_dir(path)
 
 
-def load_whisper(path, device=None, dtype=dt.f32):
-    """WhisperModel of the directory at `path`, its weights in `dtype` on `device`."""
+def _stored_dtype(vb):
+    return vb.get_unchecked("model.decoder.embed_tokens.weight").dtype
+
+
+def choose_dtype(vb, device):
+    """f16 for an f16 checkpoint on a device that keeps f16 natively, else f32."""
+    from ..device import as_device
+
+    info = as_device(device).backend.info if device is not None else {}
+    return dt.f16 if info.get("f16") and _stored_dtype(vb) == dt.f16 else dt.f32
+
+
+def load_whisper(path, device=None, dtype=None):
+    """WhisperModel of the directory at `path`, its weights in `dtype` on `device`
+    (dtype None: see choose_dtype)."""
     path = os.path.expanduser(os.fspath(path))
     fmt = model_format(path)
     cfg, vb = _open_ct2(path) if fmt == "ctranslate2" else _open_hf(path)
+    if dtype is None:
+        dtype = choose_dtype(vb, device)
     vb = vb.with_dtype(dtype).with_device(device)
     model = WhisperModel(cfg, vb)
     model.path = path

@@ -9,13 +9,13 @@ tokens, the suppression lists from its config, and the log-mel for its mel-bin c
 import json
 import os
 
-from .. import dtype as dt
 from ..errors import FormatError
 from ..tokenizers import Tokenizer
 from .whisper_decoding import DecodeOptions, transcribe
 from .whisper_load import load_whisper
 from .whisper_tokens import WhisperTokens
 
+FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 MULTILINGUAL_VOCAB = 51865  # Whisper's own test: English-only models have 51864 tokens
 
 
@@ -37,7 +37,7 @@ class WhisperTranscriber:
         self._log_mel = None
 
     @classmethod
-    def from_dir(cls, path, device=None, dtype=dt.f32):
+    def from_dir(cls, path, device=None, dtype=None):
         path = os.path.expanduser(os.fspath(path))
         model = load_whisper(path, device=device, dtype=dtype)
         tok_path = os.path.join(path, "tokenizer.json")
@@ -58,9 +58,12 @@ class WhisperTranscriber:
             self._log_mel = LogMel(self.model.cfg.num_mel_bins, self.model.device)
         return self._log_mel(samples)
 
-    def options(self, language=None, task="transcribe", timestamps=True):
+    def options(self, language=None, task="transcribe", timestamps=True, fallback=True):
+        """Decoding options from the model's config; `fallback` decodes a failed window again
+        at temperatures 0.2 ... 1.0 (openai-whisper's default), else greedy only."""
         cfg = self.model.cfg
         return DecodeOptions(
+            temperatures=FALLBACK_TEMPERATURES if fallback else (0.0,),
             language=language,
             task=task,
             timestamps=timestamps,
@@ -73,12 +76,12 @@ class WhisperTranscriber:
         space = self.tokenizer.encode(" ", add_special_tokens=False).ids
         return (*space, self.tokens.eot)
 
-    def transcribe(self, audio, language=None, task="transcribe", timestamps=True):
+    def transcribe(self, audio, language=None, task="transcribe", timestamps=True, fallback=True):
         """Segments of `audio` (a file path, or 16 kHz mono samples), yielded as decoded."""
         from .. import audio as audio_io
 
         samples = audio_io.load(audio) if isinstance(audio, (str, os.PathLike)) else audio
         # checked before any window is decoded, so a bad option fails at once
-        opts = self.options(language, task, timestamps)
+        opts = self.options(language, task, timestamps, fallback)
         self.tokens.prompt(opts.language, opts.task, opts.timestamps)
         yield from transcribe(self.model, self.tokenizer, self.tokens, samples, self.log_mel, opts)
