@@ -52,6 +52,6 @@ def test_a_directory_that_is_no_whisper_model_is_named(tmp_path):
     assert str(model) in done.stderr and "neither a CTranslate2" in done.stderr
 
 
-def test_unsupported_beam_size_is_refused(tmp_path):
-    done = _cli(tmp_path / "a.wav", "--beam-size", "5", "--model", tmp_path)
-    assert done.returncode == 1 and "--beam-size 5" in done.stderr
+def test_a_beam_size_below_one_is_refused(tmp_path):
+    done = _cli(tmp_path / "a.wav", "--beam-size", "0", "--model", tmp_path)
+    assert done.returncode == 1 and "--beam-size 0" in done.stderr

@@ -205,3 +205,20 @@ def test_temperature_fallback_and_no_speech_skip(cpu, tiny):
     silent, opts = run(no_speech_threshold=0.0)
     assert silent.temperature == 0.0 and 0.0 < silent.no_speech_prob < 1.0
     assert is_silence(silent, opts)
+
+
+def test_beam_search_of_width_one_is_greedy(cpu, tiny):
+    import dataclasses
+
+    from ember.models.whisper_decoding import beam_search
+
+    _, path, tokens, features = tiny
+    em = load_whisper(path, device=cpu)
+    enc = em.encoder(ember.tensor(features.numpy()[:1]))
+    opts = DecodeOptions(
+        language="de" if tokens.multilingual else None, suppress_blank=BLANK, max_new_tokens=16
+    )
+    expected = greedy(em, enc, tokens, opts).tokens
+    assert beam_search(em, enc, tokens, dataclasses.replace(opts, beam_size=1)).tokens == expected
+    wide = beam_search(em, enc, tokens, dataclasses.replace(opts, beam_size=4))
+    assert 0 < len(wide.tokens) <= 16 and wide.tokens[0] >= tokens.timestamp_begin

@@ -1,6 +1,7 @@
 """Real Whisper tiny.en (CTranslate2 files) on jfk.wav: ember's transcript, the same tokens
 as faster-whisper on the same model files (greedy, no temperature fallback), and the CLI."""
 
+import dataclasses
 import json
 import re
 
@@ -9,7 +10,7 @@ import numpy as np
 import ember
 import ember.audio
 from ember.cli import main
-from ember.models.whisper_decoding import greedy, split_segments
+from ember.models.whisper_decoding import beam_search, greedy, split_segments
 from ember.models.whisper_transcriber import WhisperTranscriber
 from helpers import require
 from packaged_fixtures import jfk_wav, whisper_tiny_en_dir  # noqa: F401
@@ -59,6 +60,14 @@ def test_tiny_en_on_jfk_matches_the_text_and_faster_whisper(
     result = greedy(t.model, t.model.encoder(ember.tensor(window)), t.tokens, opts)
     mine, _ = split_segments(result.tokens, t.tokens, 0.0, content / 100)
     assert [s.tokens for s in mine] == peer_tokens
+    # and beam search of width 5, both sides at temperature 0 only
+    peer_beam, _ = peer.transcribe(
+        jfk_wav, beam_size=5, temperature=0.0, language="en", vad_filter=False
+    )
+    beam_opts = dataclasses.replace(opts, beam_size=5)
+    beam = beam_search(t.model, t.model.encoder(ember.tensor(window)), t.tokens, beam_opts)
+    mine, _ = split_segments(beam.tokens, t.tokens, 0.0, content / 100)
+    assert [s.tokens for s in mine] == [s.tokens for s in peer_beam]
 
     # the CLI prints the same transcript
     assert (

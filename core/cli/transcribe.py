@@ -30,7 +30,12 @@ def add_parser(subparsers):
     )
     p.add_argument("--language", default=None, help="language code (multilingual models)")
     p.add_argument("--task", choices=("transcribe", "translate"), default="transcribe")
-    p.add_argument("--beam-size", type=int, default=1, help="1: greedy (the only search yet)")
+    p.add_argument(
+        "--beam-size",
+        type=int,
+        default=1,
+        help="1: greedy (default); more: beam search of that width (e.g. 5)",
+    )
     p.add_argument("--output-format", choices=FORMATS, default="txt")
     p.add_argument("--no-timestamps", action="store_true", help="decode without timestamp tokens")
     p.add_argument(
@@ -77,10 +82,8 @@ def run(args, out=None):
     from ..models.whisper_transcriber import WhisperTranscriber
 
     out = out or sys.stdout
-    if args.beam_size != 1:
-        raise InvalidArgument(
-            f"--beam-size {args.beam_size}: ember's Whisper decodes greedily for now (use 1)"
-        )
+    if args.beam_size < 1:
+        raise InvalidArgument(f"--beam-size {args.beam_size}: must be 1 (greedy) or more")
     for path in args.files:  # before the model loads: a typo fails at once
         if not os.path.isfile(path):
             raise FormatError(f"{path}: no such audio file", path=path, field="path")
@@ -98,6 +101,7 @@ def run(args, out=None):
             args.task,
             timestamps=not args.no_timestamps,
             fallback=not args.no_fallback,
+            beam_size=args.beam_size,
         )
         for i, seg in enumerate(stream, 1):
             segments.append(seg)

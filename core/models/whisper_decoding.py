@@ -39,6 +39,7 @@ class DecodeOptions:
     logprob_threshold: float | None = -1.0
     no_speech_threshold: float | None = 0.6
     condition_on_previous: bool = True
+    beam_size: int = 1  # > 1: beam search at temperature 0 (openai-whisper's, patience 1)
     seed: int = 0
 
 
@@ -140,6 +141,72 @@ def greedy(model, encoder_out, tokens, opts, prefix=(), temperature=0.0, rng=Non
     return DecodeResult(sampled, total / (len(sampled) + 1), ended, no_speech, temperature)
 
 
+def _reorder(cache, rows, device):
+    """Keep the cache rows `rows` (beam i continues from beam rows[i])."""
+    ids = tensor(rows, device=device)
+    kv = cache.self_kv
+    kv.keys = [k.index_select(0, ids) for k in kv.keys]
+    kv.values = [v.index_select(0, ids) for v in kv.values]
+
+
+def beam_search(model, encoder_out, tokens, opts, prefix=()):
+    """openai-whisper's beam search over one window: each beam proposes its beam_size + 1
+    best tokens, the beam_size best unfinished sequences go on, sequences ending in eot
+    are kept until beam_size of them are; the best by mean log-probability per token wins.
+    The cross-attention keys and values stay one batch row, broadcast over the beams."""
+    cfg, n = model.cfg, opts.beam_size
+    prompt = list(prefix) + tokens.prompt(opts.language, opts.task, opts.timestamps)
+    limit = cfg.max_target_positions // 2 if opts.max_new_tokens is None else opts.max_new_tokens
+    limit = min(limit, cfg.max_target_positions - len(prompt))
+    rules = LogitRules(tokens, opts, cfg.vocab_size)
+    cache = model.decoder.new_cache(encoder_out)
+    first = model.decoder(tensor([prompt], device=model.device), cache, last_only=False)
+    first = first.numpy()[0]
+    no_speech = float(np.exp(_log_softmax(first[len(prefix)].astype(np.float64))[tokens.no_speech]))
+    _reorder(cache, [0] * n, model.device)
+    beams, sums = [[]] * n, [0.0] * n
+    logits = np.repeat(first[-1:], n, axis=0)
+    finished = {}
+    for _ in range(limit):
+        scores, sources = {}, {}
+        for i, seq in enumerate(beams):
+            logprobs = _log_softmax(rules.apply(logits[i], seq).astype(np.float64))
+            for token in np.argsort(-logprobs, kind="stable")[: n + 1]:
+                key = (*seq, int(token))
+                if key not in scores:  # identical beams (the first step) count once
+                    scores[key], sources[key] = sums[i] + float(logprobs[token]), i
+        new_beams, new_sums, rows, ended = [], [], [], {}
+        for key in sorted(scores, key=scores.get, reverse=True):
+            if key[-1] == tokens.eot:
+                ended[key] = scores[key]
+            else:
+                new_beams.append(list(key))
+                new_sums.append(scores[key])
+                rows.append(sources[key])
+                if len(new_beams) == n:
+                    break
+        for key in sorted(ended, key=ended.get, reverse=True):
+            if len(finished) >= n:
+                break
+            finished[key] = ended[key]
+        if len(finished) >= n:
+            break
+        beams, sums = new_beams, new_sums
+        _reorder(cache, rows, model.device)
+        step = tensor([[b[-1]] for b in beams], device=model.device)
+        logits = model.decoder(step, cache).numpy()[:, -1]
+    ended_any = bool(finished)
+    if len(finished) < n:  # the length limit: unfinished beams compete too
+        for seq, score in zip(beams, sums, strict=True):
+            finished.setdefault((*seq, tokens.eot), score)
+            if len(finished) >= n:
+                break
+    # openai-whisper ranks by the sum of log-probabilities over the length without eot
+    best = max(finished, key=lambda k: finished[k] / max(1, len(k) - 1))
+    sampled = [t for t in best if t != tokens.eot]
+    return DecodeResult(sampled, finished[best] / (len(sampled) + 1), ended_any, no_speech, 0.0)
+
+
 def compression_ratio(text):
     """Bytes of the text over bytes of its zlib compression: high for repeated text."""
     import zlib
@@ -153,7 +220,10 @@ def decode_with_fallback(model, encoder_out, tokens, opts, text_of, prefix=(), r
     kept when every temperature fails the thresholds."""
     result = None
     for temperature in opts.temperatures:
-        result = greedy(model, encoder_out, tokens, opts, prefix, temperature, rng)
+        if opts.beam_size > 1 and temperature == 0:
+            result = beam_search(model, encoder_out, tokens, opts, prefix)
+        else:
+            result = greedy(model, encoder_out, tokens, opts, prefix, temperature, rng)
         bad_ratio = (
             opts.compression_ratio_threshold is not None
             and compression_ratio(text_of(result.tokens)) > opts.compression_ratio_threshold

@@ -58,12 +58,15 @@ class WhisperTranscriber:
             self._log_mel = LogMel(self.model.cfg.num_mel_bins, self.model.device)
         return self._log_mel(samples)
 
-    def options(self, language=None, task="transcribe", timestamps=True, fallback=True):
+    def options(
+        self, language=None, task="transcribe", timestamps=True, fallback=True, beam_size=1
+    ):
         """Decoding options from the model's config; `fallback` decodes a failed window again
         at temperatures 0.2 ... 1.0 (openai-whisper's default), else greedy only."""
         cfg = self.model.cfg
         return DecodeOptions(
             temperatures=FALLBACK_TEMPERATURES if fallback else (0.0,),
+            beam_size=beam_size,
             language=language,
             task=task,
             timestamps=timestamps,
@@ -76,12 +79,14 @@ class WhisperTranscriber:
         space = self.tokenizer.encode(" ", add_special_tokens=False).ids
         return (*space, self.tokens.eot)
 
-    def transcribe(self, audio, language=None, task="transcribe", timestamps=True, fallback=True):
+    def transcribe(
+        self, audio, language=None, task="transcribe", timestamps=True, fallback=True, beam_size=1
+    ):
         """Segments of `audio` (a file path, or 16 kHz mono samples), yielded as decoded."""
         from .. import audio as audio_io
 
         samples = audio_io.load(audio) if isinstance(audio, (str, os.PathLike)) else audio
         # checked before any window is decoded, so a bad option fails at once
-        opts = self.options(language, task, timestamps, fallback)
+        opts = self.options(language, task, timestamps, fallback, beam_size)
         self.tokens.prompt(opts.language, opts.task, opts.timestamps)
         yield from transcribe(self.model, self.tokenizer, self.tokens, samples, self.log_mel, opts)
