@@ -85,13 +85,21 @@ async def load(manifest_json, name=DEFAULT_MODEL):
         {
             "model": name,
             "bytes": sum(model_entry["files"].values()),
-            "parameters": model.num_parameters(),
+            "parameters": _parameters(model),
             "layers": config.num_hidden_layers,
             "hidden": config.hidden_size,
             "vocab": config.vocab_size,
             "chat": _state.get("template") is not None,
             "seconds": {"download": t1 - t0, "load": t2 - t1, "warm_up": t3 - t2},
         }
+    )
+
+
+def _parameters(model):
+    from .page_gguf import PageLlamaForCausalLM, num_parameters
+
+    return (
+        num_parameters(model) if isinstance(model, PageLlamaForCausalLM) else model.num_parameters()
     )
 
 

@@ -248,3 +248,16 @@ def load_model(buffer, sidecar, device, label, max_len=None):
     source = GGUFBufferSource(buffer, sidecar["tensors"], label)
     vb = VarBuilder(source, dtype=dt.f32, device=device)
     return PageLlamaForCausalLM(cfg, vb, device, layers=PageQuantLayers(device), max_len=max_len)
+
+
+def num_parameters(model):
+    """The model's weights, quantized ones included (Module.num_parameters counts only
+    its tensors); the tied head is the embedding table, counted once."""
+    n = model.num_parameters()
+    for _, m in model.named_modules():
+        if isinstance(m, PageQuantLinear):
+            n += m.out_features * m.in_features
+    embed = model.embed_tokens
+    if isinstance(embed, PageQ8Embedding) and not model.config.tie_word_embeddings:
+        n += embed.num_embeddings * embed.embedding_dim
+    return n

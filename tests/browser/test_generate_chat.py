@@ -40,6 +40,7 @@ def test_the_gguf_loads_with_progress_in_megabytes(chat_page):
     loaded = chat_page.evaluate("() => window.demoLoaded")
     assert loaded["model"] == MODEL and loaded["chat"] is True
     assert loaded["layers"] == 30 and loaded["vocab"] == 49152
+    assert 130e6 < loaded["parameters"] < 140e6             # 134.5M, the quantized ones counted
     print(f"\n[chat page] page open -> model ready {loaded['page_ready_ms'] / 1000:.1f} s "
           f"(boot {loaded['boot_ms']['total'] / 1000:.1f} s; download "
           f"{loaded['seconds']['download']:.1f} s, load {loaded['seconds']['load']:.1f} s, "
