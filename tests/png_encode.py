@@ -43,7 +43,9 @@ def encode(samples, ctype, depth=8, palette=None, filters=(0, 1, 2, 3, 4), inter
     elif depth == 8:
         rows = [r.astype(np.uint8).tobytes() for r in flat]
     else:
-        bits = ((flat[..., None] >> np.arange(depth - 1, -1, -1)) & 1).reshape(h, -1).astype(np.uint8)
+        bits = (
+            ((flat[..., None] >> np.arange(depth - 1, -1, -1)) & 1).reshape(h, -1).astype(np.uint8)
+        )
         rows = [np.packbits(r).tobytes() for r in bits]
     bpp = max(ch * depth // 8, 1)
     raw, prior = b"", bytes(len(rows[0]))

@@ -64,11 +64,18 @@ def _corrupt_crc(data):
         (_corrupt_crc, "CRC"),
         (lambda d: encode(_rgb(4, 4), 2, interlace=1), "interlaced"),
         (lambda d: encode(RNG.integers(0, 4, (2, 2, 1)), 3, depth=2), "palette"),
-        (lambda d: encode(RNG.integers(0, 4, (2, 2, 1)), 3, depth=2, palette=[[0, 0, 0]]), "past the end"),
+        (
+            lambda d: encode(RNG.integers(0, 4, (2, 2, 1)), 3, depth=2, palette=[[0, 0, 0]]),
+            "past the end",
+        ),
         (lambda d: encode(_rgb(2, 2), 2, depth=4), "not a valid combination"),
         (
-            lambda d: png.SIGNATURE + chunk(b"IHDR", (20000).to_bytes(4, "big") * 2 + bytes([8, 2, 0, 0, 0]))
-            + chunk(b"IDAT", b"") + chunk(b"IEND", b""),
+            lambda d: (
+                png.SIGNATURE
+                + chunk(b"IHDR", (20000).to_bytes(4, "big") * 2 + bytes([8, 2, 0, 0, 0]))
+                + chunk(b"IDAT", b"")
+                + chunk(b"IEND", b"")
+            ),
             "over the",
         ),
     ],

@@ -68,7 +68,16 @@ def test_tiny_config_channels():
     config = yolo_config.parse(TINY_YAML)
     # width 1/16 of 64..1024, rounded up to multiples of 8; repeats 3 -> 1, 6 -> 2
     assert [ly.c_out for ly in config.layers[:10]] == [8, 8, 8, 16, 16, 32, 32, 64, 64, 64]
-    assert [ly.args.get("n") for ly in config.layers if ly.kind == "C2f"] == [1, 2, 2, 1, 1, 1, 1, 1]
+    assert [ly.args.get("n") for ly in config.layers if ly.kind == "C2f"] == [
+        1,
+        2,
+        2,
+        1,
+        1,
+        1,
+        1,
+        1,
+    ]
     assert config.strides == (8, 16, 32) and config.layers[-1].c_in == (16, 32, 64)
 
 
@@ -108,10 +117,16 @@ def test_wrong_or_extra_tensors_are_refused(tiny):
 @pytest.mark.parametrize(
     "change, match",
     [
-        ({"head": TINY_YAML["head"][:-1] + [[[15, 18, 21], 1, "Segment", ["nc", 32, 256]]]}, "Segment"),
+        (
+            {"head": TINY_YAML["head"][:-1] + [[[15, 18, 21], 1, "Segment", ["nc", 32, 256]]]},
+            "Segment",
+        ),
         ({"nc": 0}, "nc"),
         ({"activation": "nn.ReLU()"}, "activation"),
-        ({"backbone": [[-1, 1, "Conv", [64, 3, 2]], [5, 1, "Conv", [64, 3, 2]]]}, "not an earlier layer"),
+        (
+            {"backbone": [[-1, 1, "Conv", [64, 3, 2]], [5, 1, "Conv", [64, 3, 2]]]},
+            "not an earlier layer",
+        ),
     ],
 )
 def test_config_refusals_name_the_field(change, match):
@@ -138,7 +153,8 @@ def test_ultralytics_style_checkpoint_loads_inert(tiny, tmp_path, cpu):
         names = {k[len("model.") :] for k in ckpt.tensors}
         assert names == set(ref.state_dict())  # torch's state-dict names, buffers included
         np.testing.assert_array_equal(
-            ckpt.array("model.model.3.conv.weight"), ref.model[3].conv.weight.detach().half().numpy()
+            ckpt.array("model.model.3.conv.weight"),
+            ref.model[3].conv.weight.detach().half().numpy(),
         )
     model = from_ultralytics(path, device=cpu)
     assert model.names == NAMES

@@ -83,7 +83,8 @@ class Detect(nn.Module):
         super().__init__()
         c2, c3 = max(16, ch[0] // 4, reg_max * 4), max(ch[0], min(nc, 100))
         self.cv2 = nn.ModuleList(
-            nn.Sequential(Conv(c, c2, 3), Conv(c2, c2, 3), nn.Conv2d(c2, 4 * reg_max, 1)) for c in ch
+            nn.Sequential(Conv(c, c2, 3), Conv(c2, c2, 3), nn.Conv2d(c2, 4 * reg_max, 1))
+            for c in ch
         )
         self.cv3 = nn.ModuleList(
             nn.Sequential(Conv(c, c3, 3), Conv(c3, c3, 3), nn.Conv2d(c3, nc, 1)) for c in ch
@@ -93,8 +94,10 @@ class Detect(nn.Module):
 
     def forward(self, xs):
         b = xs[0].shape[0]
-        outs = [torch.cat((self.cv2[i](x), self.cv3[i](x)), 1).view(b, 4 * self.reg_max + self.nc, -1)
-                for i, x in enumerate(xs)]
+        outs = [
+            torch.cat((self.cv2[i](x), self.cv3[i](x)), 1).view(b, 4 * self.reg_max + self.nc, -1)
+            for i, x in enumerate(xs)
+        ]
         box, cls = torch.cat(outs, 2).split((4 * self.reg_max, self.nc), 1)
         points, steps = [], []
         for x, s in zip(xs, self.strides):
