@@ -193,3 +193,25 @@ def test_inert_mode_never_calls_what_the_pickle_names(tmp_path):
     assert not marker.exists()
     with pytest.raises(FormatError, match="not an Ultralytics checkpoint|DetectionModel"):
         from_ultralytics(path)
+
+
+def test_detect_batches_arrays_and_tensors(tiny, cpu):
+    from ember.vision import detect
+
+    config, _, arrays, _, _ = tiny
+    model = YoloDetector(config, arrays, NAMES, device=cpu)
+    rng = np.random.default_rng(5)
+    a, b = (rng.integers(0, 256, (50, 70, 3), dtype=np.uint8) for _ in range(2))
+    alone = [detect(model, [im], conf=0.3, size=96)[0] for im in (a, b)]
+    assert sum(map(len, alone)) > 0
+    batch = detect(model, [a, b], conf=0.3, size=96)
+    assert [[d.to_json() for d in r] for r in batch] == [[d.to_json() for d in r] for r in alone]
+    (from_tensor,) = detect(model, [ember.tensor(a)], conf=0.3, size=96)
+    assert [d.to_json() for d in from_tensor] == [d.to_json() for d in alone[0]]
+    # images of different sizes: each letterboxed to 96x96, boxes inside each original
+    c = rng.integers(0, 256, (30, 90, 3), dtype=np.uint8)
+    mixed = detect(model, [a, c], conf=0.3, size=96)
+    for r, (h, w) in zip(mixed, ((50, 70), (30, 90))):
+        for d in r:
+            x1, y1, x2, y2 = d.box
+            assert 0 <= x1 <= x2 <= w and 0 <= y1 <= y2 <= h and d.label in NAMES.values()

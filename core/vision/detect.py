@@ -3,27 +3,16 @@ letterbox (minimal stride padding when every image of the batch has one shape, f
 `size` x `size` otherwise), RGB scaled to [0, 1], the model, then confidence filter,
 class-wise NMS and boxes mapped back onto each original image."""
 
-import numpy as np
-
-from ..errors import InvalidArgument
 from ..tensor import tensor
+from .images import as_image
 from .letterbox import letterbox, to_input
 from .nms import Detection, select
 
 
-def _as_rgb(image, index):
-    a = np.asarray(image)
-    if a.ndim != 3 or a.shape[2] != 3 or a.dtype != np.uint8:
-        raise InvalidArgument(
-            f"detect: image {index} must be an (H, W, 3) uint8 RGB array, got {a.dtype} {a.shape}",
-            op="detect",
-        )
-    return a
-
-
 def detect(model, images, conf=0.25, iou=0.7, size=640, max_det=300, agnostic=False):
-    """A list of Detection lists, one per (H, W, 3) uint8 RGB image."""
-    images = [_as_rgb(im, i) for i, im in enumerate(images)]
+    """A list of Detection lists, one per image: a path, an (H, W, 3) uint8 RGB array
+    (or grey, or RGBA) or an ember tensor of one."""
+    images = [as_image(im, f"detect: image {i}") for i, im in enumerate(images)]
     if not images:
         return []
     same = len({im.shape for im in images}) == 1
