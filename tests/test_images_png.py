@@ -125,3 +125,8 @@ def test_as_image_accepts_arrays_grey_and_rgba():
     np.testing.assert_array_equal(images.as_image(rgba), rgba[..., :3])
     with pytest.raises(InvalidArgument, match="uint8"):
         images.as_image(np.zeros((3, 4, 3), np.float32))
+
+
+def test_encode_round_trips():
+    a = RNG.integers(0, 256, (17, 23, 3), dtype=np.uint8)
+    np.testing.assert_array_equal(png.decode(png.encode(a)), a)

@@ -211,7 +211,7 @@ def test_detect_batches_arrays_and_tensors(tiny, cpu):
     # images of different sizes: each letterboxed to 96x96, boxes inside each original
     c = rng.integers(0, 256, (30, 90, 3), dtype=np.uint8)
     mixed = detect(model, [a, c], conf=0.3, size=96)
-    for r, (h, w) in zip(mixed, ((50, 70), (30, 90))):
+    for r, (h, w) in zip(mixed, ((50, 70), (30, 90)), strict=True):
         for d in r:
             x1, y1, x2, y2 = d.box
             assert 0 <= x1 <= x2 <= w and 0 <= y1 <= y2 <= h and d.label in NAMES.values()

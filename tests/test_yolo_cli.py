@@ -97,3 +97,28 @@ def test_bad_model_and_thresholds(files):
     assert r.returncode == 1 and "Traceback" not in r.stderr and str(notpt) in r.stderr
     r = _cli(png, "--conf", "1.5")
     assert r.returncode == 2 and "between 0 and 1" in r.stderr
+
+
+def test_save_draws_the_boxes_into_a_png(files):
+    from ember.vision import png
+    from ember.vision.draw import PALETTE
+
+    tmp, pt, img, image = files
+    out = tmp / "drawn.png"
+    r = _cli(img, "--model", pt, "--conf", "0.3", "--iou", "0.5", "--save", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    (res,) = json.loads(r.stdout)
+    assert res["detections"]
+    drawn = png.decode(out.read_bytes())
+    assert drawn.shape == image.shape
+    for d in res["detections"]:  # each box's corners carry a box colour
+        x1, y1, x2, y2 = (min(max(round(v), 0), lim - 1) for v, lim in zip(d["box"], (70, 50, 70, 50), strict=True))
+        for x, y in ((x1, y1), (x2, y2)):
+            assert any((drawn[y, x] == c).all() for c in PALETTE)
+    changed = (drawn != image).any(2)
+    assert changed.any() and not changed.all()
+    again = _cli(img, "--model", pt, "--save", str(out))
+    assert again.returncode == 1 and "exists" in again.stderr
+    assert np.array_equal(png.decode(out.read_bytes()), drawn)
+    two = _cli(img, img, "--model", pt, "--save", str(tmp / "two.png"))
+    assert two.returncode == 1 and "one IMAGE" in two.stderr and not (tmp / "two.png").exists()

@@ -100,7 +100,7 @@ class Detect(nn.Module):
         ]
         box, cls = torch.cat(outs, 2).split((4 * self.reg_max, self.nc), 1)
         points, steps = [], []
-        for x, s in zip(xs, self.strides):
+        for x, s in zip(xs, self.strides, strict=True):
             h, w = x.shape[2:]
             sy, sx = torch.meshgrid(torch.arange(h) + 0.5, torch.arange(w) + 0.5, indexing="ij")
             points.append(torch.stack((sx, sy), -1).view(-1, 2))

@@ -54,6 +54,12 @@ def add_parser(subparsers):
     p.add_argument("--imgsz", type=_image_size, default=640, help="letterbox size (640)")
     p.add_argument("--max-det", type=int, default=300, help="most boxes per image (300)")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument(
+        "--save",
+        metavar="OUT.png",
+        default=None,
+        help="write the image with its boxes drawn as a PNG (one IMAGE; an existing file is refused)",
+    )
     add_device_argument(p, default="cpu")
     p.set_defaults(func=run)
     return p
@@ -72,11 +78,47 @@ def _model_path(model):
     return packaged.file(name, log=lambda msg: print(msg, file=sys.stderr))
 
 
+def _check_save(args):
+    from ..errors import InvalidArgument
+
+    if len(args.images) != 1:
+        raise InvalidArgument("--save: give one IMAGE (the drawn image is written to one file)")
+    if not args.save.lower().endswith(".png"):
+        raise InvalidArgument(f"--save: {args.save} must end in .png (ember writes PNG)")
+    if os.path.exists(args.save):
+        raise InvalidArgument(
+            f"--save: {args.save} exists; choose another path (ember does not overwrite it)"
+        )
+    parent = os.path.dirname(os.path.abspath(args.save))
+    if not os.path.isdir(parent):
+        raise InvalidArgument(f"--save: the folder {parent} does not exist")
+
+
+def _save(path, image, found):
+    from ..errors import InvalidArgument
+    from ..vision.draw import draw_boxes
+    from ..vision.png import encode
+
+    data = encode(draw_boxes(image, found))
+    part = f"{path}.{os.getpid()}.part"
+    with open(part, "xb") as fh:
+        fh.write(data)
+    try:
+        os.link(part, path)  # whole or not at all, and never over a file made meanwhile
+    except FileExistsError:
+        raise InvalidArgument(f"--save: {path} appeared meanwhile; not overwritten") from None
+    finally:
+        os.unlink(part)
+    print(f"ember: wrote {path}", file=sys.stderr)
+
+
 def run(args):
     from ..models.yolo import from_ultralytics
     from ..vision.detect import detect
     from ..vision.images import read_image
 
+    if args.save is not None:
+        _check_save(args)
     images = [read_image(path) for path in args.images]  # every file checked before the model
     model = from_ultralytics(_model_path(args.model), device=open_device(args.device))
     results = []
@@ -86,6 +128,8 @@ def run(args):
         results.append(
             {"image": path, "width": w, "height": h, "detections": [d.to_json() for d in found]}
         )
+    if args.save is not None:
+        _save(args.save, images[0], found)
     if args.json:
         json.dump(results, sys.stdout, indent=2)
         print()

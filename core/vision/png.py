@@ -134,3 +134,23 @@ def decode(data, path="image"):
     if ctype in (0, 4):
         return np.repeat(pix[..., :1], 3, axis=2)
     return np.ascontiguousarray(pix[..., :3])
+
+
+def encode(image):
+    """(H, W, 3) uint8 RGB -> PNG bytes (8-bit RGB, rows unfiltered, zlib level 6)."""
+    a = np.ascontiguousarray(image, dtype=np.uint8)
+    h, w = a.shape[:2]
+    rows = np.concatenate([np.zeros((h, 1), np.uint8), a.reshape(h, w * 3)], 1)
+
+    def chunk(kind, body):
+        return (
+            struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        )
+
+    header = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
+    return (
+        SIGNATURE
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows.tobytes(), 6))
+        + chunk(b"IEND", b"")
+    )
