@@ -215,3 +215,54 @@ def test_detect_batches_arrays_and_tensors(tiny, cpu):
         for d in r:
             x1, y1, x2, y2 = d.box
             assert 0 <= x1 <= x2 <= w and 0 <= y1 <= y2 <= h and d.label in NAMES.values()
+
+
+POSE_YAML = {
+    **TINY_YAML,
+    "nc": 1,
+    "kpt_shape": [5, 3],
+    "head": TINY_YAML["head"][:-1] + [[[15, 18, 21], 1, "Pose", ["nc", "kpt_shape"]]],
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_pose():
+    torch = require("torch")
+    import yolo_reference
+
+    config = yolo_config.parse(POSE_YAML)
+    ref = yolo_reference.reinit(yolo_reference.DetectionModel(POSE_YAML, config, {0: "person"}), 4)
+    arrays = {k: v.numpy() for k, v in ref.state_dict().items()}
+    x = np.random.default_rng(6).random((1, 3, 64, 64), dtype=np.float32)
+    with torch.no_grad():
+        want = ref(torch.from_numpy(x)).numpy()
+    return config, arrays, x, want
+
+
+def test_tiny_pose_matches_torch(tiny_pose, device):
+    config, arrays, x, want = tiny_pose
+    assert config.kpt_shape == (5, 3)
+    model = YoloDetector(config, arrays, {0: "person"}, device=device)
+    got = model(ember.tensor(x, device=device)).numpy()
+    assert got.shape == want.shape == (1, 4 + 1 + 15, 64 + 16 + 4)
+    tol = 1e-4 if device.kind == "cpu" else 1e-3
+    xy = np.r_[0:4, 5:20:3, 6:20:3]  # box and keypoint coordinates, in pixels
+    prob = np.r_[4, 7:20:3]  # class probability and keypoint visibilities
+    scale = np.abs(want[:, xy]).max()
+    np.testing.assert_allclose(got[:, xy], want[:, xy], rtol=0, atol=tol * scale)
+    np.testing.assert_allclose(got[:, prob], want[:, prob], rtol=0, atol=tol)
+
+
+def test_pose_detections_carry_keypoints_in_the_original_image(tiny_pose, cpu):
+    from ember.vision import detect
+
+    config, arrays, _, _ = tiny_pose
+    model = YoloDetector(config, arrays, {0: "person"}, device=cpu)
+    image = np.random.default_rng(7).integers(0, 256, (40, 90, 3), dtype=np.uint8)
+    (found,) = detect(model, [image], conf=0.2, size=64)
+    assert found
+    for d in found:
+        assert len(d.keypoints) == 5 and all(len(k) == 3 for k in d.keypoints)
+        for x, y, v in d.keypoints:
+            assert 0 <= x <= 90 and 0 <= y <= 40 and 0 <= v <= 1
+        assert len(d.to_json()["keypoints"]) == 5

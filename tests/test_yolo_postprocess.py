@@ -68,15 +68,15 @@ def _head(boxes_xyxy, probs):
 def test_nms_by_hand():
     boxes = [[0, 0, 10, 10], [1, 1, 11, 11], [0, 0, 10, 10], [50, 50, 60, 60], [0, 0, 10, 10]]
     probs = [[0.9, 0.0], [0.8, 0.1], [0.1, 0.7], [0.3, 0.0], [0.25, 0.0]]
-    out_boxes, scores, classes = select(_head(boxes, probs), conf=0.25, iou=0.5)
+    out_boxes, scores, classes, _ = select(_head(boxes, probs), conf=0.25, iou=0.5)
     # box 1 overlaps box 0 (IoU 0.68) in class 0 and goes; box 2 is class 1 and stays;
     # box 4 scores exactly 0.25, not above the threshold
     np.testing.assert_allclose(scores, [0.9, 0.7, 0.3], rtol=1e-6)
     assert classes.tolist() == [0, 1, 0]
     np.testing.assert_allclose(out_boxes[1], [0, 0, 10, 10])
-    _, scores, _ = select(_head(boxes, probs), conf=0.25, iou=0.5, agnostic=True)
+    _, scores, _, _ = select(_head(boxes, probs), conf=0.25, iou=0.5, agnostic=True)
     np.testing.assert_allclose(scores, [0.9, 0.3], rtol=1e-6)
-    _, scores, _ = select(_head(boxes, probs), conf=0.25, iou=0.5, max_det=1)
+    _, scores, _, _ = select(_head(boxes, probs), conf=0.25, iou=0.5, max_det=1)
     assert len(scores) == 1
 
 
@@ -101,7 +101,7 @@ def test_nms_matches_the_greedy_definition():
     wh = RNG.random((n, 2)) * 60 + 5
     boxes = np.concatenate([xy, xy + wh], 1)
     probs = RNG.random((n, nc)) ** 3
-    got_boxes, got_scores, got_cls = select(_head(boxes, probs), conf=0.2, iou=0.45)
+    got_boxes, got_scores, got_cls, _ = select(_head(boxes, probs), conf=0.2, iou=0.45)
     b32 = _head(boxes, probs)  # the float32 boxes the selection sees
     xyxy = np.concatenate([b32[:2].T - b32[2:4].T / 2, b32[:2].T + b32[2:4].T / 2], 1)
     best, score = probs.argmax(1), probs.max(1).astype(np.float32)
@@ -118,3 +118,12 @@ def test_thresholds_are_checked():
         select(np.zeros((6, 4), np.float32), conf=1.5)
     with pytest.raises(InvalidArgument, match="iou"):
         select(np.zeros((6, 4), np.float32), iou=-0.1)
+
+
+def test_extra_rows_travel_with_their_boxes():
+    boxes = [[0, 0, 10, 10], [1, 1, 11, 11], [50, 50, 60, 60]]
+    probs = [[0.9], [0.8], [0.6]]
+    head = np.concatenate([_head(boxes, probs), [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]], 0)
+    _, scores, _, extra = select(head, conf=0.25, iou=0.5, nc=1)
+    np.testing.assert_allclose(scores, [0.9, 0.6], rtol=1e-6)
+    np.testing.assert_array_equal(extra, [[1.0, 4.0], [3.0, 6.0]])

@@ -91,7 +91,7 @@ def test_bus_end_to_end_matches_onnxruntime(real, bus_jpg):  # noqa: F811
     assert rect.shape[:2] == (640, 480)
     with torch.no_grad():
         want = ref.eval()(torch.from_numpy(to_input([rect]))).numpy()[0]
-    wb, ws, wc = select(want, conf=0.25, iou=0.45)
+    wb, ws, wc, _ = select(want, conf=0.25, iou=0.45)
     (found,) = detect(model, [image], conf=0.25, iou=0.45)
     assert [d.label for d in found] == ["Normal"] * len(wc) and set(wc.tolist()) == {0}
     _match(

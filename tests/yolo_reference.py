@@ -112,6 +112,33 @@ class Detect(nn.Module):
         return torch.cat((dbox, cls.sigmoid()), 1)
 
 
+class Pose(Detect):
+    def __init__(self, nc, reg_max, ch, strides, kpt_shape):
+        super().__init__(nc, reg_max, ch, strides)
+        self.kpt_shape, nk = kpt_shape, kpt_shape[0] * kpt_shape[1]
+        c4 = max(ch[0] // 4, nk)
+        self.cv4 = nn.ModuleList(nn.Sequential(Conv(c, c4, 3), Conv(c4, c4, 3), nn.Conv2d(c4, nk, 1)) for c in ch)
+
+    def forward(self, xs):
+        det = super().forward(xs)
+        b, ndim = xs[0].shape[0], self.kpt_shape[1]
+        kpt = torch.cat([self.cv4[i](x).view(b, -1, x.shape[2] * x.shape[3]) for i, x in enumerate(xs)], 2)
+        ax, ay, st = [], [], []
+        for x, s in zip(xs, self.strides, strict=True):
+            h, w = x.shape[2:]
+            sy, sx = torch.meshgrid(torch.arange(h) + 0.5, torch.arange(w) + 0.5, indexing="ij")
+            ax.append(sx.reshape(-1))
+            ay.append(sy.reshape(-1))
+            st.append(torch.full((h * w,), float(s)))
+        ax, ay, st = torch.cat(ax), torch.cat(ay), torch.cat(st)
+        y = kpt.clone()
+        if ndim == 3:
+            y[:, 2::3] = y[:, 2::3].sigmoid()
+        y[:, 0::ndim] = (y[:, 0::ndim] * 2.0 + (ax - 0.5)) * st
+        y[:, 1::ndim] = (y[:, 1::ndim] * 2.0 + (ay - 0.5)) * st
+        return torch.cat((det, y), 1)
+
+
 class DetectionModel(nn.Module):
     """Built from ember's parsed config (yolo_config.parse), whose channel arithmetic the
     real checkpoint's test checks tensor by tensor."""
@@ -132,6 +159,8 @@ class DetectionModel(nn.Module):
                 m = nn.Upsample(None, a["scale"], "nearest")
             elif ly.kind == "Concat":
                 m = Concat()
+            elif ly.kind == "Pose":
+                m = Pose(a["nc"], a["reg_max"], ly.c_in, a["strides"], a["kpt_shape"])
             else:
                 m = Detect(a["nc"], a["reg_max"], ly.c_in, a["strides"])
             m.f = ly.source

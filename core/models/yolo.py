@@ -10,7 +10,8 @@ with -inf, as PyTorch pads); upsampling is nearest. The Detect head runs a box b
 DFL (softmax over reg_max bins, expectation with the bins' values) into distances from
 each anchor (cell centres, offset 0.5) to the box sides, scaled by the level's stride.
 `forward` returns what Ultralytics' model returns at inference: (batch, 4 + nc, anchors),
-boxes as centre x, centre y, width, height in input pixels, then class probabilities.
+boxes as centre x, centre y, width, height in input pixels, then class probabilities;
+a Pose head appends keypoints x, y (input pixels) and, for kpt_shape (k, 3), visibility.
 """
 
 import numpy as np
@@ -171,6 +172,49 @@ class Detect:
         return cat([xywh, score.sigmoid()], 1)
 
 
+class Pose(Detect):
+    """Detect plus a keypoint branch per level; keypoints decode as
+    ((raw * 2 + anchor - 0.5) * stride) for x and y, a sigmoid for visibility."""
+
+    def __init__(self, w, prefix, channels, nc, reg_max, strides, kpt_shape, device):
+        super().__init__(w, prefix, channels, nc, reg_max, strides, device)
+        self.kpt_shape = kpt_shape
+        nk = kpt_shape[0] * kpt_shape[1]
+        c4 = max(channels[0] // 4, nk)
+        self.kpt = [
+            (
+                ConvBnSilu(w, f"{prefix}.cv4.{i}.0", c, c4, 3, device=device),
+                ConvBnSilu(w, f"{prefix}.cv4.{i}.1", c4, c4, 3, device=device),
+                _Plain1x1(w, f"{prefix}.cv4.{i}.2", c4, nk, device),
+            )
+            for i, c in enumerate(channels)
+        ]
+
+    def __call__(self, feats):
+        det = super().__call__(feats)
+        b, (k, ndim) = feats[0].shape[0], self.kpt_shape
+        raw = cat(
+            [
+                k3(k2(k1(x))).reshape(b, k * ndim, -1)
+                for x, (k1, k2, k3) in zip(feats, self.kpt, strict=True)
+            ],
+            2,
+        )
+        n = raw.shape[2]
+        raw = raw.reshape(b, k, ndim, n)
+        anchors, steps = self._anchors(tuple((f.shape[2], f.shape[3]) for f in feats))
+        parts = [
+            (
+                (raw.narrow(2, d, 1) * 2.0 + (anchors.narrow(1, d, 1).reshape(1, 1, 1, n) - 0.5))
+                * steps.reshape(1, 1, 1, n)
+            )
+            for d in (0, 1)
+        ]
+        if ndim == 3:
+            parts.append(raw.narrow(2, 2, 1).sigmoid())
+        return cat([det, cat(parts, 2).reshape(b, k * ndim, n)], 1)
+
+
 class YoloDetector:
     """A YOLOv8 detection model: `forward(images)` on (N, 3, H, W) float32 images in
     [0, 1] (RGB, H and W multiples of the largest stride) -> (N, 4 + nc, anchors)."""
@@ -205,6 +249,8 @@ class YoloDetector:
             return lambda x, s=a["scale"]: F.upsample_nearest2d(x, scale_factor=s)
         if layer.kind == "Concat":
             return lambda xs: cat(xs, 1)
+        if layer.kind == "Pose":
+            return Pose(w, p, layer.c_in, a["nc"], a["reg_max"], a["strides"], a["kpt_shape"], dev)
         return Detect(w, p, layer.c_in, a["nc"], a["reg_max"], a["strides"], dev)
 
     def forward(self, x):
@@ -225,7 +271,7 @@ class YoloDetector:
         saved, prev = {-1: x}, x
         for layer, module in zip(self.config.layers, self.layers, strict=True):
             srcs = [saved.get(j, prev) for j in layer.source]
-            prev = module(srcs if layer.kind in ("Concat", "Detect") else srcs[0])
+            prev = module(srcs if layer.kind in ("Concat", *yolo_config.HEADS) else srcs[0])
             if layer.index in self._kept:
                 saved[layer.index] = prev
         return prev
@@ -245,10 +291,10 @@ def from_ultralytics(path, device=None):
             raise FormatError(
                 f"{path}: not an Ultralytics checkpoint (no pickled 'model' object)", path=path
             )
-        if model.qualname != "DetectionModel":
+        if model.qualname not in ("DetectionModel", "PoseModel"):
             raise FormatError(
-                f"{path}: holds an Ultralytics {model.qualname}; ember runs detection models "
-                "(DetectionModel) only",
+                f"{path}: holds an Ultralytics {model.qualname}; ember runs detection and pose "
+                "models (DetectionModel, PoseModel) only",
                 path=path,
                 field="model",
             )

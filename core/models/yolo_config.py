@@ -1,11 +1,11 @@
-"""A YOLOv8 model yaml (the dict Ultralytics stores in its checkpoints, or a model .yaml
+"""A YOLOv8 detect or pose model yaml (the dict Ultralytics stores in its checkpoints, or a model .yaml
 read into one) turned into a plain list of layers with their channels and strides.
 
 Ultralytics' rules, re-stated from its documented behaviour: a scale row (or
 depth_multiple / width_multiple) scales each repeat count n>1 to max(round(n*depth), 1)
 and each output width c to ceil(min(c, max_channels) * width / 8) * 8; `from` -1 is the
 previous layer; Concat adds its inputs' channels; the Detect head reads its levels'
-channels. Only the layers YOLOv8 detection uses are known; any other is refused by name.
+channels. Only the layers YOLOv8 detect and pose use are known; any other is refused by name.
 """
 
 import math
@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from ..errors import FormatError
 from . import config_fields as cf
 
-KNOWN = ("Conv", "C2f", "SPPF", "nn.Upsample", "Concat", "Detect")
+KNOWN = ("Conv", "C2f", "SPPF", "nn.Upsample", "Concat", "Detect", "Pose")
+HEADS = ("Detect", "Pose")
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class YoloConfig:
     reg_max: int
     strides: tuple  # of the Detect head's levels
     in_channels: int
+    kpt_shape: tuple | None = None  # (keypoints, 2 or 3) for a Pose head
 
 
 def _make_divisible(x, divisor=8):
@@ -141,18 +143,31 @@ def parse(d, source="yaml"):
             if (args[0] if args else 1) != 1 or len(set(s_in)) != 1:
                 _bad(source, where, "Concat joins channels (dim 1) of maps of one size")
             c_out = sum(c_in)
-        else:  # Detect
+        else:  # Detect or Pose
             if i != len(rows[0]) + len(rows[1]) - 1:
-                _bad(source, where, "the Detect head must be the last layer")
+                _bad(source, where, f"the {kind} head must be the last layer")
             extra = {"nc": nc, "reg_max": reg_max, "strides": s_in}
             c_out = 4 + nc
-        if len(c_in) > 1 and kind != "Concat" and kind != "Detect":
+            if kind == "Pose":
+                kpt = d.get("kpt_shape")
+                if not (
+                    isinstance(kpt, (list, tuple))
+                    and len(kpt) == 2
+                    and cf.is_int(kpt[0])
+                    and 0 < kpt[0] <= 1000
+                    and kpt[1] in (2, 3)
+                ):
+                    _bad(source, "kpt_shape", f"must be [keypoints, 2 or 3], got {kpt!r}")
+                extra["kpt_shape"] = (int(kpt[0]), int(kpt[1]))
+                c_out += kpt[0] * kpt[1]
+        if len(c_in) > 1 and kind not in ("Concat", *HEADS):
             _bad(source, f"{where}.from", f"{kind} reads one layer, got {f!r}")
         layers.append(Layer(i, kind, tuple(absolute), c_in, c_out, stride, extra))
         if i == 0:
             ch, strides = [], []
         ch.append(c_out)
         strides.append(stride)
-    if not layers or layers[-1].kind != "Detect":
-        _bad(source, "head", "must end with a Detect layer")
-    return YoloConfig(tuple(layers), nc, reg_max, layers[-1].args["strides"], in_ch)
+    if not layers or layers[-1].kind not in HEADS:
+        _bad(source, "head", "must end with a Detect or Pose layer")
+    head = layers[-1].args
+    return YoloConfig(tuple(layers), nc, reg_max, head["strides"], in_ch, head.get("kpt_shape"))

@@ -39,6 +39,14 @@ class Letterbox:
         out[:, 1::2] = out[:, 1::2].clip(0, h)
         return out
 
+    def points_to_original(self, points):
+        """(..., 2) x y points in letterboxed pixels -> original pixels, clipped."""
+        h, w = self.orig_shape
+        out = np.array(points, dtype=np.float64)
+        out[..., 0] = ((out[..., 0] - self.left) * (w / self.resized[1])).clip(0, w)
+        out[..., 1] = ((out[..., 1] - self.top) * (h / self.resized[0])).clip(0, h)
+        return out
+
 
 def _taps(n_in, n_out):
     """Source indices (i0, i1) and the weight of i1 for each output pixel."""

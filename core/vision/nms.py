@@ -20,14 +20,18 @@ class Detection:
     score: float
     cls: int
     label: str
+    keypoints: tuple | None = None  # pose models: (x, y[, visibility]) per keypoint
 
     def to_json(self):
-        return {
+        out = {
             "box": [round(float(v), 2) for v in self.box],
             "score": round(float(self.score), 4),
             "class": int(self.cls),
             "label": self.label,
         }
+        if self.keypoints is not None:
+            out["keypoints"] = [[round(float(v), 2) for v in kp] for kp in self.keypoints]
+        return out
 
 
 def _check_threshold(name, value):
@@ -65,19 +69,21 @@ def greedy_nms(boxes, scores, iou):
     return np.array(keep, dtype=np.intp)
 
 
-def select(pred, conf=0.25, iou=0.7, max_det=300, agnostic=False):
-    """One image's head output (4 + nc, anchors) -> (boxes xyxy (n, 4), scores, classes)."""
+def select(pred, conf=0.25, iou=0.7, max_det=300, agnostic=False, nc=None):
+    """One image's head output (4 + nc + extra, anchors) -> (boxes xyxy (n, 4), scores,
+    classes, extra (n, extra): a pose head's keypoints). nc=None: no extra rows."""
     conf, iou = _check_threshold("conf", conf), _check_threshold("iou", iou)
-    pred = np.asarray(pred, dtype=np.float32).T  # (anchors, 4 + nc)
-    cls_prob = pred[:, 4:]
+    pred = np.asarray(pred, dtype=np.float32).T  # (anchors, 4 + nc + extra)
+    nc = pred.shape[1] - 4 if nc is None else nc
+    cls_prob, extra = pred[:, 4 : 4 + nc], pred[:, 4 + nc :]
     best = cls_prob.argmax(1)
     score = cls_prob[np.arange(len(pred)), best]
     hit = score > conf
-    boxes, score, best = xywh_to_xyxy(pred[hit, :4]), score[hit], best[hit]
+    boxes, score, best, extra = xywh_to_xyxy(pred[hit, :4]), score[hit], best[hit], extra[hit]
     if len(score) > MAX_NMS:
         top = np.argsort(-score, kind="stable")[:MAX_NMS]
-        boxes, score, best = boxes[top], score[top], best[top]
+        boxes, score, best, extra = boxes[top], score[top], best[top], extra[top]
     # one NMS over all classes, each class shifted to its own region (as Ultralytics does)
     offset = 0.0 if agnostic else 7680.0
     keep = greedy_nms(boxes + (best[:, None] * offset), score, iou)[:max_det]
-    return boxes[keep], score[keep], best[keep]
+    return boxes[keep], score[keep], best[keep], extra[keep]
