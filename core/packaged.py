@@ -152,6 +152,13 @@ ITEMS = {
             size_mb=62,
             license="MIT",
         ),
+        Item(
+            "ultralytics-images",
+            ("pypi:ultralytics==8.4.190",),
+            _dir("ultralytics/assets/", "bus.jpg", "zidane.jpg"),
+            size_mb=2,
+            license="AGPL-3.0 (Ultralytics)",
+        ),
     )
 }
 

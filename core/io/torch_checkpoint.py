@@ -10,6 +10,16 @@ view of a storage), the typed storage classes (`torch.FloatStorage`, ...: only t
 dtype is used) and `collections.OrderedDict`. Any other global is refused with a
 FormatError naming it, before anything is called.
 
+`TorchCheckpoint(path, inert_objects=True)` reads files that pickle whole objects
+(an Ultralytics .pt holds its nn.Module tree): every other global becomes an inert
+record class, a fresh subclass of InertObject that only keeps the arguments and the
+state the pickle hands it. Nothing named by the file is imported or called; the
+pickle machine only ever calls ember's own stand-ins (InertObject.__new__ and
+__setstate__ store data, nothing else), so such a file still cannot run code. Module
+records (state holding `_parameters`/`_buffers`/`_modules`) are flattened with
+torch's state-dict names; `root` is the whole object tree, `ref_array` reads a tensor
+met anywhere in it (an attribute such as a model's `stride`).
+
 Two container layouts:
 - zip (torch >= 1.6): `<name>/data.pkl` with persistent ids ('storage', type, key,
   location, numel) whose bytes are the member `<name>/data/<key>`;
@@ -117,14 +127,54 @@ _ADMITTED = {
 _ADMITTED.update({("torch", name): _StorageType(name) for name in STORAGE_DTYPES})
 
 
+class InertObject:
+    """An object of a class ember does not import: `module`, `qualname`, the pickle's
+    constructor arguments (`args`) and its BUILD state (`state`), kept as plain data."""
+
+    module = ""
+    qualname = ""
+
+    def __new__(cls, *args, **kwargs):
+        obj = object.__new__(cls)
+        obj.args, obj.kwargs, obj.state = args, kwargs, None
+        return obj
+
+    def __setstate__(self, state):
+        self.state = state
+
+    def __repr__(self):
+        return f"<inert {self.module}.{self.qualname}>"
+
+
+# the harmless builtins an object pickle needs besides containers (protocol 2 spells
+# the module __builtin__); torch.Size is a tuple
+_ADMITTED_INERT = {
+    ("builtins", "set"): set,
+    ("__builtin__", "set"): set,
+    ("builtins", "frozenset"): frozenset,
+    ("__builtin__", "frozenset"): frozenset,
+    ("torch", "Size"): tuple,
+}
+
+
 class _RestrictedUnpickler(pickle.Unpickler):
-    def __init__(self, fh, path, storages):
+    def __init__(self, fh, path, storages, inert=False):
         super().__init__(fh)
         self._path = path
         self._storages = storages  # key -> _Storage, filled as ids are met
+        self._inert = {} if inert else None  # (module, name) -> its InertObject subclass
 
     def find_class(self, module, name):
         found = _ADMITTED.get((module, name))
+        if found is None and self._inert is not None:
+            found = _ADMITTED_INERT.get((module, name))
+            if found is None:
+                found = self._inert.get((module, name))
+            if found is None:  # a data-only class; the names are strings, never resolved
+                found = type(
+                    "InertObject", (InertObject,), {"module": str(module), "qualname": str(name)}
+                )
+                self._inert[(module, name)] = found
         if found is None:
             raise UnsafeCheckpoint(
                 f"{self._path}: the checkpoint's pickle names {module}.{name}, which ember "
@@ -186,9 +236,9 @@ _PICKLE_ERRORS = (
 )
 
 
-def _unpickle(fh, path, storages):
+def _unpickle(fh, path, storages, inert=False):
     try:
-        return _RestrictedUnpickler(fh, path, storages).load()
+        return _RestrictedUnpickler(fh, path, storages, inert).load()
     except FormatError:
         raise
     except _PICKLE_ERRORS as exc:
@@ -200,9 +250,29 @@ def _unpickle(fh, path, storages):
         ) from None
 
 
+def _module_state(obj):
+    """The `__dict__` of a pickled torch module record, or None for any other object."""
+    st = obj.state
+    if isinstance(st, tuple) and len(st) == 2 and isinstance(st[0], dict):
+        st = st[0]  # (dict state, slot state)
+    if isinstance(st, dict) and isinstance(st.get("_modules"), dict):
+        return st
+    return None
+
+
 def _flatten(obj, prefix, out, path):
     if isinstance(obj, _TensorRef):
         out[prefix] = obj
+    elif isinstance(obj, InertObject):
+        st = _module_state(obj)
+        if st is None:
+            return  # not a module: its tensors, if any, are reached through `root`
+        skip = st.get("_non_persistent_buffers_set") or ()
+        for group in ("_parameters", "_buffers", "_modules"):
+            items = st.get(group)
+            for k, v in items.items() if isinstance(items, dict) else ():
+                if v is not None and k not in skip:
+                    _flatten(v, f"{prefix}.{k}" if prefix else str(k), out, path)
     elif isinstance(obj, dict):
         for k, v in obj.items():
             _flatten(v, f"{prefix}.{k}" if prefix else str(k), out, path)
@@ -214,10 +284,14 @@ def _flatten(obj, prefix, out, path):
 
 class TorchCheckpoint:
     """A PyTorch checkpoint opened read-only: `tensors` (name -> TorchTensorInfo, nested
-    dicts flattened with '.'), `format` ("zip" or "legacy"), `array(name)`."""
+    dicts flattened with '.'), `format` ("zip" or "legacy"), `array(name)`.
 
-    def __init__(self, path):
+    `inert_objects=True` admits pickled objects as InertObject records (see the module
+    docstring); `root` is then the unpickled tree."""
+
+    def __init__(self, path, inert_objects=False):
         self.path = os.fspath(path)
+        self._inert = bool(inert_objects)
         with open(self.path, "rb") as fh:
             self.size = os.fstat(fh.fileno()).st_size
             if self.size == 0:
@@ -242,6 +316,7 @@ class TorchCheckpoint:
                     path=self.path,
                 ) from None
             self.tensors = {name: self._info(name, ref) for name, ref in refs.items()}
+            self.root = obj if self._inert else None
         except BaseException:
             self._mm.close()
             raise
@@ -274,7 +349,7 @@ class TorchCheckpoint:
                 )
             storages = {}
             with zf.open(pkl[0]) as fh:
-                obj = _unpickle(io.BytesIO(fh.read()), self.path, storages)
+                obj = _unpickle(io.BytesIO(fh.read()), self.path, storages, self._inert)
             for key, st in storages.items():
                 member = f"{root}data/{key}"
                 try:
@@ -348,7 +423,7 @@ class TorchCheckpoint:
                 field="little_endian",
             )
         storages = {}
-        obj = _unpickle(fh, self.path, storages)
+        obj = _unpickle(fh, self.path, storages, self._inert)
         keys = _unpickle(fh, self.path, {})
         if not isinstance(keys, list):
             raise FormatError(
@@ -427,7 +502,20 @@ class TorchCheckpoint:
 
     def array(self, name):
         """The tensor as a contiguous numpy array (BF16 as its uint16 bits)."""
-        info = self.tensors[name]
+        return self._array(self.tensors[name])
+
+    def ref_array(self, ref, name="tensor"):
+        """A tensor met in `root` (not only in `tensors`) as a numpy array; a leaf that is
+        not a tensor is refused, naming `name`."""
+        if not isinstance(ref, _TensorRef):
+            raise FormatError(
+                f"{self.path}: {name} is {type(ref).__name__}, not a tensor",
+                path=self.path,
+                tensor=name,
+            )
+        return self._array(self._info(name, ref))
+
+    def _array(self, info):
         base = self._storage_array(info.storage)
         if 0 in info.shape:
             return np.empty(info.shape, base.dtype)
@@ -462,4 +550,4 @@ class TorchCheckpoint:
         return False
 
 
-__all__ = ["TorchCheckpoint", "TorchTensorInfo", "UnsafeCheckpoint"]
+__all__ = ["InertObject", "TorchCheckpoint", "TorchTensorInfo", "UnsafeCheckpoint"]
