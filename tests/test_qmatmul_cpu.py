@@ -106,16 +106,26 @@ def test_auto_takes_the_fused_kernel_for_few_rows_and_decoders_for_many(jit, mon
 
 
 def test_rows_split_over_threads_give_the_same_bits(jit, monkeypatch):
+    from ember.backends import row_parallel
+
     rng = np.random.default_rng(8)
-    w = weight(rng, GGMLType.Q4_K, 301, 2)  # 301 rows x 144-byte blocks x 2: past the split size
-    assert w.nbytes >= aq._SPLIT_MIN_BYTES
+    w = weight(rng, GGMLType.Q4_K, 301, 3)  # 301 x 768 weights: enough for three threads
+    assert w.shape[0] * w.shape[1] >= 3 * row_parallel.MIN_PARALLEL_ELEMENTS
     x = rng.standard_normal((1, w.shape[1])).astype(np.float32)
-    monkeypatch.setenv("EMBER_NUM_THREADS", "1")
+    ranges = []
+    monkeypatch.setitem(row_parallel._state, "workers", 1)
     one = quant.qmatmul(x, w, path="fused")
-    monkeypatch.setenv("EMBER_NUM_THREADS", "3")
-    monkeypatch.setattr(aq, "_CORES", 3)
-    assert aq._threads() == 3
-    assert_same_bits(quant.qmatmul(x, w, path="fused"), one)
+    real = row_parallel.run_rows
+    monkeypatch.setattr(
+        aq,
+        "run_rows",
+        lambda fn, *a, **k: real(lambda s, e: ranges.append((s, e)) or fn(s, e), *a, **k),
+    )
+    monkeypatch.setitem(row_parallel._state, "workers", 3)
+    monkeypatch.setitem(row_parallel._state, "pool", None)
+    split = quant.qmatmul(x, w, path="fused")
+    assert sorted(ranges) == [(0, 102), (102, 204), (204, 301)]
+    assert_same_bits(split, one)
 
 
 def test_without_numba_every_path_is_numpys(monkeypatch):

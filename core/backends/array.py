@@ -402,14 +402,11 @@ class ArrayBackend(Backend):
         lead = lx.shape[:-1]
         x2 = xp.ascontiguousarray(self.load(x, lx, dtype), dtype=xp.float32).reshape(-1, n_in)
         out = xp.empty((x2.shape[0], n_out), xp.float32)
-        chunk = max(16, _QMATMUL_CHUNK_BYTES // max(1, 4 * n_in))
-        qmatmul_rows(x2, qweight, out, chunk_rows=chunk)
+        qmatmul_rows(x2, qweight, out, chunk_bytes=_QMATMUL_CHUNK_BYTES)
         return self.store(out, dtype), lead + (n_out,)
 
 
-# f32 bytes of weight rows per GEMM where the weight is dequantized: about 1 MiB measured
-# best for decode on 2 cores (bigger chunks let the BLAS threads contend with the
-# dequantization) and within noise of bigger ones for a 128-row prompt
+# f32 bytes of weight rows per GEMM where numpy dequantizes (array_qmatmul.CHUNK_BYTES)
 _QMATMUL_CHUNK_BYTES = 1 << 20
 
 

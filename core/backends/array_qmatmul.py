@@ -5,7 +5,8 @@ Two paths, one result (to f32 rounding: only the order of the additions differs)
 - **fused** (numba, the optional ``ember[jit]`` extra): array_qkernels' per-type kernels
   read the raw blocks and take each block's dot product with x directly, for the few rows
   of x a decode step has. The weight rows are split between the cores (threads running
-  the GIL-free kernels), the way llama.cpp splits them.
+  the GIL-free kernels on row_parallel's pool; EMBER_CPU_THREADS sets how many), the way
+  llama.cpp splits them.
 - **dequantize + GEMM** (numpy alone, and every many-row x such as a prompt): a chunk of
   weight rows at a time is dequantized into one reused f32 buffer that stays in cache and
   multiplied by BLAS, so the dense weight never exists.
@@ -17,24 +18,22 @@ matmul on the CPU" for the figures and the candidates that lost).
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from ..errors import UnsupportedDType
+from .row_parallel import run_rows
 
-# weight rows dequantized per GEMM: the f32 chunk stays around this many bytes
+# f32 bytes of weight rows per GEMM: numpy's dequantizer measured best at 1 MiB for a
+# decode step on 2 cores (bigger chunks let the BLAS threads contend with it); numba's
+# decoders are 2-5x faster, and their many-row GEMMs run better on wider chunks
 CHUNK_BYTES = 1 << 20
+DECODE_CHUNK_BYTES = 4 << 20
 # x with at most this many rows takes the fused kernel (decode steps, small batches); more
 # rows amortise one dequantization over a GEMM, which BLAS does faster
 FUSED_MAX_ROWS = 4
-# fused work below this many weight bytes runs on the calling thread alone: a hand-off to
-# the other core costs tens of microseconds
-_SPLIT_MIN_BYTES = 1 << 16
-
 _state = {"kernels": None, "tried": False}
 _lock = threading.Lock()
-_pool = {}
 
 
 def _kernels():
@@ -66,29 +65,10 @@ def jit_available():
     return _kernels() is not None
 
 
-_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-
-
-def _threads():
-    """Threads for the fused kernels: EMBER_NUM_THREADS, else every core this process may use."""
-    asked = os.environ.get("EMBER_NUM_THREADS", "")
-    return max(1, min(_CORES or 1, int(asked) if asked.isdigit() and int(asked) else 99))
-
-
-def _executor(n):
-    ex = _pool.get(n)
-    if ex is None:
-        with _lock:
-            ex = _pool.get(n)
-            if ex is None:
-                ex = _pool[n] = ThreadPoolExecutor(n, thread_name_prefix="ember-qmatmul")
-    return ex
-
-
 PATHS = ("auto", "fused", "decode", "numpy")
 
 
-def qmatmul_rows(x2, w, out, *, path="auto", chunk_rows=None):
+def qmatmul_rows(x2, w, out, *, path="auto", chunk_rows=None, chunk_bytes=None):
     """``out[:] = x2 @ dequantize(w).T``: x2 C-contiguous float32 (M, K), w a 2-D host
     weight (``raw``, ``ggml_type``, ``shape`` (N, K), ``dequantize_rows``), out float32
     (M, N), returned.
@@ -97,7 +77,8 @@ def qmatmul_rows(x2, w, out, *, path="auto", chunk_rows=None):
     "numpy" (numpy's dequantizer + GEMM, the reference), or "auto": fused for at most
     FUSED_MAX_ROWS rows of x, decode for more, numpy where numba is missing (or
     EMBER_JIT=0) or the weight is no ggml block type. ``chunk_rows``: weight rows per
-    GEMM on the dequantizing paths (default about CHUNK_BYTES of f32)."""
+    GEMM on the dequantizing paths, else about ``chunk_bytes`` of f32 (default CHUNK_BYTES
+    for numpy, at least DECODE_CHUNK_BYTES for numba's decoders)."""
     if path not in PATHS:
         raise ValueError(f"qmatmul: path must be one of {PATHS}, got {path!r}")
     kernels = _kernels() if path != "numpy" else None
@@ -109,6 +90,11 @@ def qmatmul_rows(x2, w, out, *, path="auto", chunk_rows=None):
             f"numba: pip install 'ember[jit]')",
             ggml_type=t,
         )
+    if chunk_rows is None:
+        nbytes = chunk_bytes or CHUNK_BYTES
+        if pair is not None:
+            nbytes = max(nbytes, DECODE_CHUNK_BYTES)
+        chunk_rows = max(16, nbytes // max(1, 4 * w.shape[1]))
     if pair is None:
         return _dequantize_gemm(x2, w, out, chunk_rows, None, None)
     if path == "fused" or (path == "auto" and x2.shape[0] <= FUSED_MAX_ROWS):
@@ -120,16 +106,8 @@ def _fused(kernel, f16, x2, w, out):
     n_out, n_in = w.shape
     raw = w.raw.reshape(n_out, -1)
     xs = x2.reshape(x2.shape[0], n_in // 16, 16).sum(-1, dtype=np.float32)
-    n = _threads()
-    if n == 1 or raw.nbytes < _SPLIT_MIN_BYTES or n_out < 2 * n:
-        kernel(raw, x2, xs, out, 0, n_out, f16)
-        return out
-    bounds = [n_out * i // n for i in range(n + 1)]
-    ex = _executor(n - 1)
-    futs = [ex.submit(kernel, raw, x2, xs, out, bounds[i], bounds[i + 1], f16) for i in range(1, n)]
-    kernel(raw, x2, xs, out, bounds[0], bounds[1], f16)
-    for f in futs:
-        f.result()
+    # The kernels release the GIL: ranges of weight rows run on row_parallel's threads.
+    run_rows(lambda r0, r1: kernel(raw, x2, xs, out, r0, r1, f16), n_out, n_in, align=2)
     return out
 
 
@@ -137,8 +115,6 @@ def _dequantize_gemm(x2, w, out, chunk_rows, decode, f16):
     """Chunks of rows dequantized (by numba's row decoder where there is one, else by
     numpy: the same bits) into one reused buffer, each chunk one GEMM."""
     n_out, n_in = w.shape
-    if chunk_rows is None:
-        chunk_rows = max(16, CHUNK_BYTES // max(1, 4 * n_in))
     step = max(1, min(int(chunk_rows), n_out))
     buf = np.empty((step, n_in), np.float32)
     raw = w.raw.reshape(n_out, -1) if decode is not None else None
@@ -153,4 +129,11 @@ def _dequantize_gemm(x2, w, out, chunk_rows, decode, f16):
     return out
 
 
-__all__ = ["CHUNK_BYTES", "FUSED_MAX_ROWS", "PATHS", "jit_available", "qmatmul_rows"]
+__all__ = [
+    "CHUNK_BYTES",
+    "DECODE_CHUNK_BYTES",
+    "FUSED_MAX_ROWS",
+    "PATHS",
+    "jit_available",
+    "qmatmul_rows",
+]
