@@ -143,10 +143,12 @@ def main():
         packed = {i: int8_repack(u) for i, u in uniq.items()}
         runs["int8 repack + GEMM"] = each(lambda x, w, o: int8_gemm(x, packed[id(w)], o))
     if aq.jit_available():
-        os.environ["EMBER_NUM_THREADS"] = "1"
-        t1 = time_it(each(lambda x, w, o: aq.qmatmul_rows(x, w, o, path="fused")), args.rounds)
-        os.environ["EMBER_NUM_THREADS"] = "0"
-        runs["fused numba, 1 thread"] = t1
+        from ember.backends import row_parallel
+
+        fused = each(lambda x, w, o: aq.qmatmul_rows(x, w, o, path="fused"))
+        row_parallel._state["workers"] = 1  # the numpy backend's row threads, forced
+        runs["fused numba, 1 thread"] = time_it(fused, args.rounds)
+        row_parallel._state["workers"] = 2
         runs["fused numba, 2 threads"] = each(
             lambda x, w, o: aq.qmatmul_rows(x, w, o, path="fused")
         )
