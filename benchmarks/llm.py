@@ -1,9 +1,12 @@
 """Text generation speed and memory: a random ~100M-parameter Llama (hidden 768, 8 layers,
 GQA 12/4, intermediate 2048, vocab 32000) on ember (cpu f32, cpu Q4_K GGUF, wgpu f32, wgpu Q4_K GGUF)
-next to transformers on torch CPU.
+next to transformers on torch CPU; with --gguf, a real GGUF model (SmolLM2-135M-Instruct
+Q4_1, say) on ember cpu quantized (numba's fused kernels, and numpy alone), ember cpu f32
+(the file dequantized once), transformers on torch CPU loaded from the same file, and
+llama.cpp (llama-cpp-python, when installed) with the same thread count.
 
     python benchmarks/llm.py [--prompt 128] [--decode 32] [--skip-wgpu] [--keep DIR] [--threads N]
-                             [--rounds N]
+                             [--rounds N] [--gguf FILE] [--skip-random]
 
 Every engine runs in its own fresh process and reports:
   prompt tok/s   128 prompt tokens in one forward pass (the KV cache filled)
@@ -94,6 +97,97 @@ def worker_torch(hf_dir, n_prompt, n_decode):
     return {"load_s": load, "prompt_s": prompt_s, "decode_s": decode_s, "weights": weights}
 
 
+def worker_torch_gguf(path, hf_dir, n_prompt, n_decode):
+    """transformers on torch CPU from a GGUF file (dequantized to f32 by transformers); the
+    first run also saves that f32 model to hf_dir for ember's f32 engine."""
+    import torch
+    import transformers
+
+    t0 = time.perf_counter()
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        os.path.dirname(path), gguf_file=os.path.basename(path), torch_dtype=torch.float32
+    ).eval()
+    load = time.perf_counter() - t0
+    if not os.path.exists(os.path.join(hf_dir, "config.json")):
+        _save_f32(model, hf_dir)
+    vocab = model.config.vocab_size
+    ids = torch.randint(3, vocab, (1, n_prompt), generator=torch.Generator().manual_seed(1))
+
+    def run(n_dec):
+        with torch.no_grad():
+            t0 = time.perf_counter()
+            out = model(ids, use_cache=True)
+            nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+            t1 = time.perf_counter()
+            past = out.past_key_values
+            for _ in range(n_dec):
+                out = model(nxt, past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+            t2 = time.perf_counter()
+        return t1 - t0, t2 - t1
+
+    run(4)
+    prompt_s, decode_s = run(n_decode)
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    return {"load_s": load, "prompt_s": prompt_s, "decode_s": decode_s, "weights": weights}
+
+
+def _save_f32(model, hf_dir):
+    """The GGUF-loaded (already f32) model as a plain safetensors directory: transformers
+    refuses save_pretrained on it, and a tied lm_head is the embedding."""
+    from safetensors.torch import save_file
+
+    os.makedirs(hf_dir, exist_ok=True)
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    if model.config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    save_file(state, os.path.join(hf_dir, "model.safetensors"))
+    cfg = model.config.to_dict()
+    cfg.pop("quantization_config", None)
+    with open(os.path.join(hf_dir, "config.json"), "w") as f:
+        json.dump(cfg, f)
+
+
+def worker_llamacpp(path, n_prompt, n_decode, threads):
+    """llama.cpp through llama-cpp-python: the prompt in one batch, then greedy tokens."""
+    import llama_cpp
+    import numpy as np
+
+    t0 = time.perf_counter()
+    llm = llama_cpp.Llama(
+        model_path=path,
+        n_ctx=n_prompt + n_decode + 16,
+        n_batch=n_prompt + n_decode + 16,  # scores has n_batch rows, indexed by position
+        n_threads=threads,
+        n_threads_batch=threads,
+        verbose=False,
+    )
+    load = time.perf_counter() - t0
+    vocab = llm.n_vocab()
+    ids = np.random.default_rng(1).integers(3, vocab, n_prompt).tolist()
+
+    def run(n_dec):
+        llm.reset()
+        t0 = time.perf_counter()
+        llm.eval(ids)
+        nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        t1 = time.perf_counter()
+        for _ in range(n_dec):
+            llm.eval([nxt])
+            nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        return t1 - t0, time.perf_counter() - t1
+
+    run(4)
+    prompt_s, decode_s = run(n_decode)
+    return {
+        "load_s": load,
+        "prompt_s": prompt_s,
+        "decode_s": decode_s,
+        "weights": os.path.getsize(path),
+    }
+
+
 def worker_ember(path, device, n_prompt, n_decode, gguf):
     import ember
     import numpy as np
@@ -110,7 +204,8 @@ def worker_ember(path, device, n_prompt, n_decode, gguf):
     load = time.perf_counter() - t0
     # The weights on the device right after load (None where the backend keeps no count).
     on_device = dev.memory_stats().get("bytes_in_use")
-    ids = np.random.default_rng(1).integers(3, CONFIG["vocab_size"], (1, n_prompt))
+    vocab = model.config.vocab_size
+    ids = np.random.default_rng(1).integers(3, vocab, (1, n_prompt))
 
     def run(n_dec):
         cache = model.new_cache(1, n_prompt + n_dec + 1)
@@ -133,6 +228,9 @@ def worker_ember(path, device, n_prompt, n_decode, gguf):
         "decode_s": decode_s,
         "weights": model.weight_bytes(),
     }
+    from ember.backends.array_qmatmul import jit_available
+
+    out["jit"] = jit_available()
     if before is not None:
         out["gpu_buffers_created_in_run"] = dev.memory_stats()["buffers_created"] - before
         out["gpu_bytes_after_load"] = on_device
@@ -143,14 +241,18 @@ def _worker_main(argv):
     kind = argv[0]
     if kind == "torch":
         res = worker_torch(argv[1], int(argv[2]), int(argv[3]))
+    elif kind == "torch-gguf":
+        res = worker_torch_gguf(argv[1], argv[2], int(argv[3]), int(argv[4]))
+    elif kind == "llamacpp":
+        res = worker_llamacpp(argv[1], int(argv[2]), int(argv[3]), int(argv[4]))
     else:
         res = worker_ember(argv[1], argv[2], int(argv[3]), int(argv[4]), argv[5] == "gguf")
     res["peak_rss_mb"] = peak_rss_mb()
     print(json.dumps(res))
 
 
-def spawn(args, timeout, threads=None):
-    env = dict(os.environ)
+def spawn(args, timeout, threads=None, extra_env=None):
+    env = dict(os.environ, **(extra_env or {}))
     if threads:
         # Both engines get the same thread count: OpenBLAS (numpy) and OpenMP (torch).
         env.update(OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
@@ -192,9 +294,51 @@ def main():
         help="BLAS/OpenMP threads for every engine (default: the libraries' own); "
         "1 gives steadier ratios on a busy machine",
     )
+    ap.add_argument("--gguf", default=None, help="a real GGUF model to measure as well")
+    ap.add_argument("--skip-random", action="store_true", help="only the --gguf model")
     args = ap.parse_args()
 
     work = args.keep or tempfile.mkdtemp(prefix="ember-llm-bench-")
+    try:
+        from common import machine_report
+
+        for line in machine_report():
+            print(line)
+    except ImportError:
+        pass
+    print(f"load average at start: {os.getloadavg()}")
+    sections = []
+    if not args.skip_random:
+        sections.append(random_section(args, work))
+    if args.gguf:
+        sections.append(gguf_section(args, work))
+    for _title, engines, _base, _f32, _size in sections:
+        for i, (name, a, env) in enumerate(engines):
+            engines[i] = (name, a, env, {})
+    for _ in range(args.rounds):  # engines interleaved; each keeps its fastest round
+        for _title, engines, _base, _f32, _size in sections:
+            for _name, a, env, results in engines:
+                r = spawn(a, args.timeout, args.threads, env)
+                old = results.get("r")
+                if (
+                    old is None
+                    or "error" in old
+                    or ("error" not in r and r["decode_s"] < old["decode_s"])
+                ):
+                    results["r"] = r
+    print(f"load average at end: {os.getloadavg()}")
+    threads = f"{args.threads} BLAS/OpenMP thread(s) each" if args.threads else "default threads"
+    p, d = args.prompt, args.decode
+    everything = {}
+    for title, engines, base_name, f32_name, size in sections:
+        results = {name: res["r"] for name, _, _, res in engines}
+        everything[title] = results
+        print(f"\n{title}: prompt {p} tokens, decode {d} tokens, greedy, batch 1, {threads}")
+        report(results, p, d, base_name, f32_name, size)
+    print(json.dumps(everything))
+
+
+def random_section(args, work):
     hf_dir, gguf_path = os.path.join(work, "hf"), os.path.join(work, "q4k.gguf")
     if not (
         os.path.exists(os.path.join(hf_dir, "model.safetensors")) and os.path.exists(gguf_path)
@@ -204,68 +348,100 @@ def main():
         print(
             f"random Llama: {n / 1e6:.1f}M parameters, written in {time.perf_counter() - t0:.1f} s to {work}"
         )
-    try:
-        from common import machine_report
-
-        for line in machine_report():
-            print(line)
-    except ImportError:
-        pass
     p, d = args.prompt, args.decode
     engines = [
-        ("torch cpu f32 (transformers)", ["torch", hf_dir, p, d]),
-        ("ember cpu f32", ["ember", hf_dir, "cpu", p, d, "hf"]),
-        ("ember cpu Q4_K (gguf)", ["ember", gguf_path, "cpu", p, d, "gguf"]),
+        ("torch cpu f32 (transformers)", ["torch", hf_dir, p, d], None),
+        ("ember cpu f32", ["ember", hf_dir, "cpu", p, d, "hf"], None),
+        ("ember cpu Q4_K (gguf)", ["ember", gguf_path, "cpu", p, d, "gguf"], None),
+        (
+            "ember cpu Q4_K (gguf, numpy only)",
+            ["ember", gguf_path, "cpu", p, d, "gguf"],
+            {"EMBER_JIT": "0"},
+        ),
     ]
     if not args.skip_wgpu:
-        engines.append(("ember wgpu f32", ["ember", hf_dir, "wgpu", p, d, "hf"]))
+        engines.append(("ember wgpu f32", ["ember", hf_dir, "wgpu", p, d, "hf"], None))
         engines.append(
             (
                 "ember wgpu Q4_K (gguf, quantized on device)",
                 ["ember", gguf_path, "wgpu", p, d, "gguf"],
+                None,
             )
         )
-    results = {}
-    for _ in range(args.rounds):  # engines interleaved; each keeps its fastest round
-        for name, a in engines:
-            r = spawn(a, args.timeout, args.threads)
-            old = results.get(name)
-            if (
-                old is None
-                or "error" in old
-                or ("error" not in r and r["decode_s"] < old["decode_s"])
-            ):
-                results[name] = r
-    base = results.get("torch cpu f32 (transformers)", {})
-    base_w = results.get("ember cpu f32", {}).get("weights")
-    threads = f"{args.threads} BLAS/OpenMP thread(s) each" if args.threads else "default threads"
-    print(f"\nprompt {p} tokens, decode {d} tokens, greedy, batch 1, {threads}")
+    return ("random 100M Llama", engines, "torch cpu f32 (transformers)", "ember cpu f32", None)
+
+
+def gguf_section(args, work):
+    path = os.path.abspath(args.gguf)
+    name = os.path.basename(path)
+    hf_dir = os.path.join(work, name + ".f32")  # torch's dequantized copy, for ember f32
+    p, d = args.prompt, args.decode
+    torch_name = "torch cpu f32 (transformers, from the gguf)"
+    engines = [
+        (torch_name, ["torch-gguf", path, hf_dir, p, d], None),
+        ("ember cpu f32 (dequantized once)", ["ember", hf_dir, "cpu", p, d, "hf"], None),
+        ("ember cpu quantized", ["ember", path, "cpu", p, d, "gguf"], None),
+        (
+            "ember cpu quantized, numpy only",
+            ["ember", path, "cpu", p, d, "gguf"],
+            {"EMBER_JIT": "0"},
+        ),
+    ]
+    try:
+        import llama_cpp  # noqa: F401
+
+        n = args.threads or os.cpu_count()
+        engines.append((f"llama.cpp, {n} threads", ["llamacpp", path, p, d, n], None))
+    except ImportError:
+        print("llama-cpp-python is not installed: llama.cpp is left out")
+    return (name, engines, torch_name, "ember cpu f32 (dequantized once)", os.path.getsize(path))
+
+
+def report(results, p, d, base_name, f32_name, file_size):
+    base = results.get(base_name, {})
+    base_w = results.get(f32_name, {}).get("weights")
+    f32 = results.get(f32_name, {})
     head = (
-        f"{'engine':42s} {'prompt tok/s':>12s} {'decode tok/s':>12s} {'decode vs torch':>15s} "
-        f"{'weights MB':>10s} {'vs f32':>7s} {'peak RSS MB':>11s}"
+        f"{'engine':44s} {'prompt tok/s':>12s} {'vs torch':>8s} {'decode tok/s':>12s} "
+        f"{'vs torch':>8s} {'vs f32':>7s} {'weights MB':>10s} {'peak RSS MB':>11s}"
     )
+    if file_size:
+        head += f" {'RSS/file':>8s}"
     print(head)
     print("-" * len(head))
     for name, r in results.items():
         if "error" in r:
-            print(f"{name:42s} error: {r['error']}")
+            print(f"{name:44s} error: {r['error']}")
             continue
         ptok, dtok = p / r["prompt_s"], d / r["decode_s"]
-        vs = f"{dtok / (d / base['decode_s']):.2f}x" if "decode_s" in base else "-"
-        wr = f"{r['weights'] / base_w:.2f}x" if base_w else "-"
-        print(
-            f"{name:42s} {ptok:12.1f} {dtok:12.1f} {vs:>15s} {r['weights'] / 1e6:10.1f} {wr:>7s} "
-            f"{r['peak_rss_mb']:11.0f}"
+
+        def ratio(other, key, mine):
+            return (
+                f"{mine / (p if key == 'prompt_s' else d) * other[key]:.2f}x"
+                if key in other
+                else "-"
+            )
+
+        line = (
+            f"{name:44s} {ptok:12.1f} {ratio(base, 'prompt_s', ptok):>8s} {dtok:12.1f} "
+            f"{ratio(base, 'decode_s', dtok):>8s} {ratio(f32, 'decode_s', dtok):>7s} "
+            f"{r['weights'] / 1e6:10.1f} {r['peak_rss_mb']:11.0f}"
         )
+        if file_size:
+            line += f" {r['peak_rss_mb'] * 2**20 / file_size:7.2f}x"
+        if base_w and r.get("weights"):
+            line += f"  (weights {r['weights'] / base_w:.2f}x f32)"
+        if "jit" in r:
+            line += "  [numba kernels]" if r["jit"] else "  [numpy]"
+        print(line)
         if "gpu_buffers_created_in_run" in r:
             print(
-                f"{'':42s} GPU buffers created during the timed run: {r['gpu_buffers_created_in_run']}"
+                f"{'':44s} GPU buffers created during the timed run: {r['gpu_buffers_created_in_run']}"
             )
         if r.get("gpu_bytes_after_load") is not None:
             print(
-                f"{'':42s} GPU memory in use after load: {r['gpu_bytes_after_load'] / 1e6:.1f} MB"
+                f"{'':44s} GPU memory in use after load: {r['gpu_bytes_after_load'] / 1e6:.1f} MB"
             )
-    print(json.dumps(results))
 
 
 if __name__ == "__main__":

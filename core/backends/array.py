@@ -13,6 +13,7 @@ from ..hostmem import host_memory_bytes, human_bytes
 from ..ops import BINARY, COMPARE, INT_DIV, UNARY
 from . import composites
 from .array_fast import UNARY_INPLACE
+from .array_qmatmul import qmatmul_rows
 from .array_rows import linear_epilogue, norm_last_dim, softmax_last_dim
 from .base import Backend
 
@@ -383,11 +384,10 @@ class ArrayBackend(Backend):
         return weight if self._is_numpy else super().place_quantized(weight)
 
     def qmatmul(self, x, lx, qweight, dtype):
-        """x @ dequantize(qweight).T for a host weight (Backend.qmatmul), numpy only: rows of
-        the weight are dequantized a chunk at a time into one reused f32 buffer, each chunk
-        one GEMM into its columns of the output. The default chunk, about 1 MiB, measured
-        best for decode on 2 cores (bigger chunks let the BLAS threads contend with the
-        dequantization) and within noise of bigger ones for a 128-row prompt."""
+        """x @ dequantize(qweight).T for a host weight (Backend.qmatmul), numpy only:
+        array_qmatmul's fused kernels for a decode step's few rows where numba is
+        installed, else rows of the weight dequantized a chunk at a time into one reused
+        f32 buffer, each chunk one GEMM into its columns of the output."""
         if not self._is_numpy:
             return super().qmatmul(x, lx, qweight, dtype)
         xp = self.xp
@@ -402,16 +402,11 @@ class ArrayBackend(Backend):
         lead = lx.shape[:-1]
         x2 = xp.ascontiguousarray(self.load(x, lx, dtype), dtype=xp.float32).reshape(-1, n_in)
         out = xp.empty((x2.shape[0], n_out), xp.float32)
-        step = max(16, _QMATMUL_CHUNK_BYTES // max(1, 4 * n_in))
-        step = max(1, min(step, n_out))
-        buf = xp.empty((step, n_in), xp.float32)
-        for r0 in range(0, n_out, step):
-            r1 = min(n_out, r0 + step)
-            chunk = qweight.dequantize_rows(r0, r1, out=buf[: r1 - r0])
-            xp.matmul(x2, chunk.T, out=out[:, r0:r1])
+        qmatmul_rows(x2, qweight, out, chunk_bytes=_QMATMUL_CHUNK_BYTES)
         return self.store(out, dtype), lead + (n_out,)
 
 
+# f32 bytes of weight rows per GEMM where numpy dequantizes (array_qmatmul.CHUNK_BYTES)
 _QMATMUL_CHUNK_BYTES = 1 << 20
 
 

@@ -17,6 +17,7 @@ import enum
 
 import numpy as np
 
+from ..backends.array_qmatmul import qmatmul_rows
 from ..errors import DTypeMismatch, ShapeMismatch, UnsupportedDType, fmt_shape
 
 QK_K = 256  # weights per super-block of the K-quants
@@ -585,21 +586,15 @@ class QTensor:
         )
 
 
-# weight rows dequantized per GEMM: the f32 chunk stays around this many bytes
-_CHUNK_BYTES = 1 << 20
-
-
-def qmatmul(x, w, *, chunk_rows=None):
+def qmatmul(x, w, *, chunk_rows=None, path="numpy"):
     """``x @ dequantize(w).T`` without ever dequantizing all of ``w``.
 
     ``x`` is float32 of shape [..., in_features]; ``w`` a 2-D QTensor of shape
-    (out_features, in_features). The weight is dequantized ``chunk_rows`` output
-    rows at a time into one reused float32 buffer, and each chunk goes through
-    one GEMM, so the extra memory is one chunk plus the dequantizer's
-    temporaries. The default chunk is about 1 MiB (128 rows of 2048 inputs):
-    on a 2-core machine that measured best for decode (a 1-row ``x``), where
-    bigger chunks let the BLAS threads contend with the dequantization, and
-    within noise of bigger chunks for a 128-row prompt.
+    (out_features, in_features). ``chunk_rows`` weight rows at a time (default about
+    1 MiB of f32) are dequantized into one reused buffer and multiplied by one GEMM, so
+    the extra memory is one chunk plus the dequantizer's temporaries: the reference the
+    numba kernels (``ember[jit]``) are tested against. ``path`` picks another of
+    backends/array_qmatmul.py's paths ("auto" chooses as the numpy backend does).
     """
     if not isinstance(w, QTensor):
         raise TypeError(f"qmatmul: weight must be a QTensor, got {type(w).__name__}")
@@ -621,12 +616,5 @@ def qmatmul(x, w, *, chunk_rows=None):
     lead = x.shape[:-1]
     x2 = np.ascontiguousarray(x.reshape(-1, n_in))
     out = np.empty((x2.shape[0], n_out), _F32)
-    if chunk_rows is None:
-        chunk_rows = max(16, _CHUNK_BYTES // max(1, 4 * n_in))
-    chunk_rows = max(1, min(int(chunk_rows), n_out))
-    buf = np.empty((chunk_rows, n_in), _F32)
-    for r0 in range(0, n_out, chunk_rows):
-        r1 = min(n_out, r0 + chunk_rows)
-        wc = w.dequantize_rows(r0, r1, out=buf[: r1 - r0])
-        np.matmul(x2, wc.T, out=out[:, r0:r1])
+    qmatmul_rows(x2, w, out, path=path, chunk_rows=chunk_rows)
     return out.reshape(*lead, n_out)

@@ -1,0 +1,544 @@
+"""numba kernels for ggml-quantized weights on the CPU: fused dot products and row decoders.
+
+Imported only when numba is installed (the `ember[jit]` extra); array_qmatmul chooses.
+Every kernel reads a weight's raw ggml blocks where they lie (a view of the file's memory
+map) and never keeps a decoded copy, so memory stays the file's size.
+
+Two kinds per type, one ``row(raw, b, out)`` decoder each:
+
+- ``dot_<type>(raw, x, xs, out, r0, r1)``: ``out[i, r] = dot(decode(raw[r]), x[i])`` for
+  weight rows ``r0:r1``. Each block's scale (and min) is factored out of its sum, as ggml
+  does: ``d * sum(q * x) + m * sum(x)``; the per-16 sums of x, ``xs``, come in
+  precomputed. The int-to-float conversions and multiply-adds of a block's 16 to 32
+  values are one short loop LLVM vectorizes.
+- ``decode_rows(raw, kind, out, r0, r1)``: f32 rows, the same values as
+  core/io/quant.py's dequantizers, for a BLAS GEMM over many rows of x (a prompt).
+
+Results differ from dequantize-then-matmul only by the order of the f32 additions.
+Half floats go through ``F16``, a 65,536-entry f32 table made by numpy's exact cast.
+"""
+
+import numba
+import numpy as np
+
+F16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+
+_JIT = {"nogil": True, "cache": True, "fastmath": True, "error_model": "numpy"}
+_f32 = np.float32
+
+
+@numba.njit(inline="always", **_JIT)
+def _h(row, o, f16):
+    return f16[np.int64(row[o]) | (np.int64(row[o + 1]) << 8)]
+
+
+# --- fused dot products: one per type -------------------------------------------------------
+# Each kernel takes two weight rows at a time (rows a and b share every load of x) and keeps
+# one f32 accumulator per lane of a block (acc[row, lane]): a block adds d * (q * x) lane by
+# lane, with no sum across lanes until the row ends. A block's min or offset term is
+# m * sum(x over the block), from xs.
+
+
+@numba.njit(inline="always", **_JIT)
+def _put(out, i, r, r1, acc, ma, mb):
+    out[i, r] = acc[0].sum() + ma
+    if r + 1 < r1:
+        out[i, r + 1] = acc[1].sum() + mb
+
+
+@numba.njit(inline="always", **_JIT)
+def _u32(row, o):
+    return (
+        np.uint32(row[o])
+        | (np.uint32(row[o + 1]) << 8)
+        | (np.uint32(row[o + 2]) << 16)
+        | (np.uint32(row[o + 3]) << 24)
+    )
+
+
+@numba.njit(**_JIT)
+def dot_q4_0(raw, x, xs, out, r0, r1, f16):
+    nb = raw.shape[1] // 18
+    acc = np.zeros((2, 32), np.float32)
+    for i in range(x.shape[0]):
+        xi = x[i]
+        for r in range(r0, r1, 2):
+            ra, rb = raw[r], raw[min(r + 1, r1 - 1)]
+            acc[:] = 0
+            ma = mb = _f32(0.0)
+            for b in range(nb):
+                o, k = b * 18, b * 32
+                da, db = _h(ra, o, f16), _h(rb, o, f16)
+                for j in range(16):
+                    va, vb = ra[o + 2 + j], rb[o + 2 + j]
+                    xl, xh = xi[k + j], xi[k + 16 + j]
+                    acc[0, j] += da * (_f32(va & 15) * xl)
+                    acc[0, j + 16] += da * (_f32(va >> 4) * xh)
+                    acc[1, j] += db * (_f32(vb & 15) * xl)
+                    acc[1, j + 16] += db * (_f32(vb >> 4) * xh)
+                xsb = _f32(8.0) * (xs[i, 2 * b] + xs[i, 2 * b + 1])  # the values are q - 8
+                ma -= da * xsb
+                mb -= db * xsb
+            _put(out, i, r, r1, acc, ma, mb)
+
+
+@numba.njit(**_JIT)
+def dot_q4_1(raw, x, xs, out, r0, r1, f16):
+    nb = raw.shape[1] // 20
+    acc = np.zeros((2, 32), np.float32)
+    for i in range(x.shape[0]):
+        xi = x[i]
+        for r in range(r0, r1, 2):
+            ra, rb = raw[r], raw[min(r + 1, r1 - 1)]
+            acc[:] = 0
+            ma = mb = _f32(0.0)
+            for b in range(nb):
+                o, k = b * 20, b * 32
+                da, db = _h(ra, o, f16), _h(rb, o, f16)
+                for j in range(16):
+                    va, vb = ra[o + 4 + j], rb[o + 4 + j]
+                    xl, xh = xi[k + j], xi[k + 16 + j]
+                    acc[0, j] += da * (_f32(va & 15) * xl)
+                    acc[0, j + 16] += da * (_f32(va >> 4) * xh)
+                    acc[1, j] += db * (_f32(vb & 15) * xl)
+                    acc[1, j + 16] += db * (_f32(vb >> 4) * xh)
+                xsb = xs[i, 2 * b] + xs[i, 2 * b + 1]
+                ma += _h(ra, o + 2, f16) * xsb
+                mb += _h(rb, o + 2, f16) * xsb
+            _put(out, i, r, r1, acc, ma, mb)
+
+
+@numba.njit(inline="always", **_JIT)
+def _q5_lanes(acc, n, row, d, qh_at, qs_at, xi, k):
+    """acc[n] += d * (q * x) over one Q5_0/Q5_1 block's 32 five-bit values (0..31)."""
+    qh = _u32(row, qh_at)
+    for j in range(16):
+        v = np.uint32(row[qs_at + j])
+        lo = (v & 15) | (((qh >> j) & 1) << 4)
+        hi = (v >> 4) | (((qh >> (j + 16)) & 1) << 4)
+        acc[n, j] += d * (_f32(lo) * xi[k + j])
+        acc[n, j + 16] += d * (_f32(hi) * xi[k + 16 + j])
+
+
+@numba.njit(**_JIT)
+def dot_q5_0(raw, x, xs, out, r0, r1, f16):
+    nb = raw.shape[1] // 22
+    acc = np.zeros((2, 32), np.float32)
+    for i in range(x.shape[0]):
+        xi = x[i]
+        for r in range(r0, r1, 2):
+            ra, rb = raw[r], raw[min(r + 1, r1 - 1)]
+            acc[:] = 0
+            ma = mb = _f32(0.0)
+            for b in range(nb):
+                o, k = b * 22, b * 32
+                da, db = _h(ra, o, f16), _h(rb, o, f16)
+                _q5_lanes(acc, 0, ra, da, o + 2, o + 6, xi, k)
+                _q5_lanes(acc, 1, rb, db, o + 2, o + 6, xi, k)
+                xsb = _f32(16.0) * (xs[i, 2 * b] + xs[i, 2 * b + 1])  # the values are q - 16
+                ma -= da * xsb
+                mb -= db * xsb
+            _put(out, i, r, r1, acc, ma, mb)
+
+
+@numba.njit(**_JIT)
+def dot_q5_1(raw, x, xs, out, r0, r1, f16):
+    nb = raw.shape[1] // 24
+    acc = np.zeros((2, 32), np.float32)
+    for i in range(x.shape[0]):
+        xi = x[i]
+        for r in range(r0, r1, 2):
+            ra, rb = raw[r], raw[min(r + 1, r1 - 1)]
+            acc[:] = 0
+            ma = mb = _f32(0.0)
+            for b in range(nb):
+                o, k = b * 24, b * 32
+                _q5_lanes(acc, 0, ra, _h(ra, o, f16), o + 4, o + 8, xi, k)
+                _q5_lanes(acc, 1, rb, _h(rb, o, f16), o + 4, o + 8, xi, k)
+                xsb = xs[i, 2 * b] + xs[i, 2 * b + 1]
+                ma += _h(ra, o + 2, f16) * xsb
+                mb += _h(rb, o + 2, f16) * xsb
+            _put(out, i, r, r1, acc, ma, mb)
+
+
+@numba.njit(**_JIT)
+def dot_q8_0(raw, x, xs, out, r0, r1, f16):
+    nb = raw.shape[1] // 34
+    q = raw.view(np.int8)
+    acc = np.zeros((2, 32), np.float32)
+    for i in range(x.shape[0]):
+        xi = x[i]
+        for r in range(r0, r1, 2):
+            rr = min(r + 1, r1 - 1)
+            ra, rb, qa, qb = raw[r], raw[rr], q[r], q[rr]
+            acc[:] = 0
+            for b in range(nb):
+                o, k = b * 34, b * 32
+                da, db = _h(ra, o, f16), _h(rb, o, f16)
+                for j in range(32):
+                    xj = xi[k + j]
+                    acc[0, j] += da * (_f32(qa[o + 2 + j]) * xj)
+                    acc[1, j] += db * (_f32(qb[o + 2 + j]) * xj)
+            _put(out, i, r, r1, acc, _f32(0.0), _f32(0.0))
+
+
+# --- K-quants (256 weights per super-block) ---------------------------------------------------
+@numba.njit(inline="always", **_JIT)
+def _q2_lanes(acc, n, row, o, g, dl, xi, k):
+    """acc[n] += dl * (q * x) over group g (16 weights) of the Q2_K block at o: weight
+    half*128 + f*32 + j is field f of byte half*32 + j."""
+    half, f, j0 = g // 8, (g // 2) % 4, (g % 2) * 16
+    q = o + 16 + half * 32 + j0
+    for t in range(16):
+        acc[n, t] += dl * (_f32((np.int32(row[q + t]) >> (2 * f)) & 3) * xi[k + g * 16 + t])
+
+
+@numba.njit(**_JIT)
+def dot_q2_k(raw, x, xs, out, r0, r1, f16):
+    nb = raw.shape[1] // 84
+    acc = np.zeros((2, 16), np.float32)
+    for i in range(x.shape[0]):
+        xi = x[i]
+        for r in range(r0, r1, 2):
+            ra, rb = raw[r], raw[min(r + 1, r1 - 1)]
+            acc[:] = 0
+            ma = mb = _f32(0.0)
+            for b in range(nb):
+                o, k = b * 84, b * 256
+                da, db = _h(ra, o + 80, f16), _h(rb, o + 80, f16)
+                ma_, mb_ = _h(ra, o + 82, f16), _h(rb, o + 82, f16)
+                for g in range(16):
+                    sa, sb = np.int32(ra[o + g]), np.int32(rb[o + g])
+                    _q2_lanes(acc, 0, ra, o, g, da * _f32(sa & 15), xi, k)
+                    _q2_lanes(acc, 1, rb, o, g, db * _f32(sb & 15), xi, k)
+                    xg = xs[i, b * 16 + g]
+                    ma -= ma_ * _f32(sa >> 4) * xg
+                    mb -= mb_ * _f32(sb >> 4) * xg
+            _put(out, i, r, r1, acc, ma, mb)
+
+
+@numba.njit(inline="always", **_JIT)
+def _q3_scale(row, o, g):
+    """Q3_K's 6-bit signed scale of group g (bytes o+96 .. o+107)."""
+    s = o + 96
+    lo = (np.int64(row[s + g]) & 15) if g < 8 else (np.int64(row[s + g - 8]) >> 4)
+    hi = (np.int64(row[s + 8 + g % 4]) >> (2 * (g // 4))) & 3
+    return (lo | (hi << 4)) - 32
+
+
+@numba.njit(inline="always", **_JIT)
+def _q3_lanes(acc, n, row, o, g, dl, xi, k):
+    """acc[n] += dl * (q * x) over group g of the Q3_K block at o: weight kk*32 + j
+    (kk = half*4 + f) has its low 2 bits in field f of byte half*32 + j and its high bit
+    (set: +4) in bit kk of hmask byte j; values are -4..3."""
+    kk, j0 = g // 2, (g % 2) * 16
+    half, f = kk // 4, kk % 4
+    for t in range(16):
+        j = j0 + t
+        lo = (np.int32(row[o + 32 + half * 32 + j]) >> (2 * f)) & 3
+        hb = (np.int32(row[o + j]) >> kk) & 1
+        acc[n, t] += dl * (_f32(lo + 4 * hb - 4) * xi[k + g * 16 + t])
+
+
+@numba.njit(**_JIT)
+def dot_q3_k(raw, x, xs, out, r0, r1, f16):
+    nb = raw.shape[1] // 110
+    acc = np.zeros((2, 16), np.float32)
+    for i in range(x.shape[0]):
+        xi = x[i]
+        for r in range(r0, r1, 2):
+            ra, rb = raw[r], raw[min(r + 1, r1 - 1)]
+            acc[:] = 0
+            for b in range(nb):
+                o, k = b * 110, b * 256
+                da, db = _h(ra, o + 108, f16), _h(rb, o + 108, f16)
+                for g in range(16):
+                    _q3_lanes(acc, 0, ra, o, g, da * _f32(_q3_scale(ra, o, g)), xi, k)
+                    _q3_lanes(acc, 1, rb, o, g, db * _f32(_q3_scale(rb, o, g)), xi, k)
+            _put(out, i, r, r1, acc, _f32(0.0), _f32(0.0))
+
+
+@numba.njit(inline="always", **_JIT)
+def _k_scale_min(row, s, j):
+    """Q4_K/Q5_K's 6-bit scale and min of sub-block j, from the 12 bytes at s."""
+    if j < 4:
+        return np.int64(row[s + j]) & 63, np.int64(row[s + j + 4]) & 63
+    a, m, c = np.int64(row[s + j - 4]), np.int64(row[s + j]), np.int64(row[s + j + 4])
+    return (c & 15) | ((a >> 6) << 4), (c >> 4) | ((m >> 6) << 4)
+
+
+@numba.njit(inline="always", **_JIT)
+def _k_mins(row, o, c, xs, i, b, f16):
+    """dmin * (m0 * sum(x over sub-block 2c) + m1 * sum(x over 2c + 1)) of a Q4_K/Q5_K block,
+    and d * sc of the two sub-blocks."""
+    d, dmin = _h(row, o, f16), _h(row, o + 2, f16)
+    s0, m0 = _k_scale_min(row, o + 4, 2 * c)
+    s1, m1 = _k_scale_min(row, o + 4, 2 * c + 1)
+    g = b * 16 + c * 4
+    mins = dmin * (_f32(m0) * (xs[i, g] + xs[i, g + 1]) + _f32(m1) * (xs[i, g + 2] + xs[i, g + 3]))
+    return d * _f32(s0), d * _f32(s1), mins
+
+
+@numba.njit(**_JIT)
+def dot_q4_k(raw, x, xs, out, r0, r1, f16):
+    nb = raw.shape[1] // 144
+    acc = np.zeros((2, 32), np.float32)
+    for i in range(x.shape[0]):
+        xi = x[i]
+        for r in range(r0, r1, 2):
+            ra, rb = raw[r], raw[min(r + 1, r1 - 1)]
+            acc[:] = 0
+            ma = mb = _f32(0.0)
+            for b in range(nb):
+                o = b * 144
+                for c in range(4):  # sub-blocks 2c (low nibbles) and 2c+1 (high) of bytes c*32..
+                    a0, a1, am = _k_mins(ra, o, c, xs, i, b, f16)
+                    b0, b1, bm = _k_mins(rb, o, c, xs, i, b, f16)
+                    ma -= am
+                    mb -= bm
+                    q, kk = o + 16 + c * 32, b * 256 + c * 64
+                    for j in range(32):
+                        va, vb = ra[q + j], rb[q + j]
+                        xl, xh = xi[kk + j], xi[kk + 32 + j]
+                        acc[0, j] += a0 * (_f32(va & 15) * xl) + a1 * (_f32(va >> 4) * xh)
+                        acc[1, j] += b0 * (_f32(vb & 15) * xl) + b1 * (_f32(vb >> 4) * xh)
+            _put(out, i, r, r1, acc, ma, mb)
+
+
+@numba.njit(inline="always", **_JIT)
+def _q5_k_lanes(acc, n, row, o, c, s0, s1, xi, kk):
+    """acc[n] += sub-blocks 2c and 2c+1 of the Q5_K block at o: the low nibbles and high
+    nibbles of bytes c*32.., with bits 2c and 2c+1 of qh byte j on top (+16)."""
+    q = o + 48 + c * 32
+    for j in range(32):
+        v, h = np.int32(row[q + j]), np.int32(row[o + 16 + j])
+        lo = (v & 15) | (((h >> (2 * c)) & 1) << 4)
+        hi = (v >> 4) | (((h >> (2 * c + 1)) & 1) << 4)
+        acc[n, j] += s0 * (_f32(lo) * xi[kk + j]) + s1 * (_f32(hi) * xi[kk + 32 + j])
+
+
+@numba.njit(**_JIT)
+def dot_q5_k(raw, x, xs, out, r0, r1, f16):
+    nb = raw.shape[1] // 176
+    acc = np.zeros((2, 32), np.float32)
+    for i in range(x.shape[0]):
+        xi = x[i]
+        for r in range(r0, r1, 2):
+            ra, rb = raw[r], raw[min(r + 1, r1 - 1)]
+            acc[:] = 0
+            ma = mb = _f32(0.0)
+            for b in range(nb):
+                o = b * 176
+                for c in range(4):
+                    a0, a1, am = _k_mins(ra, o, c, xs, i, b, f16)
+                    b0, b1, bm = _k_mins(rb, o, c, xs, i, b, f16)
+                    ma -= am
+                    mb -= bm
+                    _q5_k_lanes(acc, 0, ra, o, c, a0, a1, xi, b * 256 + c * 64)
+                    _q5_k_lanes(acc, 1, rb, o, c, b0, b1, xi, b * 256 + c * 64)
+            _put(out, i, r, r1, acc, ma, mb)
+
+
+@numba.njit(inline="always", **_JIT)
+def _q6_lanes(acc, n, row, o, g, dl, xi, k):
+    """acc[n] += dl * (q * x) over group g of the Q6_K block at o: weight
+    half*128 + nib*64 + kq has its low 4 bits in nibble nib of ql byte half*64 + kq and its
+    high 2 bits in field f of qh byte half*32 + j (weight half*128 + f*32 + j); values
+    are -32..31."""
+    half, nib, k0, f, j0 = g // 8, (g // 4) % 2, (g % 4) * 16, (g // 2) % 4, (g % 2) * 16
+    for t in range(16):
+        lo = (np.int32(row[o + half * 64 + k0 + t]) >> (4 * nib)) & 15
+        hi = (np.int32(row[o + 128 + half * 32 + j0 + t]) >> (2 * f)) & 3
+        acc[n, t] += dl * (_f32((lo | (hi << 4)) - 32) * xi[k + g * 16 + t])
+
+
+@numba.njit(**_JIT)
+def dot_q6_k(raw, x, xs, out, r0, r1, f16):
+    nb = raw.shape[1] // 210
+    sc = raw.view(np.int8)
+    acc = np.zeros((2, 16), np.float32)
+    for i in range(x.shape[0]):
+        xi = x[i]
+        for r in range(r0, r1, 2):
+            rr = min(r + 1, r1 - 1)
+            ra, rb, sa, sb = raw[r], raw[rr], sc[r], sc[rr]
+            acc[:] = 0
+            for b in range(nb):
+                o, k = b * 210, b * 256
+                da, db = _h(ra, o + 208, f16), _h(rb, o + 208, f16)
+                for g in range(16):
+                    _q6_lanes(acc, 0, ra, o, g, da * _f32(sa[o + 192 + g]), xi, k)
+                    _q6_lanes(acc, 1, rb, o, g, db * _f32(sb[o + 192 + g]), xi, k)
+            _put(out, i, r, r1, acc, _f32(0.0), _f32(0.0))
+
+
+# --- row decoders: a prompt's many rows of x go through BLAS on f32 rows ----------------------
+# Without fastmath: the values are the same bits as core/io/quant.py's dequantizers (the
+# same operations in the same order, no fused multiply-add).
+_EXACT = {"nogil": True, "cache": True, "error_model": "numpy"}
+
+
+@numba.njit(**_EXACT)
+def decode_q4_0(raw, out, r0, r1, f16):
+    for r in range(r0, r1):
+        row, w = raw[r], out[r - r0]
+        for b in range(raw.shape[1] // 18):
+            o, k = b * 18, b * 32
+            d = _h(row, o, f16)
+            for j in range(16):
+                v = np.int32(row[o + 2 + j])
+                w[k + j] = _f32((v & 15) - 8) * d
+                w[k + 16 + j] = _f32((v >> 4) - 8) * d
+
+
+@numba.njit(**_EXACT)
+def decode_q4_1(raw, out, r0, r1, f16):
+    for r in range(r0, r1):
+        row, w = raw[r], out[r - r0]
+        for b in range(raw.shape[1] // 20):
+            o, k = b * 20, b * 32
+            d, m = _h(row, o, f16), _h(row, o + 2, f16)
+            for j in range(16):
+                v = row[o + 4 + j]
+                w[k + j] = _f32(v & 15) * d + m
+                w[k + 16 + j] = _f32(v >> 4) * d + m
+
+
+@numba.njit(inline="always", **_EXACT)
+def _q5_values(row, qh_at, qs_at, w, k, d, m, off):
+    """w[k:k+32] = d * (q - off) of a Q5_0 block (off = 16), d * q + m of a Q5_1 block (off
+    = 0): no + 0.0 for Q5_0, which would turn a product's -0.0 into +0.0."""
+    qh = _u32(row, qh_at)
+    for j in range(16):
+        v = np.uint32(row[qs_at + j])
+        lo = np.int32((v & 15) | (((qh >> j) & 1) << 4)) - off
+        hi = np.int32((v >> 4) | (((qh >> (j + 16)) & 1) << 4)) - off
+        if off:
+            w[k + j] = d * _f32(lo)
+            w[k + 16 + j] = d * _f32(hi)
+        else:
+            w[k + j] = d * _f32(lo) + m
+            w[k + 16 + j] = d * _f32(hi) + m
+
+
+@numba.njit(**_EXACT)
+def decode_q5_0(raw, out, r0, r1, f16):
+    for r in range(r0, r1):
+        row, w = raw[r], out[r - r0]
+        for b in range(raw.shape[1] // 22):
+            o = b * 22
+            _q5_values(row, o + 2, o + 6, w, b * 32, _h(row, o, f16), _f32(0.0), 16)
+
+
+@numba.njit(**_EXACT)
+def decode_q5_1(raw, out, r0, r1, f16):
+    for r in range(r0, r1):
+        row, w = raw[r], out[r - r0]
+        for b in range(raw.shape[1] // 24):
+            o = b * 24
+            _q5_values(row, o + 4, o + 8, w, b * 32, _h(row, o, f16), _h(row, o + 2, f16), 0)
+
+
+@numba.njit(**_EXACT)
+def decode_q8_0(raw, out, r0, r1, f16):
+    q = raw.view(np.int8)
+    for r in range(r0, r1):
+        row, qr, w = raw[r], q[r], out[r - r0]
+        for b in range(raw.shape[1] // 34):
+            o, k = b * 34, b * 32
+            d = _h(row, o, f16)
+            for j in range(32):
+                w[k + j] = _f32(qr[o + 2 + j]) * d
+
+
+@numba.njit(**_EXACT)
+def decode_q2_k(raw, out, r0, r1, f16):
+    for r in range(r0, r1):
+        row, w = raw[r], out[r - r0]
+        for b in range(raw.shape[1] // 84):
+            o, k = b * 84, b * 256
+            d, dmin = _h(row, o + 80, f16), _h(row, o + 82, f16)
+            for g in range(16):
+                sc = np.int32(row[o + g])
+                dl, ml = d * _f32(sc & 15), dmin * _f32(sc >> 4)
+                half, f, j0 = g // 8, (g // 2) % 4, (g % 2) * 16
+                q = o + 16 + half * 32 + j0
+                for t in range(16):
+                    w[k + g * 16 + t] = _f32((np.int32(row[q + t]) >> (2 * f)) & 3) * dl - ml
+
+
+@numba.njit(**_EXACT)
+def decode_q3_k(raw, out, r0, r1, f16):
+    for r in range(r0, r1):
+        row, w = raw[r], out[r - r0]
+        for b in range(raw.shape[1] // 110):
+            o, k = b * 110, b * 256
+            d = _h(row, o + 108, f16)
+            for g in range(16):
+                dl = d * _f32(_q3_scale(row, o, g))
+                kk, j0 = g // 2, (g % 2) * 16
+                half, f = kk // 4, kk % 4
+                for t in range(16):
+                    j = j0 + t
+                    lo = (np.int32(row[o + 32 + half * 32 + j]) >> (2 * f)) & 3
+                    hb = (np.int32(row[o + j]) >> kk) & 1
+                    w[k + g * 16 + t] = dl * _f32(lo + 4 * hb - 4)
+
+
+@numba.njit(inline="always", **_EXACT)
+def _k_scales(row, o, s, f16):
+    """d * sc and dmin * m of sub-block s of a Q4_K/Q5_K block."""
+    sc, mn = _k_scale_min(row, o + 4, s)
+    return _h(row, o, f16) * _f32(sc), _h(row, o + 2, f16) * _f32(mn)
+
+
+@numba.njit(**_EXACT)
+def decode_q4_k(raw, out, r0, r1, f16):
+    for r in range(r0, r1):
+        row, w = raw[r], out[r - r0]
+        for b in range(raw.shape[1] // 144):
+            o, k = b * 144, b * 256
+            for c in range(4):
+                d0, m0 = _k_scales(row, o, 2 * c, f16)
+                d1, m1 = _k_scales(row, o, 2 * c + 1, f16)
+                q, kk = o + 16 + c * 32, k + c * 64
+                for j in range(32):
+                    v = row[q + j]
+                    w[kk + j] = _f32(v & 15) * d0 - m0
+                    w[kk + 32 + j] = _f32(v >> 4) * d1 - m1
+
+
+@numba.njit(**_EXACT)
+def decode_q5_k(raw, out, r0, r1, f16):
+    for r in range(r0, r1):
+        row, w = raw[r], out[r - r0]
+        for b in range(raw.shape[1] // 176):
+            o, k = b * 176, b * 256
+            for c in range(4):
+                d0, m0 = _k_scales(row, o, 2 * c, f16)
+                d1, m1 = _k_scales(row, o, 2 * c + 1, f16)
+                q, kk = o + 48 + c * 32, k + c * 64
+                for j in range(32):
+                    v, h = np.int32(row[q + j]), np.int32(row[o + 16 + j])
+                    lo = (v & 15) | (((h >> (2 * c)) & 1) << 4)
+                    hi = (v >> 4) | (((h >> (2 * c + 1)) & 1) << 4)
+                    w[kk + j] = _f32(lo) * d0 - m0
+                    w[kk + 32 + j] = _f32(hi) * d1 - m1
+
+
+@numba.njit(**_EXACT)
+def decode_q6_k(raw, out, r0, r1, f16):
+    sc = raw.view(np.int8)
+    for r in range(r0, r1):
+        row, srow, w = raw[r], sc[r], out[r - r0]
+        for b in range(raw.shape[1] // 210):
+            o, k = b * 210, b * 256
+            d = _h(row, o + 208, f16)
+            for g in range(16):
+                dl = d * _f32(srow[o + 192 + g])
+                half, nib, k0 = g // 8, (g // 4) % 2, (g % 4) * 16
+                f, j0 = (g // 2) % 4, (g % 2) * 16
+                for t in range(16):
+                    lo = (np.int32(row[o + half * 64 + k0 + t]) >> (4 * nib)) & 15
+                    hi = (np.int32(row[o + 128 + half * 32 + j0 + t]) >> (2 * f)) & 3
+                    w[k + g * 16 + t] = dl * _f32((lo | (hi << 4)) - 32)

@@ -1,0 +1,139 @@
+"""x @ dequantize(W).T on the CPU for a ggml-quantized host weight W, without a dense copy.
+
+Two paths, one result (to f32 rounding: only the order of the additions differs):
+
+- **fused** (numba, the optional ``ember[jit]`` extra): array_qkernels' per-type kernels
+  read the raw blocks and take each block's dot product with x directly, for the few rows
+  of x a decode step has. The weight rows are split between the cores (threads running
+  the GIL-free kernels on row_parallel's pool; EMBER_CPU_THREADS sets how many), the way
+  llama.cpp splits them.
+- **dequantize + GEMM** (numpy alone, and every many-row x such as a prompt): a chunk of
+  weight rows at a time is dequantized into one reused f32 buffer that stays in cache and
+  multiplied by BLAS, so the dense weight never exists.
+
+Measured on SmolLM2-135M-Instruct Q4_1 and a random 100M Llama in Q4_K (2 shared cores;
+benchmarks/llm.py and benchmarks/qmatmul_cpu.py, see docs/architecture.md "Quantized
+matmul on the CPU" for the figures and the candidates that lost).
+"""
+
+import os
+import threading
+
+import numpy as np
+
+from ..errors import UnsupportedDType
+from .row_parallel import run_rows
+
+# f32 bytes of weight rows per GEMM: numpy's dequantizer measured best at 1 MiB for a
+# decode step on 2 cores (bigger chunks let the BLAS threads contend with it); numba's
+# decoders are 2-5x faster, and their many-row GEMMs run better on wider chunks
+CHUNK_BYTES = 1 << 20
+DECODE_CHUNK_BYTES = 4 << 20
+# x with at most this many rows takes the fused kernel (decode steps, small batches); more
+# rows amortise one dequantization over a GEMM, which BLAS does faster
+FUSED_MAX_ROWS = 4
+_state = {"kernels": None, "tried": False}
+_lock = threading.Lock()
+
+
+def _kernels():
+    """array_qkernels' dot kernels by ggml type number, or None without numba (or with
+    EMBER_JIT=0)."""
+    if not _state["tried"]:
+        with _lock:
+            if not _state["tried"]:
+                _state["kernels"] = _load_kernels()
+                _state["tried"] = True
+    return _state["kernels"]
+
+
+def _load_kernels():
+    if os.environ.get("EMBER_JIT", "1") == "0":
+        return None
+    try:
+        from . import array_qkernels as k
+    except ImportError:  # numba missing: the numpy path serves every type
+        return None
+    # ggml type numbers (core/io/quant.py GGMLType); backends sit below io and do not import it
+    names = {2: "q4_0", 3: "q4_1", 6: "q5_0", 7: "q5_1", 8: "q8_0"}
+    names.update({10: "q2_k", 11: "q3_k", 12: "q4_k", 13: "q5_k", 14: "q6_k"})
+    return {t: (getattr(k, "dot_" + n), getattr(k, "decode_" + n)) for t, n in names.items()}, k.F16
+
+
+def jit_available():
+    """Whether the fused numba kernels are in use."""
+    return _kernels() is not None
+
+
+PATHS = ("auto", "fused", "decode", "numpy")
+
+
+def qmatmul_rows(x2, w, out, *, path="auto", chunk_rows=None, chunk_bytes=None):
+    """``out[:] = x2 @ dequantize(w).T``: x2 C-contiguous float32 (M, K), w a 2-D host
+    weight (``raw``, ``ggml_type``, ``shape`` (N, K), ``dequantize_rows``), out float32
+    (M, N), returned.
+
+    ``path``: "fused" (numba's fused dot kernels), "decode" (numba's row decoders + GEMM),
+    "numpy" (numpy's dequantizer + GEMM, the reference), or "auto": fused for at most
+    FUSED_MAX_ROWS rows of x, decode for more, numpy where numba is missing (or
+    EMBER_JIT=0) or the weight is no ggml block type. ``chunk_rows``: weight rows per
+    GEMM on the dequantizing paths, else about ``chunk_bytes`` of f32 (default CHUNK_BYTES
+    for numpy, at least DECODE_CHUNK_BYTES for numba's decoders)."""
+    if path not in PATHS:
+        raise ValueError(f"qmatmul: path must be one of {PATHS}, got {path!r}")
+    kernels = _kernels() if path != "numpy" else None
+    t = getattr(w, "ggml_type", None)  # a duck-typed host weight may only dequantize rows
+    pair = kernels[0].get(int(t)) if kernels is not None and t is not None else None
+    if pair is None and path in ("fused", "decode"):
+        raise UnsupportedDType(
+            f"qmatmul: no {path} CPU kernel for ggml type {t!r} here (the kernels need "
+            f"numba: pip install 'ember[jit]')",
+            ggml_type=t,
+        )
+    if chunk_rows is None:
+        nbytes = chunk_bytes or CHUNK_BYTES
+        if pair is not None:
+            nbytes = max(nbytes, DECODE_CHUNK_BYTES)
+        chunk_rows = max(16, nbytes // max(1, 4 * w.shape[1]))
+    if pair is None:
+        return _dequantize_gemm(x2, w, out, chunk_rows, None, None)
+    if path == "fused" or (path == "auto" and x2.shape[0] <= FUSED_MAX_ROWS):
+        return _fused(pair[0], kernels[1], x2, w, out)
+    return _dequantize_gemm(x2, w, out, chunk_rows, pair[1], kernels[1])
+
+
+def _fused(kernel, f16, x2, w, out):
+    n_out, n_in = w.shape
+    raw = w.raw.reshape(n_out, -1)
+    xs = x2.reshape(x2.shape[0], n_in // 16, 16).sum(-1, dtype=np.float32)
+    # The kernels release the GIL: ranges of weight rows run on row_parallel's threads.
+    run_rows(lambda r0, r1: kernel(raw, x2, xs, out, r0, r1, f16), n_out, n_in, align=2)
+    return out
+
+
+def _dequantize_gemm(x2, w, out, chunk_rows, decode, f16):
+    """Chunks of rows dequantized (by numba's row decoder where there is one, else by
+    numpy: the same bits) into one reused buffer, each chunk one GEMM."""
+    n_out, n_in = w.shape
+    step = max(1, min(int(chunk_rows), n_out))
+    buf = np.empty((step, n_in), np.float32)
+    raw = w.raw.reshape(n_out, -1) if decode is not None else None
+    for r0 in range(0, n_out, step):
+        r1 = min(n_out, r0 + step)
+        if decode is not None:
+            chunk = buf[: r1 - r0]
+            decode(raw, chunk, r0, r1, f16)
+        else:
+            chunk = w.dequantize_rows(r0, r1, out=buf[: r1 - r0])
+        np.matmul(x2, chunk.T, out=out[:, r0:r1])
+    return out
+
+
+__all__ = [
+    "CHUNK_BYTES",
+    "DECODE_CHUNK_BYTES",
+    "FUSED_MAX_ROWS",
+    "PATHS",
+    "jit_available",
+    "qmatmul_rows",
+]

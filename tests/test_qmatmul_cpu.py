@@ -1,0 +1,161 @@
+"""The CPU quantized matmul's paths (backends/array_qmatmul.py): numba's fused dot kernels
+and row decoders for every ggml block type, against dequantize-then-matmul, and the
+numpy path that serves when numba is missing."""
+
+import numpy as np
+import pytest
+from helpers import missing
+from test_gguf import assert_same_bits, random_blocks
+
+from ember.backends import array_qmatmul as aq
+from ember.errors import UnsupportedDType
+from ember.io import quant
+from ember.io.quant import BLOCK_SIZES, GGMLType, QTensor
+
+TYPES = [
+    GGMLType.Q4_0,
+    GGMLType.Q4_1,
+    GGMLType.Q5_0,
+    GGMLType.Q5_1,
+    GGMLType.Q8_0,
+    GGMLType.Q2_K,
+    GGMLType.Q3_K,
+    GGMLType.Q4_K,
+    GGMLType.Q5_K,
+    GGMLType.Q6_K,
+]
+
+
+@pytest.fixture
+def jit():
+    """The numba kernels: skipped where numba is not installed, a failure under CI=true."""
+    try:
+        from ember.backends import array_qkernels
+    except ImportError as exc:
+        missing("numba (the ember[jit] extra)", str(exc))
+    if not aq.jit_available():
+        missing("the numba kernels", "EMBER_JIT=0 is set")
+    return array_qkernels
+
+
+def weight(rng, t, rows, blocks):
+    """A random (rows, blocks * block size) QTensor of type t: random bytes, finite scales."""
+    block = BLOCK_SIZES[t][0]
+    return QTensor(random_blocks(rng, t, rows * blocks).reshape(-1), t, (rows, blocks * block))
+
+
+def assert_matmul_to_f32_rounding(got, x, w):
+    """got == x @ w.T up to f32 rounding: the error is a few ulps of sum |x| |w|."""
+    w = w.astype(np.float64)
+    want = x.astype(np.float64) @ w.T
+    scale = np.abs(x).astype(np.float64) @ np.abs(w).T
+    bad = np.abs(got - want) > 1e-5 * scale + 1e-30
+    assert not bad.any(), f"{bad.sum()} of {bad.size} outputs off: max {np.abs(got - want).max()}"
+
+
+@pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("m", [1, 3])
+def test_fused_kernel_equals_dequantize_then_matmul(jit, t, m):
+    rng = np.random.default_rng(int(t) * 10 + m)
+    blocks = 512 // BLOCK_SIZES[t][0] or 2
+    w = weight(rng, t, 7, blocks)  # an odd row count: the kernels take rows two at a time
+    x = rng.standard_normal((m, w.shape[1])).astype(np.float32)
+    got = quant.qmatmul(x, w, path="fused")
+    assert got.shape == (m, 7)
+    assert_matmul_to_f32_rounding(got, x, w.dequantize())
+
+
+@pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
+def test_row_decoder_is_bit_exact_with_the_numpy_dequantizer(jit, t):
+    rng = np.random.default_rng(200 + int(t))
+    w = weight(rng, t, 5, 2 if BLOCK_SIZES[t][0] == 256 else 9)
+    decode = getattr(jit, "decode_" + t.name.lower())
+    got = np.full((3, w.shape[1]), np.nan, np.float32)
+    decode(w.raw.reshape(5, -1), got, 1, 4, jit.F16)  # rows 1:4 only
+    assert_same_bits(got, w.dequantize()[1:4])
+
+
+@pytest.mark.parametrize("t", [GGMLType.Q4_1, GGMLType.Q6_K], ids=lambda t: t.name)
+def test_decode_path_chunks_rows_through_gemm(jit, t):
+    rng = np.random.default_rng(300 + int(t))
+    w = weight(rng, t, 40, 2)
+    x = rng.standard_normal((9, w.shape[1])).astype(np.float32)
+    got = quant.qmatmul(x, w, path="decode", chunk_rows=16)  # chunks of 16, 16 and 8 rows
+    assert_matmul_to_f32_rounding(got, x, w.dequantize())
+
+
+def test_auto_takes_the_fused_kernel_for_few_rows_and_decoders_for_many(jit, monkeypatch):
+    rng = np.random.default_rng(7)
+    w = weight(rng, GGMLType.Q8_0, 12, 4)
+    calls = []
+    kernels, f16 = aq._kernels()
+    dot, dec = kernels[int(GGMLType.Q8_0)]
+    spied = {
+        int(GGMLType.Q8_0): (
+            lambda *a: calls.append("fused") or dot(*a),
+            lambda *a: calls.append("decode") or dec(*a),
+        )
+    }
+    monkeypatch.setitem(aq._state, "kernels", (spied, f16))
+    for m in (1, aq.FUSED_MAX_ROWS, aq.FUSED_MAX_ROWS + 1):
+        calls.clear()
+        x = rng.standard_normal((m, w.shape[1])).astype(np.float32)
+        got = quant.qmatmul(x, w, path="auto")
+        assert calls[0] == ("fused" if m <= aq.FUSED_MAX_ROWS else "decode"), m
+        assert_matmul_to_f32_rounding(got, x, w.dequantize())
+
+
+def test_rows_split_over_threads_give_the_same_bits(jit, monkeypatch):
+    from ember.backends import row_parallel
+
+    rng = np.random.default_rng(8)
+    w = weight(rng, GGMLType.Q4_K, 301, 3)  # 301 x 768 weights: enough for three threads
+    assert w.shape[0] * w.shape[1] >= 3 * row_parallel.MIN_PARALLEL_ELEMENTS
+    x = rng.standard_normal((1, w.shape[1])).astype(np.float32)
+    ranges = []
+    monkeypatch.setitem(row_parallel._state, "workers", 1)
+    one = quant.qmatmul(x, w, path="fused")
+    real = row_parallel.run_rows
+    monkeypatch.setattr(
+        aq,
+        "run_rows",
+        lambda fn, *a, **k: real(lambda s, e: ranges.append((s, e)) or fn(s, e), *a, **k),
+    )
+    monkeypatch.setitem(row_parallel._state, "workers", 3)
+    monkeypatch.setitem(row_parallel._state, "pool", None)
+    split = quant.qmatmul(x, w, path="fused")
+    assert sorted(ranges) == [(0, 102), (102, 204), (204, 301)]
+    assert_same_bits(split, one)
+
+
+def test_without_numba_every_path_is_numpys(monkeypatch):
+    monkeypatch.setitem(aq._state, "kernels", None)  # as if numba were not installed
+    monkeypatch.setitem(aq._state, "tried", True)
+    assert not aq.jit_available()
+    rng = np.random.default_rng(9)
+    w = weight(rng, GGMLType.Q5_K, 6, 1)
+    seen = []
+    real = QTensor.dequantize_rows
+    monkeypatch.setattr(
+        QTensor,
+        "dequantize_rows",
+        lambda self, a, b, out=None: seen.append((a, b)) or real(self, a, b, out),
+    )
+    for m in (1, 8):
+        seen.clear()
+        x = rng.standard_normal((m, w.shape[1])).astype(np.float32)
+        assert_matmul_to_f32_rounding(quant.qmatmul(x, w, path="auto"), x, w.dequantize())
+        assert seen == [(0, 6)]
+    with pytest.raises(UnsupportedDType, match=r"ember\[jit\]"):
+        quant.qmatmul(x, w, path="fused")
+
+
+def test_ember_jit_0_turns_the_kernels_off(monkeypatch):
+    monkeypatch.setenv("EMBER_JIT", "0")
+    assert aq._load_kernels() is None
+
+
+def test_an_unknown_path_is_refused():
+    w = weight(np.random.default_rng(1), GGMLType.Q8_0, 2, 1)
+    with pytest.raises(ValueError, match="path must be one of"):
+        quant.qmatmul(np.ones((1, 32), np.float32), w, path="gpu")
