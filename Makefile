@@ -9,7 +9,7 @@ STAMP := $(VENV)/.ember-installed
 export XDG_RUNTIME_DIR ?= /tmp/ember-xdg-$(shell id -u)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo test lint setup system-deps web-deps models web bench wheel clean
+.PHONY: demo test lint setup system-deps web-deps models web bench peers wheel clean
 
 demo: setup models
 	$(PY) -m ember.cli demo
@@ -62,6 +62,12 @@ web-deps:
 
 bench: setup
 	$(PY) benchmarks/ops_cpu.py
+
+# Benchmark peers too heavy for `make test` (never part of setup or test): llama-cpp-python,
+# compiled from its sdist (needs cmake and a C++ compiler; ~8 min on 2 cores), for
+# benchmarks/llamacpp_roundtrip.py.
+peers: setup
+	$(PY) -m pip install --no-binary llama-cpp-python 'llama-cpp-python==0.3.36'
 
 wheel: setup
 	$(PY) -m build --wheel --outdir dist .

@@ -66,6 +66,8 @@ def test_pth_to_safetensors_to_gguf_and_back_is_bit_exact(tmp_path, legacy, caps
     assert reader.fields["general.architecture"].contents() == "llama"
     assert reader.fields["llama.attention.head_count_kv"].contents() == 2
     assert by_name["blk.1.ffn_down.weight"].tensor_type == gguf.GGMLQuantizationType.BF16
+    # norms are F32, as llama.cpp stores them (bf16 -> f32 is exact)
+    assert by_name["blk.1.attn_norm.weight"].tensor_type == gguf.GGMLQuantizationType.F32
     q = sd["model.layers.0.self_attn.q_proj.weight"]
     permuted = _bits(q).reshape(4, 2, 8, 64).swapaxes(1, 2).reshape(64, 64)
     assert np.array_equal(np.asarray(by_name["blk.0.attn_q.weight"].data).view(np.uint16)
@@ -74,7 +76,8 @@ def test_pth_to_safetensors_to_gguf_and_back_is_bit_exact(tmp_path, legacy, caps
                           .reshape(96, 64), _bits(sd["lm_head.weight"]))
 
     back = tmp_path / "back.safetensors"
-    assert main(["convert", str(g), str(back)]) == 0
+    # --dtype bf16: the GGUF's F32 norms go back to the checkpoint's bf16, bit for bit
+    assert main(["convert", str(g), str(back), "--dtype", "bf16"]) == 0
     again = _safetensors_bits(back)
     assert set(again) == set(sd)
     for k, t in sd.items():

@@ -211,6 +211,30 @@ def search(query, texts_json):
     )
 
 
+async def search_profiled(query, texts_json):
+    """search() run under ember's profiler: its JSON plus "profile", the per-kernel table
+    the page shows: "rows" (summary rows {kind, device, name, calls, time_ns, bytes_in,
+    bytes_out}; host ops, then GPU kernels, each longest first), "kernel_ns" (the kernels'
+    summed time), "gpu_ns" (the GPU time of the run's submissions as a whole, which
+    includes the gaps between kernels) and "table" (the same as text). GPU timestamps are
+    read back without blocking (stop_async); an adapter without timestamp queries gives
+    host-op rows only."""
+    from ember.profiler import Profiler
+
+    profiler = Profiler().start()
+    try:
+        out = json.loads(search(query, texts_json))
+    finally:
+        prof = await profiler.stop_async()
+    out["profile"] = {
+        "rows": prof.summary(),
+        "kernel_ns": prof.kernel_time_ns(),
+        "gpu_ns": prof.gpu_time_ns(),
+        "table": prof.table(),
+    }
+    return json.dumps(out)
+
+
 def encode_timed(texts_json, batch_size=64):
     """Embed a JSON list of texts in batches of `batch_size` and read the vectors back;
     JSON with the count, the dimension, the seconds it took and the kernels it compiled

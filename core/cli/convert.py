@@ -9,7 +9,8 @@ Llama-family models (config.json model_type llama, mistral or qwen2 beside the i
 go to GGUF under llama.cpp's tensor names and metadata keys, with q/k rows permuted for
 interleaved rope as llama.cpp's converter does for llama and mistral, and the tokenizer
 from tokenizer.json; a GGUF of those architectures comes back under Hugging Face names.
-Other inputs keep their tensor names. Peak memory is about one tensor: inputs are
+Other inputs keep their tensor names. In a GGUF, 1-D float tensors (norms, biases) are
+F32 whatever --dtype says, as llama.cpp writes them (its kernels need them so). Peak memory is about one tensor: inputs are
 memory-mapped and outputs written incrementally under temporary names, renamed at the end.
 """
 
@@ -335,9 +336,13 @@ def gguf_type(entry, want):
     from ..io.quant import GGMLType
 
     if entry.is_float:
-        if want is not None:
-            return GGMLType[want]
-        return GGMLType[entry.dtype]
+        t = want or entry.dtype
+        if len(entry.shape) <= 1 and t in ("F16", "BF16"):
+            # 1-D tensors (norms, biases) stay F32, as llama.cpp's converter writes them:
+            # its CPU kernels multiply and add f32 rows by f32 ones only, and abort the
+            # process on an F16/BF16 norm ("binary_op: unsupported types").
+            t = "F32"
+        return GGMLType[t]
     if entry.dtype in ("I8", "I16", "I32", "I64"):
         return GGMLType[entry.dtype]
     raise UnsupportedDType(

@@ -53,6 +53,46 @@ function resultItem(hit, rank) {
   return li;
 }
 
+// Bytes as the profiler's text table writes them (B, kB, MB, GB).
+function size(n) {
+  for (const [unit, scale] of [["GB", 1e9], ["MB", 1e6], ["kB", 1e3]]) {
+    if (n >= scale) return `${(n / scale).toFixed(1)} ${unit}`;
+  }
+  return `${n} B`;
+}
+
+// The profile of a search (demo_embed.search_profiled): GPU kernels, then host ops, each
+// longest first; "%" is of its kind's total. A kernel's bytes are those bound to it.
+function showProfile(profile) {
+  const kinds = [["kernel", "GPU kernel"], ["op", "host op"]];
+  const rows = [];
+  for (const [kind, label] of kinds) {
+    const mine = profile.rows.filter((r) => r.kind === kind).sort((a, b) => b.time_ns - a.time_ns);
+    const total = mine.reduce((sum, r) => sum + r.time_ns, 0) || 1;
+    for (const r of mine) {
+      const tr = document.createElement("tr");
+      tr.className = kind;
+      const cells = [label, r.name, String(r.calls), (r.time_ns / 1e6).toFixed(3),
+        (100 * r.time_ns / total).toFixed(1), (r.time_ns / 1e3 / r.calls).toFixed(1),
+        size(r.bytes_in + r.bytes_out)];
+      for (const text of cells) {
+        const td = document.createElement("td");
+        td.textContent = text;
+        tr.append(td);
+      }
+      rows.push(tr);
+    }
+  }
+  $("profile-table").tBodies[0].replaceChildren(...rows);
+  const kernels = profile.rows.filter((r) => r.kind === "kernel");
+  const calls = kernels.reduce((sum, r) => sum + r.calls, 0);
+  $("profile-summary").textContent = kernels.length
+    ? `GPU time ${(profile.gpu_ns / 1e6).toFixed(3)} ms, of which ${calls} kernel runs ` +
+      `(${kernels.length} kernels) ${(profile.kernel_ns / 1e6).toFixed(3)} ms`
+    : "This adapter has no timestamp queries: host ops only, no per-kernel GPU times.";
+  $("profile-panel").hidden = false;
+}
+
 function setStatus(text, state) {
   $("status").textContent = text;
   $("status").classList.toggle("error", state === "error");
@@ -64,13 +104,19 @@ async function search() {
   if ($("search").disabled) return;   // still loading, or a search is running
   const query = $("query").value.trim();
   const texts = $("texts").value.split("\n").map((t) => t.trim()).filter(Boolean);
+  const profiled = $("profile").checked;
   $("search").disabled = true;
-  setStatus("embedding…", "busy");
+  setStatus(profiled ? "embedding under the profiler…" : "embedding…", "busy");
   try {
     // An empty query or no documents is refused by demo_embed.search, whose message
     // lands in the status line below.
-    const out = JSON.parse(await python(
-      `demo_embed.search(${pyString(query)}, ${pyString(JSON.stringify(texts))})`));
+    const args = `${pyString(query)}, ${pyString(JSON.stringify(texts))}`;
+    const out = JSON.parse(await python(profiled
+      ? `await demo_embed.search_profiled(${args})` : `demo_embed.search(${args})`));
+    if (profiled) {
+      showProfile(out.profile);
+      $("profile").checked = false;   // "the next search": one profiled run per check of the box
+    }
     $("results").replaceChildren(...out.ranking.map((hit, i) => resultItem(hit, i + 1)));
     const t = out.timings;
     setStatus(`${texts.length} documents + the query embedded in one batch: ` +
@@ -81,6 +127,7 @@ async function search() {
     // Old results would read as answers to this query: clear them.
     $("results").replaceChildren();
     window.lastSearch = null;
+    if (profiled) $("profile-panel").hidden = true;   // nor a profile of an earlier search
     setStatus(err.message, "error");
   }
   $("search").disabled = false;
