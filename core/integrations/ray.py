@@ -76,7 +76,8 @@ def connect(address, num_cpus=None):
 
 def ray_windows(model, device="best", actors=2, batch_size=32, in_flight_per_actor=2):
     """A corpus job's embedder (see ember.corpus.job.local_windows) on Ray: `actors` Ray
-    actors of EmbedBatch, each loading the model once, take the windows in turn; results
+    actors of EmbedBatch (1 CPU each: Ray gives each one BLAS thread), started and their
+    models loaded when this is called, take the windows in turn; results
     come back in order, with at most `in_flight_per_actor` windows queued per actor, so the
     driver holds a bounded number of windows however long the corpus.
 
@@ -87,11 +88,18 @@ def ray_windows(model, device="best", actors=2, batch_size=32, in_flight_per_act
     ray = require_ray()
     gpus = 1 if str(device).startswith("cuda") else 0
     worker = ray.remote(num_cpus=1, num_gpus=gpus)(EmbedBatch)
+    # Started, and their models loaded, here, before the job runs: as the single process
+    # loads its model before the job, so the job's time (rows/s) is the embedding on both,
+    # and a model that does not load fails before any journal is opened.
+    pool = [worker.remote(model=model, device=device, batch_size=batch_size) for _ in range(actors)]
+    try:
+        ray.get([actor.embed.remote([]) for actor in pool])  # answered once the model loaded
+    except BaseException:
+        for actor in pool:
+            ray.kill(actor)
+        raise
 
     def run(windows):
-        pool = [
-            worker.remote(model=model, device=device, batch_size=batch_size) for _ in range(actors)
-        ]
         pending = collections.deque()
         try:
             for n, rows in enumerate(windows):
