@@ -7,8 +7,8 @@ local Ray with 2 actors, and sentence-transformers' `encode`, on the same genera
 Each contender runs in a fresh subprocess, one after the other, on the same JSON-lines
 corpus (short sentences of varied length, as in minilm.py):
   rows/s     rows / the job's own time (ember: reading, embedding, committing parts and
-             assembling the .npy, from its --json summary, after the model loaded (on Ray
-             the actors load theirs inside that time); sentence-transformers:
+             assembling the .npy, from its --json summary, after the model loaded (on Ray:
+             after the actors loaded theirs); sentence-transformers:
              model.encode(texts, batch_size=32) over the list)
   wall       process start -> exit
   peak RSS   ru_maxrss of the process (for Ray: the driver's; the actors are Ray's workers)
@@ -17,9 +17,9 @@ and ember once more on --small-rows rows, so that peak RSS can be compared acros
 sentence-transformers runs in --st-python (default: this Python; `pip install -e .[bench]`
 provides it); where it cannot be imported the row is skipped, saying so.
 Targets (issue 17): ember >= 1.0x sentence-transformers' rows/s; Ray at equal cores (2 actors
-of 1 CPU against one process on 2 cores) within 20% of the single process; peak RSS at
---rows within 10% of that at --small-rows. Figures, not pass/fail (corpus_acceptance.py
-checks them).
+of 1 CPU, one BLAS thread each, against one process with OpenBLAS's 2 threads on 2 cores)
+within 20% of the single process; peak RSS at --rows within 10% of that at --small-rows.
+Figures, not pass/fail (corpus_acceptance.py checks them).
 """
 
 import argparse
