@@ -5,7 +5,7 @@
                                            [--st-python PY] [--skip-ray] [--skip-st]
 
 One heavy job at a time, on the rows of benchmarks/corpus.py (its generator: short
-sentences of 7-29 tokens; 100,000 rows hold 8,000 distinct texts):
+sentences of 7-31 tokens; 100,000 rows hold 8,000 distinct texts):
   1. corpus.py's contenders: `ember embed` on --small-rows and on --rows rows (.npy), the
      same job on a local Ray with 2 actors, sentence-transformers' `encode`
   2. `ember embed` on --rows rows killed with SIGKILL once half the rows are committed,
