@@ -346,12 +346,6 @@ def test_cli_chat_uses_the_template(model_dir, hf_tok, torch):
     assert out == hf_tok.decode(new) + "\n"
 
 
-def test_cli_generate_without_a_model_says_so(capsys):
-    from ember.cli import main
-    assert main(["generate", "--device", "cpu", "hello"]) == 1
-    assert "--model" in capsys.readouterr().err
-
-
 def test_cli_generate_chat_flag_renders_the_template(model_dir, hf_tok, torch):
     path, hf = model_dir
     new = _transformers_greedy(hf, torch, _chat_prompt_ids(hf_tok, "Tell me"), 6)

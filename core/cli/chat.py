@@ -1,5 +1,6 @@
 """`ember chat`: an interactive conversation through the model's chat template.
 
+    ember chat                       (SmolLM2-135M-Instruct, fetched on first use)
     ember chat --model ./TinyLlama-Chat --temperature 0.7
     > Hello!
     Hi! How can I help?

