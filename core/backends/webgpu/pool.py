@@ -8,7 +8,6 @@ The pool is shared by the threads using a device: each method runs under the run
 lock (a storage may die, and give its buffer back, in any thread).
 """
 
-import contextlib
 import threading
 
 _MIB = 1 << 20
@@ -137,9 +136,12 @@ class Storage:
         self.dtype_name = None
 
     def __del__(self):
-        # at interpreter shutdown the device may already be gone
-        with contextlib.suppress(Exception):
+        # At interpreter shutdown the device may already be gone, and so may this
+        # module's globals (contextlib among them): a bare try needs no global.
+        try:  # noqa: SIM105 (contextlib may be gone at shutdown)
             self.pool.give(self.buf)
+        except Exception:
+            pass
 
     def __repr__(self):
         return f"WebGPUStorage({self.numel} elements, {self.buf.size} bytes)"
