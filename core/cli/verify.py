@@ -1,9 +1,10 @@
 """`ember verify MODEL`: run ember and the PyTorch reference (transformers, torch on the
-CPU) on the same token ids and report, block by block, the max absolute and relative
+CPU) on the same inputs and report, block by block, the max absolute and relative
 error and the first block that diverges beyond the tolerance.
 
-MODEL is a model directory (BERT / sentence-embedding, or a Llama-family causal LM with
-safetensors weights) or a GGUF file. A block passes when
+MODEL is a model directory (BERT / sentence-embedding; a Llama-family or Gemma 2/3
+causal LM with safetensors weights; Whisper, Hugging Face or CTranslate2) or a GGUF file
+(Llama family, Gemma 2/3); Whisper gets random mel features. A block passes when
 max|ember - torch| <= atol + rtol * max|torch|.
 
 Exit status: 0 when every block is within tolerance, 1 when one diverges, 2 for bad
@@ -25,7 +26,9 @@ def add_parser(subparsers):
         description=__doc__,
         formatter_class=__import__("argparse").RawDescriptionHelpFormatter,
     )
-    p.add_argument("model", help="model directory (config.json + safetensors) or GGUF file")
+    p.add_argument(
+        "model", help="model directory (config.json + safetensors, or CTranslate2) or GGUF file"
+    )
     p.add_argument(
         "--reference",
         default="transformers",

@@ -1,12 +1,13 @@
 """`verify_model`: ember's model of a family it ships against transformers' (torch, CPU),
-on the same token ids, compared block by block.
+on the same inputs, compared block by block.
 
-Families: BERT encoders (model_type "bert", sentence-embedding directories included) and
-Llama-family causal LMs, from a safetensors directory or a GGUF file (transformers reads
-the GGUF through its own loader, the `gguf` package's dequantizer). The pairs are the
-blocks both implementations share, named as ember names them; inside a block ember may
-fuse what transformers keeps apart (QKV in one GEMM, the activation inside a Linear), so
-finer pairs would differ by construction, not by error.
+Families: BERT encoders (model_type "bert", sentence-embedding directories included),
+the causal LMs `load_causal_lm` reads (Llama family, Gemma 2/3) from a safetensors
+directory or a GGUF file (transformers reads the GGUF through its own loader, the `gguf`
+package's dequantizer), and Whisper from a Hugging Face or CTranslate2 directory (see
+whisper_family). The pairs are the blocks both implementations share, named as ember
+names them; inside a block ember may fuse what transformers keeps apart (QKV in one GEMM,
+the activation inside a Linear), so finer pairs would differ by construction, not by error.
 """
 
 import json
@@ -16,14 +17,24 @@ import numpy as np
 
 from .. import dtype as dt
 from ..errors import FormatError, InvalidArgument
+from . import whisper_family
 from .compare import compare
+from .gguf_reference import transformers_from_gguf
 from .reference import import_torch, import_transformers
 
 REFERENCES = ("transformers",)
 
 
+def supported_model_types():
+    """The config.json model_types verify knows, in the order an error lists them."""
+    from ..models.causal_lm import MODEL_CLASSES
+
+    return ("bert", *MODEL_CLASSES, "whisper")
+
+
 def detect(path):
-    """("bert" | "llama" | "gguf", config dict or None) for a model path, or FormatError."""
+    """("bert" | "llama" | "whisper" | "gguf", config dict or None) for a model path, or
+    FormatError (for a directory of another family, naming the supported ones)."""
     if os.path.isfile(path):
         with open(path, "rb") as f:
             magic = f.read(4)
@@ -32,6 +43,8 @@ def detect(path):
         raise FormatError(f"verify: {path} is neither a GGUF file nor a model directory", path=path)
     if not os.path.isdir(path):
         raise FormatError(f"verify: {path} does not exist", path=path)
+    if os.path.isfile(os.path.join(path, "model.bin")):
+        return "whisper", None  # CTranslate2: the one family ember reads in that format
     cfg_path = os.path.join(path, "config.json")
     try:
         with open(cfg_path, encoding="utf-8") as f:
@@ -40,7 +53,16 @@ def detect(path):
         raise FormatError(f"verify: cannot read {cfg_path} ({exc})", path=cfg_path) from None
     if not isinstance(cfg, dict):
         raise FormatError(f"verify: {cfg_path} is not a JSON object", path=cfg_path)
-    return ("bert" if cfg.get("model_type") == "bert" else "llama"), cfg
+    kind = cfg.get("model_type", "llama")  # as load_causal_lm reads a config without one
+    known = supported_model_types()
+    if kind not in known:
+        raise FormatError(
+            f"verify: {cfg_path}: model_type {kind!r} is not a family verify knows "
+            f"(supported: {', '.join(known)})",
+            path=cfg_path,
+            field="model_type",
+        )
+    return (kind if kind in ("bert", "whisper") else "llama"), cfg
 
 
 def verify_model(
@@ -62,10 +84,23 @@ def verify_model(
     device = as_device(device)
     family, cfg = detect(path)
     import_transformers()  # fail before loading anything when the reference is missing
-    loader = {"bert": _bert, "llama": _llama, "gguf": _gguf}[family]
+    loader = {"bert": _bert, "llama": _llama, "gguf": _gguf, "whisper": _whisper}[family]
     ember_model, torch_model, pairs, vocab, tokenizer = loader(path, device)
     ids = _ids(tokenizer, text, vocab, tokens, seed, path)
-    if family == "bert":
+    extra = {}
+    if family == "whisper":
+        cfg_w = ember_model.config
+        if ids.shape[1] > cfg_w.max_target_positions:
+            raise InvalidArgument(
+                f"verify: {ids.shape[1]} tokens exceed the decoder's max_target_positions "
+                f"{cfg_w.max_target_positions}",
+                op="verify",
+            )
+        mels = whisper_family.features(cfg_w, seed)
+        e_in = (mels, ids)
+        t_in = {"input_features": mels, "decoder_input_ids": ids, "use_cache": False}
+        extra["features_shape"] = list(mels.shape)
+    elif family == "bert":
         mask = np.ones_like(ids)
         if ids.shape[1] > 1:
             # a second row with its last quarter padded exercises the attention mask
@@ -87,13 +122,34 @@ def verify_model(
     )
     facts = {
         "model": path,
-        "family": family if family != "gguf" else "llama (gguf)",
-        "model_type": (cfg or {}).get("model_type", "gguf"),
+        "family": _family_name(family, ember_model, path),
+        "model_type": (cfg or {}).get("model_type", _no_config_type(family)),
         "device": str(device),
         "reference": reference,
         "input_shape": list(ids.shape),
+        **extra,
     }
     return report, facts
+
+
+def _family_name(family, ember_model, path):
+    if family == "gguf":
+        return f"{_causal_family(ember_model)} (gguf)"
+    if family == "llama":
+        return _causal_family(ember_model)
+    if family == "whisper" and os.path.isfile(os.path.join(path, "model.bin")):
+        return "whisper (ctranslate2)"
+    return family
+
+
+def _causal_family(ember_model):
+    from ..models.gemma import GemmaForCausalLM
+
+    return "gemma" if isinstance(ember_model, GemmaForCausalLM) else "llama"
+
+
+def _no_config_type(family):
+    return "gguf" if family == "gguf" else "ctranslate2"
 
 
 def _ids(tokenizer, text, vocab, tokens, seed, path):
@@ -137,62 +193,66 @@ def _bert(path, device):
     return ember_model, torch_model, pairs, cfg.vocab_size, _tokenizer(path)
 
 
-def _llama_pairs(cfg):
+# a decoder layer's parts compared on their own (Gemma 2/3 add the two feed-forward norms)
+_LAYER_PARTS = (
+    "input_layernorm",
+    "self_attn",
+    "post_attention_layernorm",
+    "pre_feedforward_layernorm",
+    "mlp",
+    "post_feedforward_layernorm",
+)
+
+
+def _llama_pairs(ember_model, torch_model):
+    cfg = ember_model.config
+    ember_tree = dict(ember_model.named_modules())
+    torch_tree = dict(torch_model.named_modules())
+    # Gemma3ForConditionalGeneration keeps its text model under model.language_model
+    base = "model.language_model." if "model.language_model.layers.0" in torch_tree else "model."
     # Gemma: transformers scales the embedding inside embed_tokens, ember right after it,
     # so that pair differs by the scale; layer 0's input norm compares what follows.
-    pairs = {} if cfg.embed_scale is not None else {"embed_tokens": "model.embed_tokens"}
+    pairs = {} if cfg.embed_scale is not None else {"embed_tokens": base + "embed_tokens"}
     for i in range(cfg.num_hidden_layers):
-        for part in ("input_layernorm", "self_attn", "post_attention_layernorm", "mlp", ""):
+        for part in _LAYER_PARTS + ("",):
             name = f"layers.{i}" + (f".{part}" if part else "")
-            pairs[name] = "model." + name
-    pairs.update({"norm": "model.norm", "lm_head": "lm_head"})
+            if name in ember_tree:
+                pairs[name] = base + name
+    pairs.update({"norm": base + "norm", "lm_head": "lm_head"})
     return pairs
 
 
 def _llama(path, device):
-    from ..models.llama import LlamaForCausalLM
+    from ..models.causal_lm import load_causal_lm
 
     transformers = import_transformers()
-    ember_model = LlamaForCausalLM.from_pretrained(path, device=device)
+    ember_model = load_causal_lm(path, device=device)
     torch_model = transformers.AutoModelForCausalLM.from_pretrained(
         path, dtype=import_torch().float32
     ).eval()
-    cfg = ember_model.config
-    return (ember_model, torch_model, _llama_pairs(cfg), cfg.vocab_size, _tokenizer(path))
+    pairs = _llama_pairs(ember_model, torch_model)
+    return (ember_model, torch_model, pairs, ember_model.config.vocab_size, _tokenizer(path))
 
 
 def _gguf(path, device):
     from ..models.gguf_llama import load_gguf_model, tokenizer_from_gguf
 
     ember_model = load_gguf_model(path, device=device)
-    torch_model = _transformers_from_gguf(path)
+    torch_model = transformers_from_gguf(path, ember_model.config)
     cfg = ember_model.config
     try:
         tokenizer = tokenizer_from_gguf(path)
     except FormatError:
         tokenizer = None  # a GGUF without tokenizer.ggml.* metadata: random ids only
-    return (ember_model, torch_model, _llama_pairs(cfg), cfg.vocab_size, tokenizer)
+    return (
+        ember_model,
+        torch_model,
+        _llama_pairs(ember_model, torch_model),
+        cfg.vocab_size,
+        tokenizer,
+    )
 
 
-def _transformers_from_gguf(path):
-    """transformers' model of a GGUF file, built from its config and its weights as
-    transformers' GGUF reader dequantizes them (through the `gguf` package), without
-    from_pretrained (which asks for `accelerate` on GGUF files)."""
-    torch = import_torch()
-    transformers = import_transformers()
-    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
-
-    try:
-        config = dict(load_gguf_checkpoint(path)["config"])
-        model_type = config.pop("model_type")
-        config.pop("_model_name_or_path", None)
-        hf_config = transformers.AutoConfig.for_model(model_type, **config)
-        model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32)
-        tensors = load_gguf_checkpoint(path, return_tensors=True, model_to_load=model)["tensors"]
-    except (ValueError, KeyError, ImportError) as exc:
-        raise FormatError(f"verify: transformers cannot read {path} ({exc})", path=path) from None
-    state = {k: v if hasattr(v, "detach") else torch.from_numpy(v) for k, v in tensors.items()}
-    missing, _ = model.load_state_dict(state, strict=False)
-    if [k for k in missing if k != "lm_head.weight" or not hf_config.tie_word_embeddings]:
-        raise FormatError(f"verify: transformers' reading of {path} lacks {missing}", path=path)
-    return model.eval()
+def _whisper(path, device):
+    ember_model, torch_model, pairs, cfg = whisper_family.load(path, device)
+    return ember_model, torch_model, pairs, cfg.vocab_size, _tokenizer(path)
