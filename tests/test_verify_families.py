@@ -92,6 +92,29 @@ def test_a_perturbed_gemma_layer_is_the_first_to_diverge(tmp_path, capsys, monke
     assert all(p["ok"] for p in out["pairs"][:first])
 
 
+def test_a_gemma3_image_text_directory_passes_on_its_text_model(tmp_path):
+    """Gemma3ForConditionalGeneration (model_type gemma3): verify compares the language
+    model, which transformers keeps under model.language_model, on text ids alone."""
+    text = dict(GEMMA, num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"])
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                  num_attention_heads=2, image_size=28, patch_size=14)
+    # the image tokens below the random ids' range (they start at 5): no pixels needed
+    cfg = transformers.Gemma3Config(text_config=text, vision_config=vision,
+                                    mm_tokens_per_image=1, boi_token_index=2,
+                                    image_token_index=3, eoi_token_index=4)
+    torch.manual_seed(7)
+    model = transformers.Gemma3ForConditionalGeneration(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_((0.3 if "norm" in name else 0.15) * torch.randn_like(p))
+    model.save_pretrained(str(tmp_path / "gemma3"))
+    report, facts = ember.verify.verify_model(str(tmp_path / "gemma3"), tokens=10)
+    assert report.ok, str(report)
+    assert facts["model_type"] == "gemma3" and facts["family"] == "gemma"
+    assert {"layers.1.post_feedforward_layernorm", "norm"} <= set(_names(report))
+    assert report.pairs[0].torch_name == "model.language_model.layers.0.input_layernorm"
+
+
 @pytest.mark.parametrize("arch", ["gemma3", "gemma2"])
 def test_gemma_gguf_files_pass_and_a_perturbed_one_diverges(tmp_path, monkeypatch, arch):
     """llama.cpp's Gemma GGUF layout (norms stored +1, Gemma 3's implicit layer pattern and
