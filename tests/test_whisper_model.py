@@ -222,3 +222,16 @@ def test_beam_search_of_width_one_is_greedy(cpu, tiny):
     assert beam_search(em, enc, tokens, dataclasses.replace(opts, beam_size=1)).tokens == expected
     wide = beam_search(em, enc, tokens, dataclasses.replace(opts, beam_size=4))
     assert 0 < len(wide.tokens) <= 16 and wide.tokens[0] >= tokens.timestamp_begin
+
+
+def test_suppress_lists_null_empty_or_bad(tiny, tmp_path):
+    """CTranslate2's converter writes null suppress lists for a model without them; a list
+    holding a non-id or a token past the vocabulary is refused naming the field."""
+    from ember.models.whisper_config import from_hf
+    _, path, _, _ = tiny
+    cfg = json.loads((path / "config.json").read_text())
+    assert from_hf(dict(cfg, suppress_tokens=None), str(path), {"begin_suppress_tokens": None}).suppress_tokens == ()
+    with pytest.raises(ember.FormatError, match="suppress_tokens must be a list of token ids"):
+        from_hf(dict(cfg), str(path), {"suppress_tokens": [1, "x"]})
+    with pytest.raises(ember.FormatError, match=f"begin_suppress_tokens holds token {cfg['vocab_size']}, outside"):
+        from_hf(dict(cfg), str(path), {"begin_suppress_tokens": [cfg["vocab_size"]]})

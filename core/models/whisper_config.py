@@ -33,6 +33,15 @@ class WhisperConfig:
         return self.vocab_size >= 51865
 
     def check(self):
+        for name in ("suppress_tokens", "begin_suppress_tokens"):
+            out_of_range = [t for t in getattr(self, name) if t >= self.vocab_size]
+            if out_of_range:
+                raise FormatError(
+                    f"{self.source}: {name} holds token {out_of_range[0]}, outside the "
+                    f"vocabulary of {self.vocab_size}",
+                    path=self.source,
+                    field=name,
+                )
         for name in ("encoder_attention_heads", "decoder_attention_heads"):
             if self.d_model % getattr(self, name):
                 raise FormatError(
@@ -42,6 +51,22 @@ class WhisperConfig:
                     field=name,
                 )
         return self
+
+
+def _token_list(value, field, path):
+    """A suppress list from a config: null or absent is empty (CTranslate2's converter writes
+    null for a model without one); anything but a list of token ids is refused by name."""
+    if value is None:
+        return ()
+    if not isinstance(value, (list, tuple)) or not all(
+        isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value
+    ):
+        raise FormatError(
+            f"{path}: {field} must be a list of token ids, got {value!r}"[:300],
+            path=path,
+            field=field,
+        )
+    return tuple(value)
 
 
 def _require(cfg, key, path):
@@ -83,12 +108,12 @@ def from_hf(cfg, path, generation=None):
             field="activation_function",
         )
     gen = generation or {}
-    suppress = gen.get("suppress_tokens", cfg.get("suppress_tokens")) or ()
-    begin = gen.get("begin_suppress_tokens", cfg.get("begin_suppress_tokens")) or ()
+    suppress = gen.get("suppress_tokens", cfg.get("suppress_tokens"))
+    begin = gen.get("begin_suppress_tokens", cfg.get("begin_suppress_tokens"))
     return WhisperConfig(
         **values,
-        suppress_tokens=tuple(suppress),
-        begin_suppress_tokens=tuple(begin),
+        suppress_tokens=_token_list(suppress, "suppress_tokens", path),
+        begin_suppress_tokens=_token_list(begin, "begin_suppress_tokens", path),
         source=path,
     ).check()
 
@@ -132,7 +157,9 @@ def from_ct2(f, tensors, ct2_config, path):
         decoder_ffn_dim=tensors["model.decoder.layers.0.fc1.weight"].shape[0],
         max_target_positions=tensors["model.decoder.embed_positions.weight"].shape[0],
         vocab_size=tensors["model.decoder.embed_tokens.weight"].shape[0],
-        suppress_tokens=tuple(ct2_config.get("suppress_ids", ())),
-        begin_suppress_tokens=tuple(ct2_config.get("suppress_ids_begin", ())),
+        suppress_tokens=_token_list(ct2_config.get("suppress_ids"), "suppress_ids", path),
+        begin_suppress_tokens=_token_list(
+            ct2_config.get("suppress_ids_begin"), "suppress_ids_begin", path
+        ),
         source=path,
     ).check()
