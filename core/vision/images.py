@@ -58,6 +58,11 @@ def _read_with_pillow(path, head):
         raise
     except Image.DecompressionBombError as exc:
         raise FormatError(f"{path}: {exc}", path=path) from None
+    except Image.UnidentifiedImageError:
+        # the same words as without Pillow: what the file is not, whatever is installed
+        raise FormatError(
+            f"{path}: not a PNG or JPEG file, nor another format Pillow reads", path=path
+        ) from None
     except (OSError, ValueError, SyntaxError) as exc:
         kind = "JPEG" if head.startswith(JPEG_MAGIC) else "image"
         raise FormatError(f"{path}: not a readable {kind} ({exc})", path=path) from None
