@@ -84,22 +84,25 @@ def _require(cfg, key, path):
     return value
 
 
+# The sizes a transformers WhisperConfig must state (and that WhisperConfig holds).
+SIZE_FIELDS = (
+    "num_mel_bins",
+    "d_model",
+    "encoder_layers",
+    "encoder_attention_heads",
+    "encoder_ffn_dim",
+    "max_source_positions",
+    "decoder_layers",
+    "decoder_attention_heads",
+    "decoder_ffn_dim",
+    "max_target_positions",
+    "vocab_size",
+)
+
+
 def from_hf(cfg, path, generation=None):
     """From a transformers WhisperConfig dict (and generation_config.json's token lists)."""
-    keys = [
-        "num_mel_bins",
-        "d_model",
-        "encoder_layers",
-        "encoder_attention_heads",
-        "encoder_ffn_dim",
-        "max_source_positions",
-        "decoder_layers",
-        "decoder_attention_heads",
-        "decoder_ffn_dim",
-        "max_target_positions",
-        "vocab_size",
-    ]
-    values = {k: _require(cfg, k, path) for k in keys}
+    values = {k: _require(cfg, k, path) for k in SIZE_FIELDS}
     act = cfg.get("activation_function", "gelu")
     if act != "gelu":
         raise FormatError(

@@ -93,25 +93,13 @@ def load(path, device):
 
 def _from_ct2(path, cfg, torch, transformers):
     from ..io.ctranslate2 import CTranslate2File, whisper_hf_tensors
+    from ..models.whisper_config import SIZE_FIELDS
 
-    fields = [
-        "num_mel_bins",
-        "d_model",
-        "encoder_layers",
-        "encoder_attention_heads",
-        "encoder_ffn_dim",
-        "max_source_positions",
-        "decoder_layers",
-        "decoder_attention_heads",
-        "decoder_ffn_dim",
-        "max_target_positions",
-        "vocab_size",
-    ]
     # the special-token ids only have to lie inside the vocabulary (a forward ignores them)
     specials = dict.fromkeys(
         ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"), 0
     )
-    hf_cfg = transformers.WhisperConfig(**{k: getattr(cfg, k) for k in fields}, **specials)
+    hf_cfg = transformers.WhisperConfig(**{k: getattr(cfg, k) for k in SIZE_FIELDS}, **specials)
     reference = transformers.WhisperForConditionalGeneration(hf_cfg)
     tensors = whisper_hf_tensors(CTranslate2File(os.path.join(path, "model.bin")))
     state = {
