@@ -3,6 +3,7 @@ attribute that code in core/ outside backends/ reads from a backend object is de
 `Backend`, and nothing probes a backend with hasattr/getattr. The contract's default
 bodies (backends/composites.py) agree with the numpy backend's fused ops."""
 import ast
+import os
 import pathlib
 
 import numpy as np
@@ -210,4 +211,18 @@ def test_device_facts_are_declared_properties(device):
     if device.kind == "cpu":
         assert be.kernel_set == "numpy" and be.is_software_adapter is False
     else:
-        assert be.kernel_set == ("cpu-adapter" if be.info.get("adapter_type") == "CPU" else "gpu")
+        by_type = "cpu-adapter" if be.info.get("adapter_type") == "CPU" else "gpu"
+        assert be.kernel_set == (os.environ.get("EMBER_WGPU_KERNELS") or by_type)
+
+
+def test_a_forced_kernel_set_outside_the_two_is_refused_naming_the_variable(monkeypatch):
+    from ember.backends.webgpu.runtime import choose_kernel_set
+
+    monkeypatch.setenv("EMBER_WGPU_KERNELS", "tiled")
+    with pytest.raises(ember.DeviceError, match=r"EMBER_WGPU_KERNELS='tiled'.*cpu-adapter, gpu"):
+        choose_kernel_set({"adapter_type": "CPU"})
+    monkeypatch.setenv("EMBER_WGPU_KERNELS", "gpu")
+    assert choose_kernel_set({"adapter_type": "CPU"}) == "gpu"
+    monkeypatch.delenv("EMBER_WGPU_KERNELS")
+    assert choose_kernel_set({"adapter_type": "CPU"}) == "cpu-adapter"
+    assert choose_kernel_set({"adapter_type": "DiscreteGPU"}) == "gpu"

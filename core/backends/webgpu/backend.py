@@ -78,6 +78,10 @@ class WebGPUBackend(Backend):
     def memory_stats(self):
         return self.runtime.memory_stats()
 
+    @property
+    def kernel_set(self):
+        return self.runtime.kernel_set
+
     def start_kernel_timer(self):
         return self.runtime.start_timer()
 

@@ -269,7 +269,7 @@ def tiles(be):
     """Register tiles and workgroup shapes per adapter kind: nn (TM, TC, WGX, WGY) and nt
     (TM, TN, WGX, WGY). CPU adapters (lavapipe) vectorise across invocations; tall tiles
     that still fit the registers suit them."""
-    if be.runtime.is_cpu_adapter:
+    if be.runtime.kernel_set == "cpu-adapter":
         # Measured on lavapipe (GFLOP per CPU-second, 1024^3): nn 12x4 tiles 8.6 against
         # 8x4 7.0 and 16x4 5.0 (register spills); nt 6x4 7.1 against 8x4 6.2.
         return {"nn": (12, 1, 8, 16), "nt": (6, 4, 8, 8)}
@@ -294,7 +294,7 @@ def _use_subgroups(be, m):
     drv = be.driver
     return (
         m >= _SG_MIN_M
-        and be.runtime.is_cpu_adapter
+        and be.runtime.kernel_set == "cpu-adapter"
         and getattr(drv, "kind", "") == "native"
         and "subgroup" in drv.features
     )

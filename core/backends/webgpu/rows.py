@@ -23,7 +23,7 @@ def row_split(rt, rows, length, passes):
     loopcap.py); GPUs, and few or long rows, share a row among a workgroup tree (rows too
     long even for that are row_too_long)."""
     if (
-        rt.is_cpu_adapter
+        rt.kernel_set == "cpu-adapter"
         and rows >= 64
         and length <= 2048
         and passes * length <= min(16384, loopcap.BUDGET)

@@ -3,7 +3,7 @@
 One `Runtime` per device, over a driver (native.py or browser.py). Its public API:
 
 - facts: `max_binding`, `max_groups`, `storage_align`, `split_limit`, `has_f16`, `types`,
-  `info` (the adapter's), `is_cpu_adapter`;
+  `info` (the adapter's), `is_cpu_adapter`, `kernel_set` (which kernel family runs here);
 - memory: `type_of(dtype, op)`, `alloc(numel, dtype, op)` (a pooled Storage),
   `scratch(nbytes, what)` / `give(buf)` (a raw pooled buffer), `exact_storage(nbytes)` (a
   buffer of exactly that size, for quantized weights), `write(buf, data)`;
@@ -40,6 +40,29 @@ BLOCK = 256  # bytes of uniform data per dispatch
 ARENA = 256 * 1024  # uniform arena per batch: up to 1,024 dispatches
 WG = 256  # invocations per workgroup of elementwise kernels
 
+# The two kernel families (DESIGN.md): "cpu-adapter" for software adapters (lavapipe,
+# SwiftShader: vectorised across invocations, no shared-memory tiles) and "gpu" for
+# discrete and integrated GPUs (shared-memory tiles, workgroup reductions, any subgroup
+# size). Chosen by the adapter's type, never its name; EMBER_WGPU_KERNELS (or a driver's
+# `kernel_set`) forces one, so the GPU family is tested on lavapipe and SwiftShader.
+KERNEL_SETS = ("cpu-adapter", "gpu")
+KERNEL_SET_ENV = "EMBER_WGPU_KERNELS"
+
+
+def choose_kernel_set(info, forced=None):
+    """The kernel family for an adapter whose info is `info`: `forced` (or the
+    EMBER_WGPU_KERNELS variable) when given, else by adapter type."""
+    import os
+
+    forced = forced or os.environ.get(KERNEL_SET_ENV) or None
+    if forced is not None:
+        if forced not in KERNEL_SETS:
+            raise DeviceError(
+                f"{KERNEL_SET_ENV}={forced!r}: the WebGPU kernel set is one of {', '.join(KERNEL_SETS)}"
+            )
+        return forced
+    return "cpu-adapter" if info.get("adapter_type") == "CPU" else "gpu"
+
 
 class Runtime:
     def __init__(self, driver):
@@ -51,6 +74,7 @@ class Runtime:
         self.block = max(BLOCK, int(lim.get("min-uniform-buffer-offset-alignment", 256)))
         self.has_f16 = "shader-f16" in driver.features
         self.types = device_types(self.has_f16)
+        self.kernel_set = choose_kernel_set(driver.info, getattr(driver, "kernel_set", None))
         self.lock = threading.RLock()
         self.pool = Pool(driver, int(lim["max-buffer-size"]), self.lock)
         self.arena = driver.create_buffer(ARENA, "uniform")
