@@ -16,6 +16,7 @@ benchmarks/llm.py and benchmarks/qmatmul_cpu.py, see docs/architecture.md "Quant
 matmul on the CPU" for the figures and the candidates that lost).
 """
 
+import itertools
 import os
 import threading
 
@@ -104,16 +105,41 @@ def qmatmul_rows(x2, w, out, *, path="auto", chunk_rows=None, chunk_bytes=None):
 
 def _fused(kernel, f16, x2, w, out):
     n_out, n_in = w.shape
-    raw = w.raw.reshape(n_out, -1)
     xs = x2.reshape(x2.shape[0], n_in // 16, 16).sum(-1, dtype=np.float32)
-    # The kernels release the GIL: ranges of weight rows run on row_parallel's threads.
-    run_rows(lambda r0, r1: kernel(raw, x2, xs, out, r0, r1, f16), n_out, n_in, align=2)
+    parts = getattr(w, "parts", None)
+    if parts is None:
+        raw = w.raw.reshape(n_out, -1)
+        # The kernels release the GIL: ranges of weight rows run on row_parallel's threads.
+        run_rows(lambda r0, r1: kernel(raw, x2, xs, out, r0, r1, f16), n_out, n_in, align=2)
+        return out
+    # A row stack (io.quant.StackedQTensor): one pass of threads over all its rows, each
+    # range running the kernel on the parts it covers, into a C-contiguous output per part
+    # (the kernels' layout), then placed side by side. The kernels take rows in pairs and
+    # a row's bits depend on its place in a pair, so the threads' ranges are laid over the
+    # parts with each part padded to an even row count: every range starts a part's pair.
+    raws = [p.raw.reshape(p.shape[0], -1) for p in parts]
+    outs = [np.empty((x2.shape[0], p.shape[0]), np.float32) for p in parts]
+    starts = list(itertools.accumulate((p.shape[0] + p.shape[0] % 2 for p in parts), initial=0))
+
+    def rows(r0, r1):
+        for raw, part_out, at in zip(raws, outs, starts, strict=False):
+            lo, hi = max(r0, at) - at, min(r1, at + raw.shape[0]) - at
+            if lo < hi:
+                kernel(raw, x2, xs, part_out, lo, hi, f16)
+
+    run_rows(rows, starts[-1], n_in, align=2)
+    for part_out, off in zip(outs, w.offsets, strict=False):
+        out[:, off : off + part_out.shape[1]] = part_out
     return out
 
 
 def _dequantize_gemm(x2, w, out, chunk_rows, decode, f16):
     """Chunks of rows dequantized (by numba's row decoder where there is one, else by
     numpy: the same bits) into one reused buffer, each chunk one GEMM."""
+    if decode is not None and getattr(w, "parts", None) is not None:
+        for part, off in zip(w.parts, w.offsets, strict=False):  # a row stack, part by part
+            _dequantize_gemm(x2, part, out[:, off : off + part.shape[0]], chunk_rows, decode, f16)
+        return out
     n_out, n_in = w.shape
     step = max(1, min(int(chunk_rows), n_out))
     buf = np.empty((step, n_in), np.float32)

@@ -14,6 +14,7 @@ package), so results are bit-for-bit identical to them: for example Q4_K is
 """
 
 import enum
+import itertools
 
 import numpy as np
 
@@ -586,6 +587,78 @@ class QTensor:
         )
 
 
+class StackedQTensor:
+    """QTensors of one ggml type stacked by rows without copying: the (sum of N_i, K)
+    weight of the q/k/v or gate/up projections that a model runs as one matmul, whose
+    parts stay views of the file's memory map (a stacked copy would hold a third of a
+    small model's bytes twice in host memory). CPU kernels run part by part (`parts`,
+    `offsets`); `raw` assembles the bytes once, for an upload to a device."""
+
+    __slots__ = ("parts", "offsets", "ggml_type", "shape")
+
+    def __init__(self, parts):
+        parts = tuple(parts)
+        if not parts or any(not isinstance(p, QTensor) or p.ndim != 2 for p in parts):
+            raise TypeError("StackedQTensor: needs one or more 2-D QTensors")
+        t, k = parts[0].ggml_type, parts[0].shape[1]
+        if any(p.ggml_type != t or p.shape[1] != k for p in parts):
+            raise ShapeMismatch(
+                "StackedQTensor: parts must share a ggml type and a row length, got "
+                + ", ".join(f"{p.ggml_type.name} {fmt_shape(p.shape)}" for p in parts),
+                shape=tuple(p.shape for p in parts),
+            )
+        self.parts, self.ggml_type = parts, t
+        self.offsets = tuple(itertools.accumulate((p.shape[0] for p in parts), initial=0))
+        self.shape = (self.offsets[-1], k)
+
+    @property
+    def ndim(self):
+        return 2
+
+    @property
+    def nbytes(self):
+        return sum(p.nbytes for p in self.parts)
+
+    @property
+    def raw(self):
+        """The stacked bytes, assembled now (a copy: rows are whole blocks)."""
+        return np.concatenate([p.raw for p in self.parts])
+
+    def dequantize(self):
+        return self.dequantize_rows(0, self.shape[0])
+
+    def dequantize_rows(self, start, stop, out=None):
+        """Rows ``start:stop`` of the stack as float32, into ``out`` when given."""
+        start, stop = max(0, int(start)), min(self.shape[0], int(stop))
+        stop = max(start, stop)
+        if out is None:
+            out = np.empty((stop - start, self.shape[1]), _F32)
+        elif out.dtype != _F32 or out.shape != (stop - start, self.shape[1]):
+            raise ShapeMismatch(
+                f"dequantize_rows: out must be a float32 array of shape "
+                f"{fmt_shape((stop - start, self.shape[1]))}, got {out.dtype} {fmt_shape(out.shape)}",
+                shape=out.shape,
+            )
+        for part, off, lo, hi in self.spans(start, stop):
+            at = off + lo - start
+            part.dequantize_rows(lo, hi, out=out[at : at + hi - lo])
+        return out
+
+    def spans(self, start, stop):
+        """(part, its first row in the stack, lo, hi) for the stack's rows [start, stop):
+        rows lo..hi of that part, parts in order, empty spans left out."""
+        for part, off in zip(self.parts, self.offsets, strict=False):
+            lo, hi = max(start, off) - off, min(stop, off + part.shape[0]) - off
+            if lo < hi:
+                yield part, off, lo, hi
+
+    def __repr__(self):
+        return (
+            f"StackedQTensor({self.ggml_type.name}, shape={fmt_shape(self.shape)}, "
+            f"parts={len(self.parts)}, nbytes={self.nbytes})"
+        )
+
+
 def qmatmul(x, w, *, chunk_rows=None, path="numpy"):
     """``x @ dequantize(w).T`` without ever dequantizing all of ``w``.
 
@@ -596,8 +669,10 @@ def qmatmul(x, w, *, chunk_rows=None, path="numpy"):
     numba kernels (``ember[jit]``) are tested against. ``path`` picks another of
     backends/array_qmatmul.py's paths ("auto" chooses as the numpy backend does).
     """
-    if not isinstance(w, QTensor):
-        raise TypeError(f"qmatmul: weight must be a QTensor, got {type(w).__name__}")
+    if not isinstance(w, (QTensor, StackedQTensor)):
+        raise TypeError(
+            f"qmatmul: weight must be a QTensor or StackedQTensor, got {type(w).__name__}"
+        )
     if w.ndim != 2:
         raise ShapeMismatch(
             f"qmatmul: weight must be 2-D, got shape {fmt_shape(w.shape)}", shape=w.shape

@@ -27,7 +27,7 @@ from .. import dtype as dt
 from ..device import as_device
 from ..errors import FormatError
 from ..io.gguf import GGUFFile
-from ..io.quant import GGMLType, QTensor
+from ..io.quant import GGMLType, QTensor, StackedQTensor
 from ..nn import Module, VarBuilder
 from ..tensor import cat, from_numpy
 from .gemma import GemmaForCausalLM
@@ -266,12 +266,9 @@ class QuantizedLayers(DenseLayers):
             return super().concat(names, parts)
         bias = cat([b for _, b in parts], 0) if parts[0][1] is not None else None
         if all(quant) and len({w.ggml_type for w in weights}) == 1:
-            # Rows are whole blocks, so same-type quantized weights stack row-wise as bytes.
-            raw = np.concatenate([w.raw for w in weights])
-            rows = sum(w.shape[0] for w in weights)
-            return QuantLinear(
-                QTensor(raw, weights[0].ggml_type, (rows, weights[0].shape[1])), bias
-            )
+            # Same-type weights run as one matmul over a row stack of the file's views (no
+            # copy: the q/k/v and gate/up bytes would be a third of a small model twice).
+            return QuantLinear(StackedQTensor(weights), bias)
         # Mixed types (Q4_K_M files): separate layers, their outputs concatenated.
         return ConcatLinear(
             **{name: self.from_tensors(w, b) for name, (w, b) in zip(names, parts, strict=True)}

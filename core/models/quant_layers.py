@@ -28,6 +28,13 @@ def _owns_its_memory(array):
     return array.base is None
 
 
+def _holds_own_bytes(weight):
+    """Whether a host weight's bytes (each part's, for a row stack) are memory of its own,
+    not views of a file's memory map."""
+    parts = getattr(weight, "parts", None) or (weight,)
+    return any(_owns_its_memory(p.raw) for p in parts)
+
+
 class _DeviceOnly:
     """What remains of a QTensor whose bytes now live only on `device`."""
 
@@ -82,10 +89,10 @@ class QuantLinear(Module):
         self._placed = None  # free the old copy before placing the new one
         placed = device.backend.place_quantized(w)
         self._placed = (device, placed)
-        if placed is not w and _owns_its_memory(w.raw):
-            # An array of its own (fused_linear's stack of q/k/v or gate/up), not a view of
-            # the file's memory map: kept, it would hold the model's size in host memory
-            # next to the device copy. Only the description stays.
+        if placed is not w and _holds_own_bytes(w):
+            # Arrays of its own, not views of the file's memory map: kept, they would hold
+            # the weight's size in host memory next to the device copy. Only the
+            # description stays.
             self.qweight = _DeviceOnly(w, device)
         return self
 
