@@ -1,7 +1,9 @@
 // out = x @ dequantize(W).T with W (N, K) kept as its raw ggml blocks: the weights are
-// decoded inside the dot products, never stored as f32. One invocation computes one output
-// column n for {{TM}} rows of x (decoding: 1 row; a prompt runs tiles of rows, each
-// decoding the weight row again).
+// decoded inside the dot products, never stored as f32. With {{MODE}} matmul (CPU
+// adapters) one invocation computes one output column n for {{TM}} rows of x (decoding:
+// 1 row; a prompt runs tiles of rows, each decoding the weight row again). With {{MODE}}
+// gemv (decoding on GPUs) {{LANES}} invocations share one column n, each decoding every
+// {{LANES}}-th block of W's row, and their sums meet in workgroup memory.
 // W is the file's raw bytes as u32 words, uploaded unchanged. Blocks are not 4-byte aligned
 // in most types (Q4_0 18 bytes, Q5_0 22, Q8_0 34, Q3_K 110, Q6_K 210), so fields are read by
 // byte offset: `bytes4` assembles 4 bytes from two words. f16 scales are decoded from their
@@ -11,9 +13,9 @@
 // (and ggml's) dequantizers group them.
 // With {{MODE}} dequant the same decoders write the weights out as f32 instead (for
 // prompts: rows of W dequantized into a scratch buffer for the f32 matmul kernels).
-// Placeholders: {{MODE}} (matmul or dequant), {{QTYPE}} (q4_0, q4_1, q5_0, q5_1, q8_0,
+// Placeholders: {{MODE}} (matmul, gemv or dequant), {{QTYPE}} (q4_0, q4_1, q5_0, q5_1, q8_0,
 // q2_k, q3_k, q4_k, q5_k, q6_k: the block decoder called), {{TS}} bytes per block, {{QK4}} weights per block / 4, {{TM}},
-// {{WG}}.
+// {{WG}}, {{LANES}} (gemv: invocations per column, a power of 2 dividing {{WG}}; 1 otherwise).
 // Parameters: the "qmatmul" block of core/backends/webgpu/params.py.
 @group(0) @binding(1) var<storage, read> X: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> W: array<u32>;
@@ -68,6 +70,7 @@ fn add_rows(k: u32, wv: vec4<f32>) { emit_{{MODE}}(k, wv); }
 fn emit_matmul(k: u32, wv: vec4<f32>) {
     for (var r = 0u; r < {{TM}}u; r++) { acc[r] += dot(X[xrow[r] + k], wv); }
 }
+fn emit_gemv(k: u32, wv: vec4<f32>) { emit_matmul(k, wv); }
 
 var<private> obase: u32;    // dequant: where the row's weights go in O
 
@@ -293,6 +296,50 @@ fn main_matmul(gid: vec3<u32>, nwg: vec3<u32>) {
             var v = acc[r];
             if (p(P_ACC) != 0u) { v += O[o]; }
             O[o] = v;
+        }
+    }
+}
+
+// gemv (decoding on GPUs, {{TM}} <= 4 rows of x): a workgroup holds {{WG}} / {{LANES}}
+// columns n; lane l of a column decodes its row's blocks l, l + {{LANES}}, ... (neighbouring
+// lanes read neighbouring blocks), then the lanes' sums are added in a tree through
+// workgroup memory. No subgroup operations: right for any subgroup size. Barriers are
+// reached by every invocation (the column and row guards wrap the work, not the tree).
+var<workgroup> partial: array<vec4<f32>, {{WG}}>;
+
+fn main_gemv(gid: vec3<u32>, nwg: vec3<u32>) {
+    let li = gid.x % {{WG}}u;
+    let lane = li % {{LANES}}u;
+    let n = gid.x / {{LANES}}u;
+    let m0 = gid.y * {{TM}}u;
+    let m_total = p(P_M);
+    for (var r = 0u; r < {{TM}}u; r++) {
+        xrow[r] = p(P_X_OFF) + min(m0 + r, m_total - 1u) * p(P_X_RS);
+        acc[r] = 0.0;
+    }
+    let live = n < p(P_N);
+    if (live) {
+        let row = p(P_W_OFF) + n * p(P_W_ROW);
+        let nblocks = p(P_BLOCKS);
+        for (var b = lane; b < nblocks; b += {{LANES}}u) {
+            {{QTYPE}}_block(row + b * {{TS}}u, b * {{QK4}}u);
+        }
+    }
+    var v = vec4<f32>(0.0);
+    for (var r = 0u; r < {{TM}}u; r++) { v[r] = acc[r]; }
+    partial[li] = v;
+    for (var s = {{LANES}}u / 2u; s > 0u; s >>= 1u) {
+        workgroupBarrier();
+        if (lane < s) { partial[li] += partial[li + s]; }
+    }
+    if (!live || lane != 0u) { return; }
+    let sum = partial[li];
+    for (var r = 0u; r < {{TM}}u; r++) {
+        if (m0 + r < m_total) {
+            let o = p(P_O_OFF) + (m0 + r) * p(P_O_RS) + n;
+            var y = sum[r];
+            if (p(P_ACC) != 0u) { y += O[o]; }
+            O[o] = y;
         }
     }
 }

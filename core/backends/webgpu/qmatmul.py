@@ -17,10 +17,14 @@ the page must do in pure Python; reading a field that straddles two words costs 
 and a shift instead.
 
 Few rows of x (decoding): one invocation per output column and tile of up to 8 rows,
-reading the weight once per tile. From 8 rows (a prompt) the weight is dequantized a
-chunk of rows at a time (at most 16 MiB of f32) into a pooled scratch buffer by the same
-shader in dequant mode, and each chunk runs through the f32 matmul kernels (matmul.py),
-which are much faster than re-decoding per tile of rows. Splits: a weight over the
+reading the weight once per tile. On GPU adapters (the runtime's kernel set "gpu") up to
+4 rows run in the shader's gemv mode instead: one invocation per column leaves a GPU too
+few to hide memory latency (a 4096-column weight is 4096 invocations), so up to 64 share
+a column, each decoding part of the row's blocks, their sums added through workgroup
+memory. From 8 rows (a prompt) the weight is dequantized a chunk of rows at a time (at
+most 16 MiB of f32) into a pooled scratch buffer by the same shader in dequant mode, and
+each chunk runs through the f32 matmul kernels (matmul.py), which are much faster than
+re-decoding per tile of rows. Splits: a weight over the
 storage binding limit by ranges of output rows (whole block rows), x and the output by
 ranges of x's rows, and K in parts of whole blocks accumulated into the output, so no
 invocation loops more than ~60,000 times in all (lavapipe's cap is 65,535).
@@ -55,6 +59,9 @@ _MAX_TM = 8
 # against 37 for the dense f32 weight.
 _DEQUANT_ROWS = 8
 _SCRATCH_BYTES = 16 << 20
+# GPU adapters: up to this many rows of x (decoding; the registers hold a vec4 per lane)
+# run the gemv mode, each output column shared by up to _WG lanes.
+_GEMV_ROWS = 4
 
 
 def supports(ggml_type):
@@ -152,7 +159,13 @@ def qmatmul(be, x, lx, qw, dtype=dt.f32):
         return out, lead + (n,)
     tm = min(_MAX_TM, 1 << (m - 1).bit_length())
     blocks = k // qk
-    part = max(1, (loopcap.BUDGET - 4 * tm) // per_block(tm))  # blocks per K part
+    # Blocks per K part: as many as one invocation may loop over (loopcap.py). A gemv lane
+    # decodes only 1/lanes of them, but the parts are kept the same: only rows of some
+    # 100,000 weights are split, alike on either kernel set.
+    part = max(1, (loopcap.BUDGET - 4 * tm) // per_block(tm))
+    gemv = m <= _GEMV_ROWS and be.runtime.kernel_set == "gpu"
+    lanes = min(_WG, 1 << (min(blocks, part) - 1).bit_length()) if gemv else 1
+    cols = _WG // lanes if gemv else _WG  # output columns per workgroup
     limit = be.runtime.split_limit - 8
     rows_w = limit // qw.row_bytes  # weight rows per binding
     rows_x = limit // (4 * max(k, n))  # x / out rows per binding
@@ -164,8 +177,16 @@ def qmatmul(be, x, lx, qw, dtype=dt.f32):
             op="qmatmul",
         )
     rows_x = min(rows_x, be.runtime.max_groups * tm)
-    rows_w = min(rows_w, be.runtime.max_groups * _WG)
-    spec = {"MODE": "matmul", "QTYPE": name, "TS": ts, "QK4": qk // 4, "TM": tm, "WG": _WG}
+    rows_w = min(rows_w, be.runtime.max_groups * cols)
+    spec = {
+        "MODE": "gemv" if gemv else "matmul",
+        "QTYPE": name,
+        "TS": ts,
+        "QK4": qk // 4,
+        "TM": tm,
+        "WG": _WG,
+        "LANES": lanes,
+    }
     pipe = be.runtime.pipeline("qmatmul", "f32", spec, "qmatmul", f16=False)
     wbuf = qw.storage.buf
     for m0 in range(0, m, rows_x):
@@ -196,7 +217,7 @@ def qmatmul(be, x, lx, qw, dtype=dt.f32):
                     "o_rs": n,
                     "acc": int(b0 > 0),
                 }
-                groups = (ceil_div(n1 - n0, _WG), ceil_div(m1 - m0, tm), 1)
+                groups = (ceil_div(n1 - n0, cols), ceil_div(m1 - m0, tm), 1)
                 be.runtime.launch(pipe, params, [xr, wr, orng], groups)
     return out, lead + (n,)
 
@@ -213,7 +234,15 @@ def _dequantized_matmul(be, x, lx, qw, out, m):
     blocks = k // qk
     chunk = max(1, min(n, _SCRATCH_BYTES // (4 * k), be.runtime.split_limit // (4 * k)))
     scratch = be.runtime.alloc(chunk * k, dt.f32, "qmatmul")
-    spec = {"MODE": "dequant", "QTYPE": name, "TS": ts, "QK4": qk // 4, "TM": 1, "WG": _WG}
+    spec = {
+        "MODE": "dequant",
+        "QTYPE": name,
+        "TS": ts,
+        "QK4": qk // 4,
+        "TM": 1,
+        "WG": _WG,
+        "LANES": 1,
+    }
     pipe = be.runtime.pipeline("qmatmul", "f32", spec, "qmatmul", f16=False)
     t = be.runtime.type_of(dt.f32, "qmatmul")
     # x is not read by the dequant kernel, but its binding must hold a valid range
