@@ -465,18 +465,30 @@ def rope(x, cos, sin, interleaved=False):
     )
 
 
-def scaled_dot_product_attention(q, k, v, mask=None, scale=None, is_causal=False):
+def scaled_dot_product_attention(q, k, v, mask=None, scale=None, is_causal=False, grid_bias=None):
     """softmax(q @ k^T * scale + mask) @ v, as torch's F.scaled_dot_product_attention.
 
     q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv] (batch dims broadcast); `mask` is
     added to the scores (a float tensor broadcastable to [..., Tq, Tk], -inf to hide a
     key); `is_causal` hides each query's later keys (queries are the last Tq of the Tk
     positions, as when a cache holds the earlier ones); scale defaults to 1/sqrt(D).
+    `grid_bias` = (rows [..., Tq, Kh], cols [..., Tq, Kw]) for keys on a Kh x Kw grid
+    (Tk = Kh * Kw, row-major) adds rows[i, j // Kw] + cols[i, j % Kw] to score (i, j):
+    decomposed relative positions, whose whole (Tq, Tk) sum is as big as the scores.
     Backend.scaled_dot_product_attention computes it in tiles of queries, so a long
-    sequence's whole score matrix never exists at once."""
+    sequence's whole score matrix (or grid bias) never exists at once."""
     op = "scaled_dot_product_attention"
     q._require_kind(op, "f")
-    q._check_same(op, k, v, *([mask] if mask is not None else []))
+    extra = [mask] if mask is not None else []
+    if grid_bias is not None:
+        if not (isinstance(grid_bias, (tuple, list)) and len(grid_bias) == 2):
+            raise InvalidArgument(
+                f"{op}: grid_bias must be a pair (rows, cols) of tensors, got "
+                f"{type(grid_bias).__name__}",
+                op=op,
+            )
+        extra += list(grid_bias)
+    q._check_same(op, k, v, *extra)
     if (
         q.ndim < 2
         or k.ndim < 2
@@ -502,6 +514,24 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale=None, is_causal=False
     lk = k.layout.broadcast_to(batch + k.shape[-2:], op)
     lv = v.layout.broadcast_to(batch + v.shape[-2:], op)
     lmask = mask.layout.broadcast_to(batch + (tq, tk), op) if mask is not None else None
+    grid = None
+    if grid_bias is not None:
+        rows, cols = grid_bias
+        kh, kw = rows.shape[-1] if rows.ndim else 0, cols.shape[-1] if cols.ndim else 0
+        if rows.ndim < 2 or cols.ndim < 2 or kh * kw != tk:
+            raise ShapeMismatch(
+                f"{op}: grid_bias rows {fmt_shape(rows.shape)} and cols "
+                f"{fmt_shape(cols.shape)} must be [..., Tq, Kh] and [..., Tq, Kw] with "
+                f"Kh * Kw = Tk = {tk}",
+                op=op,
+                shapes=(q.shape, k.shape, rows.shape, cols.shape),
+            )
+        grid = (
+            rows.storage,
+            rows.layout.broadcast_to(batch + (tq, kh), op),
+            cols.storage,
+            cols.layout.broadcast_to(batch + (tq, kw), op),
+        )
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     out = q.backend.scaled_dot_product_attention(
         q.storage,
@@ -515,6 +545,7 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale=None, is_causal=False
         scale,
         q.dtype,
         causal=bool(is_causal),
+        **({"grid_bias": grid} if grid is not None else {}),
     )
     return q._new(out, batch + (tq, v.shape[-1]))
 

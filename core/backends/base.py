@@ -257,13 +257,18 @@ class Backend:
         scale: float,
         dtype: DType,
         causal: bool = False,
+        grid_bias: tuple | None = None,
     ) -> Storage:
-        """softmax(q @ k^T * scale + mask) @ v: q [..., Tq, D], k [..., Tk, D], v [..., Tk,
-        Dv] with equal batch dims (broadcast strides), mask (or None) laid out as [...,
-        Tq, Tk] and added to the scores; `causal` hides the keys after each query's
-        position. The default computes the scores in tiles of queries."""
+        """softmax(q @ k^T * scale + mask + grid bias) @ v: q [..., Tq, D], k [..., Tk, D],
+        v [..., Tk, Dv] with equal batch dims (broadcast strides), mask (or None) laid out
+        as [..., Tq, Tk] and added to the scores; `causal` hides the keys after each
+        query's position. `grid_bias` (or None) is (rows, lrows, cols, lcols) for keys on
+        a Kh x Kw grid (Tk = Kh * Kw, row-major): rows laid out as [..., Tq, Kh] and cols
+        as [..., Tq, Kw], adding rows[i, j // Kw] + cols[i, j % Kw] to score (i, j) (the
+        decomposed relative positions of ViT-Det / Segment Anything), so that bias is never
+        whole either. The default computes the scores in tiles of queries."""
         return composites.scaled_dot_product_attention(
-            self, q, lq, k, lk, v, lv, mask, lmask, scale, dtype, causal
+            self, q, lq, k, lk, v, lv, mask, lmask, scale, dtype, causal, grid_bias
         )
 
     # --- quantized weights ------------------------------------------------------------------

@@ -133,13 +133,14 @@ def table_layout(table, shape):
 
 
 def scaled_dot_product_attention(
-    be: "Backend", q, lq, k, lk, v, lv, mask, lmask, scale, dtype, causal=False
+    be: "Backend", q, lq, k, lk, v, lv, mask, lmask, scale, dtype, causal=False, grid_bias=None
 ):
-    """softmax(q @ k^T * scale + mask) @ v over q [..., Tq, D], k [..., Tk, D], v [...,
-    Tk, Dv], with `mask` (or None) laid out as [..., Tq, Tk] and `causal` hiding keys
-    after a query's own position (the last query sees every key). Queries go in tiles
-    of whole rows of about ATTENTION_TILE_ELEMENTS scores, so a long sequence's score
-    matrix never exists at once."""
+    """softmax(q @ k^T * scale + mask + grid bias) @ v over q [..., Tq, D], k [..., Tk,
+    D], v [..., Tk, Dv], with `mask` (or None) laid out as [..., Tq, Tk], `causal` hiding
+    keys after a query's own position (the last query sees every key) and `grid_bias`
+    (see Backend.scaled_dot_product_attention) added row by row of the key grid. Queries
+    go in tiles of whole rows of about ATTENTION_TILE_ELEMENTS scores, so a long
+    sequence's score matrix (and a grid bias as big as it) never exists at once."""
     tq, tk = lq.shape[-2], lk.shape[-2]
     batch = lq.shape[:-2]
     out_shape = batch + (tq, lv.shape[-1])
@@ -155,6 +156,8 @@ def scaled_dot_product_attention(
             scores = _binary(be, "add", scores, (mask, lmask.narrow(-2, q0, n)), dtype)
         if causal:
             scores = _binary(be, "add", scores, _causal_tile(be, q0, n, tq, tk, dtype), dtype)
+        if grid_bias is not None:
+            scores = _add_grid_bias(be, scores, grid_bias, q0, n, dtype)
         weights = be.softmax(scores[0], scores[1], len(batch) + 1, dtype)
         return be.matmul(weights, scores[1], v, lv, dtype)
 
@@ -171,6 +174,18 @@ def scaled_dot_product_attention(
             dtype,
         )
     return out
+
+
+def _add_grid_bias(be: "Backend", scores, grid_bias, q0, n, dtype):
+    """scores (batch + (n, Kh * Kw), contiguous) of queries q0..q0+n plus rows[i, kh] +
+    cols[i, kw], broadcast over the tile viewed as batch + (n, Kh, Kw)."""
+    rows, lrows, cols, lcols = grid_bias
+    kh, kw = lrows.shape[-1], lcols.shape[-1]
+    lead = scores[1].shape[:-1]
+    grid = (scores[0], Layout(lead + (kh, kw)))
+    grid = _binary(be, "add", grid, (rows, lrows.narrow(-2, q0, n).unsqueeze(-1)), dtype)
+    grid = _binary(be, "add", grid, (cols, lcols.narrow(-2, q0, n).unsqueeze(-2)), dtype)
+    return grid[0], Layout(lead + (kh * kw,))
 
 
 def _causal_tile(be: "Backend", q0, n, tq, tk, dtype):

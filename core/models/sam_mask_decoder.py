@@ -1,0 +1,182 @@
+"""Segment Anything's mask decoder, in transformers' SamMaskDecoder layout.
+
+Output tokens (one IoU token, 1 + num_multimask_outputs mask tokens) followed by the
+prompt's sparse tokens attend to the image embedding through a two-way transformer
+(token self-attention, token-to-image and image-to-token cross-attention, the prompt
+tokens' and the image's positional embeddings added to queries and keys at each step).
+The image side is then upscaled 4x by two 2x2/2 transposed convolutions, each mask token
+becomes a per-pixel weight vector through its own MLP (a hypernetwork), and the IoU
+token predicts each mask's quality. Every (image, prompt set) pair is one row of the
+batch: B images with P prompt sets each run as B * P rows.
+"""
+
+from .. import functional as F
+from ..nn import LayerNorm, Linear, Module, activation_op
+from ..tensor import cat, stack
+
+
+class DecoderAttention(Module):
+    """transformers' SamAttention: projections to hidden_size / downsample_rate, heads,
+    softmax attention, projection back."""
+
+    def __init__(self, cfg, vb, downsample):
+        super().__init__()
+        d, inner = cfg.hidden_size, cfg.hidden_size // downsample
+        self.heads = cfg.num_attention_heads
+        self.q_proj = Linear(d, inner, vb=vb.pp("q_proj"))
+        self.k_proj = Linear(d, inner, vb=vb.pp("k_proj"))
+        self.v_proj = Linear(d, inner, vb=vb.pp("v_proj"))
+        self.out_proj = Linear(inner, d, vb=vb.pp("out_proj"))
+
+    def _heads(self, x):
+        n, t, c = x.shape
+        return x.reshape(n, t, self.heads, c // self.heads).transpose(1, 2)
+
+    def forward(self, query, key, value, residual=None):
+        q, k, v = (
+            self._heads(self.q_proj(query)),
+            self._heads(self.k_proj(key)),
+            self._heads(self.v_proj(value)),
+        )
+        out = F.scaled_dot_product_attention(q, k, v)
+        n, _, t, c = out.shape
+        return self.out_proj(out.transpose(1, 2).reshape(n, t, self.heads * c), residual=residual)
+
+
+class TwoWayBlock(Module):
+    def __init__(self, cfg, vb, skip_first_layer_pe):
+        super().__init__()
+        d, eps, rate = cfg.hidden_size, cfg.layer_norm_eps, cfg.attention_downsample_rate
+        self.skip_first_layer_pe = skip_first_layer_pe
+        self.self_attn = DecoderAttention(cfg, vb.pp("self_attn"), 1)
+        self.layer_norm1 = LayerNorm(d, eps, vb=vb.pp("layer_norm1"))
+        self.cross_attn_token_to_image = DecoderAttention(
+            cfg, vb.pp("cross_attn_token_to_image"), rate
+        )
+        self.layer_norm2 = LayerNorm(d, eps, vb=vb.pp("layer_norm2"))
+        self.lin1 = Linear(d, cfg.mlp_dim, vb=vb.pp("mlp.lin1"))
+        self.lin2 = Linear(cfg.mlp_dim, d, vb=vb.pp("mlp.lin2"))
+        self.act = activation_op(cfg.hidden_act)
+        self.layer_norm3 = LayerNorm(d, eps, vb=vb.pp("layer_norm3"))
+        self.layer_norm4 = LayerNorm(d, eps, vb=vb.pp("layer_norm4"))
+        self.cross_attn_image_to_token = DecoderAttention(
+            cfg, vb.pp("cross_attn_image_to_token"), rate
+        )
+
+    def forward(self, queries, keys, query_pe, key_pe):
+        if self.skip_first_layer_pe:  # the first block's queries are the tokens themselves
+            queries = self.self_attn(queries, queries, queries)
+        else:
+            q = queries + query_pe
+            queries = self.self_attn(q, q, queries, residual=queries)
+        queries = self.layer_norm1(queries)
+        k = keys + key_pe
+        queries = self.cross_attn_token_to_image(queries + query_pe, k, keys, residual=queries)
+        queries = self.layer_norm2(queries)
+        queries = self.lin2(self.lin1(queries, activation=self.act), residual=queries)
+        queries = self.layer_norm3(queries)
+        keys = self.cross_attn_image_to_token(k, queries + query_pe, queries, residual=keys)
+        return queries, self.layer_norm4(keys)
+
+
+class FeedForward(Module):
+    """transformers' SamFeedForward: proj_in, (depth - 2) hidden layers, proj_out, with
+    ReLU between them."""
+
+    def __init__(self, vb, d_in, hidden, d_out, depth):
+        super().__init__()
+        self.proj_in = Linear(d_in, hidden, vb=vb.pp("proj_in"))
+        self.layers = [Linear(hidden, hidden, vb=vb.pp(f"layers.{i}")) for i in range(depth - 2)]
+        self.proj_out = Linear(hidden, d_out, vb=vb.pp("proj_out"))
+
+    def forward(self, x):
+        x = self.proj_in(x, activation="relu")
+        for layer in self.layers:
+            x = layer(x, activation="relu")
+        return self.proj_out(x)
+
+
+def upscale2x(x, weight, bias):
+    """A 2x2 stride-2 transposed convolution on channels-last x [n, h, w, Cin] with
+    weight (Cin, Cout, 2, 2): the kernel windows do not overlap, so it is one GEMM to
+    (Cout, 2, 2) per position, interleaved into [n, 2h, 2w, Cout]."""
+    n, h, w, cin = x.shape
+    cout = weight.shape[1]
+    bias4 = bias.reshape(cout, 1).expand(cout, 4).reshape(cout * 4)
+    y = F.linear(x, weight.reshape(cin, cout * 4).transpose(0, 1), bias4)
+    y = y.reshape(n, h, w, cout, 2, 2).permute(0, 1, 4, 2, 5, 3)
+    return y.reshape(n, 2 * h, 2 * w, cout)
+
+
+class SamMaskDecoder(Module):
+    NORM_EPS = 1e-6  # transformers' SamLayerNorm default (the upscaling LayerNorm2d)
+    FINAL_NORM_EPS = 1e-5  # nn.LayerNorm's default (layer_norm_final_attn)
+
+    def __init__(self, cfg, vb):
+        super().__init__()
+        d, m = cfg.hidden_size, cfg.num_multimask_outputs + 1
+        self.cfg, self.num_mask_tokens = cfg, m
+        self.iou_token = vb.get((1, d), "iou_token.weight")
+        self.mask_tokens = vb.get((m, d), "mask_tokens.weight")
+        t = vb.pp("transformer")
+        self.layers = [
+            TwoWayBlock(cfg, t.pp(f"layers.{i}"), skip_first_layer_pe=i == 0)
+            for i in range(cfg.num_hidden_layers)
+        ]
+        self.final_attn_token_to_image = DecoderAttention(
+            cfg, t.pp("final_attn_token_to_image"), cfg.attention_downsample_rate
+        )
+        self.layer_norm_final_attn = LayerNorm(
+            d, self.FINAL_NORM_EPS, vb=t.pp("layer_norm_final_attn")
+        )
+        self.upscale_conv1_weight = vb.get((d, d // 4, 2, 2), "upscale_conv1.weight")
+        self.upscale_conv1_bias = vb.get((d // 4,), "upscale_conv1.bias")
+        self.upscale_layer_norm = LayerNorm(d // 4, self.NORM_EPS, vb=vb.pp("upscale_layer_norm"))
+        self.upscale_conv2_weight = vb.get((d // 4, d // 8, 2, 2), "upscale_conv2.weight")
+        self.upscale_conv2_bias = vb.get((d // 8,), "upscale_conv2.bias")
+        self.output_hypernetworks_mlps = [
+            FeedForward(vb.pp(f"output_hypernetworks_mlps.{i}"), d, d, d // 8, 3) for i in range(m)
+        ]
+        self.iou_prediction_head = FeedForward(
+            vb.pp("iou_prediction_head"), d, cfg.iou_head_hidden_dim, m, cfg.iou_head_depth
+        )
+
+    def forward(self, image_embeddings, image_pe, sparse, dense, multimask_output):
+        """image_embeddings [B, d, S, S], image_pe [1, d, S, S], sparse [B, P, N, d] or
+        None, dense [B or 1, d, S, S] -> (masks [B, P, k, 4S, 4S], iou [B, P, k]) with
+        k = num_multimask_outputs when multimask_output, else 1."""
+        b, d, s, _ = image_embeddings.shape
+        p = sparse.shape[1] if sparse is not None else 1
+        out_tokens = cat([self.iou_token, self.mask_tokens], 0)  # [1 + m, d]
+        tokens = out_tokens.reshape(1, 1, *out_tokens.shape).expand(b, p, *out_tokens.shape)
+        if sparse is not None:
+            tokens = cat([tokens, sparse], 2)
+        tokens = tokens.reshape(b * p, tokens.shape[2], d)
+        image = (image_embeddings + dense).reshape(b, 1, d, s * s).expand(b, p, d, s * s)
+        keys = image.reshape(b * p, d, s * s).transpose(1, 2)  # [b*p, s*s, d]
+        key_pe = image_pe.reshape(1, d, s * s).transpose(1, 2)
+        queries = tokens
+        for layer in self.layers:
+            queries, keys = layer(queries, keys, tokens, key_pe)
+        queries = self.final_attn_token_to_image(
+            queries + tokens, keys + key_pe, keys, residual=queries
+        )
+        queries = self.layer_norm_final_attn(queries)
+        m = self.num_mask_tokens
+        iou_out = queries.select(1, 0)  # [b*p, d]
+        mask_out = queries.narrow(1, 1, m)  # [b*p, m, d]
+
+        x = keys.reshape(b * p, s, s, d)  # channels-last image side
+        x = upscale2x(x, self.upscale_conv1_weight, self.upscale_conv1_bias)
+        x = self.upscale_layer_norm(x).gelu()
+        x = upscale2x(x, self.upscale_conv2_weight, self.upscale_conv2_bias).gelu()
+        hw = 16 * s * s
+        pixels = x.reshape(b * p, hw, d // 8)
+        hyper = stack(
+            [mlp(mask_out.select(1, i)) for i, mlp in enumerate(self.output_hypernetworks_mlps)],
+            1,
+        )  # [b*p, m, d/8]
+        masks = (hyper @ pixels.transpose(1, 2)).reshape(b, p, m, 4 * s, 4 * s)
+        iou = self.iou_prediction_head(iou_out).reshape(b, p, m)
+        first, count = (1, m - 1) if multimask_output else (0, 1)
+        return masks.narrow(2, first, count), iou.narrow(2, first, count)
