@@ -140,6 +140,7 @@ class SamModel(Module):
         b = emb.shape[0]
         points, labels = self._points(input_points, input_labels, b)
         boxes = self._boxes(input_boxes, b)
+        self._check_inside(input_points, labels, input_boxes)
         if points is not None and boxes is not None and points.shape[1] != boxes.shape[1]:
             raise ShapeMismatch(
                 f"SamModel.predict_masks: {points.shape[1]} point sets and "
@@ -230,6 +231,47 @@ class SamModel(Module):
                 value=bad[0],
             )
         return points, [[[int(v) for v in r] for r in row] for row in values]
+
+    def _check_inside(self, points, labels, boxes):
+        """Coordinates given as host data (lists, arrays) are checked here: inside the
+        image_size input (padding points, label -10, excepted) and boxes with x0 <= x1,
+        y0 <= y1. Tensors are taken as the processor made them (reading a device tensor
+        back would stall a page)."""
+        size = float(self.cfg.prompt.image_size)
+
+        def host(value):
+            if value is None or isinstance(value, Tensor):
+                return None
+            return value.tolist() if hasattr(value, "tolist") else value
+
+        def inside(c):
+            return 0.0 <= float(c) <= size  # False for NaN
+
+        pts = host(points)
+        if pts is not None:
+            for i, per_image in enumerate(pts):
+                for j, row in enumerate(per_image):
+                    for n, (x, y) in enumerate(row):
+                        if labels[i][j][n] != PADDING_LABEL and not (inside(x) and inside(y)):
+                            raise InvalidArgument(
+                                f"SamModel.predict_masks: input_points[{i}][{j}][{n}] = "
+                                f"({x}, {y}) is outside the {size:g} x {size:g} input",
+                                op="sam.predict_masks",
+                                argument="input_points",
+                                value=(x, y),
+                            )
+        bxs = host(boxes)
+        for i, per_image in enumerate(bxs or ()):
+            for j, (x0, y0, x1, y1) in enumerate(per_image):
+                if not all(inside(c) for c in (x0, y0, x1, y1)) or x1 < x0 or y1 < y0:
+                    raise InvalidArgument(
+                        f"SamModel.predict_masks: input_boxes[{i}][{j}] = "
+                        f"({x0}, {y0}, {x1}, {y1}) must be x0 <= x1, y0 <= y1 inside the "
+                        f"{size:g} x {size:g} input",
+                        op="sam.predict_masks",
+                        argument="input_boxes",
+                        value=(x0, y0, x1, y1),
+                    )
 
     def _boxes(self, boxes, batch):
         if boxes is None:
