@@ -44,8 +44,18 @@ class SamModel(Module):
             cfg.prompt, vb.pp("prompt_encoder"), self.shared_image_embedding
         )
         self.mask_decoder = SamMaskDecoder(cfg.decoder, vb.pp("mask_decoder"))
-        # depends on the weights only: the same for every image and prompt
-        self._image_pe = self.shared_image_embedding.grid(cfg.prompt.image_embedding_size)
+        self._image_pe = None
+
+    def _reset_derived(self):
+        self._image_pe = None
+
+    def image_positional_embeddings(self):
+        """The Fourier embedding of every image-embedding cell [1, 256, 64, 64]: it
+        depends on the weights only, so it is made once."""
+        if self._image_pe is None:
+            size = self.cfg.prompt.image_embedding_size
+            self._image_pe = self.shared_image_embedding.grid(size)
+        return self._image_pe
 
     @property
     def device(self):
@@ -159,7 +169,8 @@ class SamModel(Module):
                     shapes=(masks.shape,),
                 )
         sparse, dense = self.prompt_encoder(points, labels, boxes, masks)
-        return self.mask_decoder(emb, self._image_pe, sparse, dense, bool(multimask_output))
+        pe = self.image_positional_embeddings()
+        return self.mask_decoder(emb, pe, sparse, dense, bool(multimask_output))
 
     # --- argument checks -------------------------------------------------------------------------
     def _as_tensor(self, value, name):

@@ -11,7 +11,7 @@ batch: B images with P prompt sets each run as B * P rows.
 """
 
 from .. import functional as F
-from ..nn import LayerNorm, Linear, Module, activation_op
+from ..nn import LayerNorm, Linear, Module, ModuleList, activation_op
 from ..tensor import cat, stack
 
 
@@ -86,7 +86,9 @@ class FeedForward(Module):
     def __init__(self, vb, d_in, hidden, d_out, depth):
         super().__init__()
         self.proj_in = Linear(d_in, hidden, vb=vb.pp("proj_in"))
-        self.layers = [Linear(hidden, hidden, vb=vb.pp(f"layers.{i}")) for i in range(depth - 2)]
+        self.layers = ModuleList(
+            *[Linear(hidden, hidden, vb=vb.pp(f"layers.{i}")) for i in range(depth - 2)]
+        )
         self.proj_out = Linear(hidden, d_out, vb=vb.pp("proj_out"))
 
     def forward(self, x):
@@ -119,10 +121,12 @@ class SamMaskDecoder(Module):
         self.iou_token = vb.get((1, d), "iou_token.weight")
         self.mask_tokens = vb.get((m, d), "mask_tokens.weight")
         t = vb.pp("transformer")
-        self.layers = [
-            TwoWayBlock(cfg, t.pp(f"layers.{i}"), skip_first_layer_pe=i == 0)
-            for i in range(cfg.num_hidden_layers)
-        ]
+        self.layers = ModuleList(
+            *[
+                TwoWayBlock(cfg, t.pp(f"layers.{i}"), skip_first_layer_pe=i == 0)
+                for i in range(cfg.num_hidden_layers)
+            ]
+        )
         self.final_attn_token_to_image = DecoderAttention(
             cfg, t.pp("final_attn_token_to_image"), cfg.attention_downsample_rate
         )
@@ -134,9 +138,12 @@ class SamMaskDecoder(Module):
         self.upscale_layer_norm = LayerNorm(d // 4, self.NORM_EPS, vb=vb.pp("upscale_layer_norm"))
         self.upscale_conv2_weight = vb.get((d // 4, d // 8, 2, 2), "upscale_conv2.weight")
         self.upscale_conv2_bias = vb.get((d // 8,), "upscale_conv2.bias")
-        self.output_hypernetworks_mlps = [
-            FeedForward(vb.pp(f"output_hypernetworks_mlps.{i}"), d, d, d // 8, 3) for i in range(m)
-        ]
+        self.output_hypernetworks_mlps = ModuleList(
+            *[
+                FeedForward(vb.pp(f"output_hypernetworks_mlps.{i}"), d, d, d // 8, 3)
+                for i in range(m)
+            ]
+        )
         self.iou_prediction_head = FeedForward(
             vb.pp("iou_prediction_head"), d, cfg.iou_head_hidden_dim, m, cfg.iou_head_depth
         )

@@ -85,17 +85,8 @@ class SamPromptEncoder(Module):
         self.mask_embed = MaskEmbedding(cfg, vb.pp("mask_embed"))
         self.no_mask_embed = vb.get((1, d), "no_mask_embed.weight")
         self.not_a_point_embed = vb.get((1, d), "not_a_point_embed.weight")
-        self.point_embed = [vb.get((1, d), f"point_embed.{i}.weight") for i in range(4)]
-        self._labels_table = cat(
-            [
-                self.not_a_point_embed,
-                self.point_embed[0],
-                self.point_embed[1],
-                zeros((1, d), device=self.no_mask_embed.device),
-            ],
-            0,
-        )
-        self._corners = cat([self.point_embed[2], self.point_embed[3]], 0)  # (2, d)
+        # negative, positive, box top-left, box bottom-right: one (4, d) table
+        self.point_embed = cat([vb.get((1, d), f"point_embed.{i}.weight") for i in range(4)], 0)
 
     def _normalized(self, coords):
         """Pixel coordinates (of the resized image_size input) -> cell centres in [0, 1]."""
@@ -113,14 +104,16 @@ class SamPromptEncoder(Module):
         pe = self.fourier(self._normalized(points))
         keep = tensor([0.0 if v in (-1, PADDING_LABEL) else 1.0 for v in flat], device=dev)
         rows = tensor([_label_row(v) for v in flat], dtype="i64", device=dev)
-        added = self._labels_table.index_select(0, rows).reshape(b, p, n, -1)
+        nothing = zeros((1, self.cfg.hidden_size), device=dev)
+        table = cat([self.not_a_point_embed, self.point_embed.narrow(0, 0, 2), nothing], 0)
+        added = table.index_select(0, rows).reshape(b, p, n, -1)
         return pe * keep.reshape(b, p, n, 1) + added
 
     def embed_boxes(self, boxes):
         """boxes [B, nb, 4] (x0, y0, x1, y1) -> [B, nb, 2, d]."""
         b, nb, _ = boxes.shape
         corners = self._normalized(boxes).reshape(b, nb, 2, 2)
-        return self.fourier(corners) + self._corners
+        return self.fourier(corners) + self.point_embed.narrow(0, 2, 2)
 
     def forward(self, points=None, labels=None, boxes=None, masks=None):
         """(sparse [B, P, tokens, d] or None, dense: [B or 1, d, S, S] to add to the image

@@ -11,7 +11,7 @@ LayerNorm2d) to the output_channels-wide image embedding. Activations stay chann
 from .. import dtype as dt
 from .. import functional as F
 from ..errors import ShapeMismatch, fmt_shape
-from ..nn import LayerNorm, Linear, Module, activation_op
+from ..nn import LayerNorm, Linear, Module, ModuleList, activation_op
 from ..tensor import tensor
 
 
@@ -142,10 +142,12 @@ class SamVisionEncoder(Module):
         if cfg.use_abs_pos:
             self.pos_embed = vb.get((1, cfg.grid, cfg.grid, c), "pos_embed")
         global_layers = set(cfg.global_attn_indexes)
-        self.layers = [
-            VisionLayer(cfg, vb.pp(f"layers.{i}"), 0 if i in global_layers else cfg.window_size)
-            for i in range(cfg.num_hidden_layers)
-        ]
+        self.layers = ModuleList(
+            *[
+                VisionLayer(cfg, vb.pp(f"layers.{i}"), 0 if i in global_layers else cfg.window_size)
+                for i in range(cfg.num_hidden_layers)
+            ]
+        )
         self.neck = VisionNeck(cfg, vb.pp("neck"))
 
     def _patches(self, x):
