@@ -30,6 +30,9 @@ from .sam_vision import SamVisionEncoder
 # transformers keeps the Fourier matrix twice (tied); files saved before the tie hold both.
 _FOURIER = "shared_image_embedding.positional_embedding"
 _FOURIER_TIED = "prompt_encoder.shared_embedding.positional_embedding"
+# segment-anything's normalization constants, which some conversions store as tensors:
+# preprocessing (the processor's), not weights
+_PREPROCESSING = ("pixel_mean", "pixel_std")
 
 
 class SamModel(Module):
@@ -109,7 +112,7 @@ class SamModel(Module):
             )
         vb = VarBuilder(source, dtype=dtype, device=device)
         model = cls(cfg, vb)
-        source.refuse_unused(allowed=(_FOURIER, _FOURIER_TIED))
+        source.refuse_unused(allowed=(_FOURIER, _FOURIER_TIED, *_PREPROCESSING))
         model.path = path
         return model
 

@@ -54,7 +54,7 @@ def is_original(names):
 def hf_names(names):
     """{transformers name: original name} for the names of an original checkpoint."""
     renamed = {}
-    depth = {}
+    depth: dict[str, int] = {}
     for name in names:
         m = _FFN.match(name)
         if m:
