@@ -1,6 +1,7 @@
 """ember's YOLOv8 (ember.models.yolo) against a PyTorch reference of the tests' own
-(yolo_reference.py) with re-initialised random weights, on cpu and wgpu; and loading an
-Ultralytics-style pickled model through torch_checkpoint's inert mode."""
+(yolo_reference.py) with re-initialised random weights, on cpu and wgpu; and converting
+an Ultralytics-style pickled model through torch_checkpoint's inert mode into ember's
+model directory (yolo_format), which is what ember loads."""
 
 import os
 import pickle
@@ -12,7 +13,8 @@ import ember
 from ember.errors import FormatError
 from ember.io.torch_checkpoint import InertObject, TorchCheckpoint, UnsafeCheckpoint
 from ember.models import yolo_config
-from ember.models.yolo import YoloDetector, from_ultralytics
+from ember.models.yolo import YoloDetector, load
+from ember.models.yolo_convert import convert, from_inert_checkpoint
 from helpers import require
 
 # yolov8.yaml's rows at a tiny scale: widths 8..64 channels, depth 1/3
@@ -156,8 +158,8 @@ def test_ultralytics_style_checkpoint_loads_inert(tiny, tmp_path, cpu):
             ckpt.array("model.model.3.conv.weight"),
             ref.model[3].conv.weight.detach().half().numpy(),
         )
-    model = from_ultralytics(path, device=cpu)
-    assert model.names == NAMES
+    model = load(convert(path, tmp_path / "converted", inert=True)[0], device=cpu)
+    assert model.names == NAMES and model.imgsz == 64
     # the checkpoint holds the fp16 weights: compare with the reference run on them
     torch = require("torch")
     ref16 = type(ref)(TINY_YAML, config, NAMES)
@@ -192,7 +194,7 @@ def test_inert_mode_never_calls_what_the_pickle_names(tmp_path):
         assert record.args == (f"touch {marker}",)
     assert not marker.exists()
     with pytest.raises(FormatError, match="not an Ultralytics checkpoint|DetectionModel"):
-        from_ultralytics(path)
+        from_inert_checkpoint(path)
 
 
 def test_detect_batches_arrays_and_tensors(tiny, cpu):

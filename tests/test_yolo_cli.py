@@ -1,6 +1,7 @@
 """`ember detect`: JSON equal to ember.vision.detect in-process (a tiny random model
-saved like an Ultralytics checkpoint, a PNG written by the tests); bad input gives one
-line naming the file and exit status 1, never a traceback."""
+saved like an Ultralytics checkpoint and converted to ember's model directory, a PNG
+written by the tests); bad input gives one line naming the file and exit status 1, never
+a traceback; a .pt given to --model is refused with the command that converts it."""
 
 import json
 import subprocess
@@ -10,7 +11,8 @@ import numpy as np
 import pytest
 
 from ember.models import yolo_config
-from ember.models.yolo import from_ultralytics
+from ember.models.yolo import load
+from ember.models.yolo_convert import convert
 from ember.vision.detect import detect
 from helpers import require
 from png_encode import encode
@@ -40,10 +42,12 @@ def files(tmp_path_factory):
     )
     pt = tmp / "tiny.pt"
     torch.save({"model": ref, "ema": None}, pt)
+    converted = tmp / "tiny"
+    convert(pt, converted, inert=True)
     image = np.random.default_rng(2).integers(0, 256, (50, 70, 3))
     png = tmp / "img.png"
     png.write_bytes(encode(image, 2))
-    return tmp, str(pt), str(png), image.astype(np.uint8)
+    return tmp, str(converted), str(png), image.astype(np.uint8)
 
 
 def _cli(*args):
@@ -61,7 +65,7 @@ def test_json_equals_the_library(files):
     assert r.returncode == 0, r.stderr
     (out,) = json.loads(r.stdout)
     assert (out["image"], out["width"], out["height"]) == (png, 70, 50)
-    (want,) = detect(from_ultralytics(pt), [image], conf=0.3, iou=0.5)
+    (want,) = detect(load(pt), [image], conf=0.3, iou=0.5)
     assert len(want) > 0
     assert out["detections"] == [d.to_json() for d in want]
     text = _cli(png, "--model", pt, "--conf", "0.3", "--iou", "0.5")
@@ -99,6 +103,15 @@ def test_bad_model_and_thresholds(files):
     assert r.returncode == 2 and "between 0 and 1" in r.stderr
 
 
+def test_a_checkpoint_is_refused_with_the_command_that_converts_it(files):
+    tmp, _, png, _ = files
+    r = _cli(png, "--model", str(tmp / "tiny.pt"))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert f"ember convert --from-ultralytics {tmp / 'tiny.pt'} DIR" in r.stderr
+    r = _cli(png, "--model", str(tmp))
+    assert r.returncode == 1 and "yolo.json and model.safetensors" in r.stderr
+
+
 def test_save_draws_the_boxes_into_a_png(files):
     from ember.vision import png
     from ember.vision.draw import PALETTE
@@ -112,7 +125,10 @@ def test_save_draws_the_boxes_into_a_png(files):
     drawn = png.decode(out.read_bytes())
     assert drawn.shape == image.shape
     for d in res["detections"]:  # each box's corners carry a box colour
-        x1, y1, x2, y2 = (min(max(round(v), 0), lim - 1) for v, lim in zip(d["box"], (70, 50, 70, 50), strict=True))
+        x1, y1, x2, y2 = (
+            min(max(round(v), 0), lim - 1)
+            for v, lim in zip(d["box"], (70, 50, 70, 50), strict=True)
+        )
         for x, y in ((x1, y1), (x2, y2)):
             assert any((drawn[y, x] == c).all() for c in PALETTE)
     changed = (drawn != image).any(2)

