@@ -191,3 +191,13 @@ def test_a_half_directory_is_refused_naming_the_missing_file(pts, tmp_path):
     with pytest.raises(FormatError, match="model.safetensors"):
         load(out)
     assert yolo_format.paths(out / "yolo.json") == yolo_format.paths(out)
+
+
+def test_class_names_past_ten_are_accepted_and_gaps_refused():
+    # names' keys are strings in JSON: '10' sorts before '2', which must not matter
+    yaml = {**YAML, "nc": 12}
+    names = {i: f"c{i}" for i in range(12)}
+    meta = yolo_format.make_meta(yaml, "detect", names, [4, 8, 8], 96, 1e-3, "m.pt")
+    assert yolo_format.check_meta(meta, "m").nc == 12
+    with pytest.raises(FormatError, match="names"):
+        yolo_format.make_meta(yaml, "detect", {**names, 12: "x"}, [4, 8, 8], 96, 1e-3, "m.pt")

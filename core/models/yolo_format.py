@@ -64,7 +64,7 @@ def check_meta(meta, source):
     if (config.kpt_shape is not None) != (task == "pose"):
         _bad(source, "task", f"{task!r} does not match the model yaml's head")
     names = meta.get("names")
-    if not isinstance(names, dict) or sorted(names) != [str(i) for i in range(config.nc)]:
+    if not isinstance(names, dict) or set(names) != {str(i) for i in range(config.nc)}:
         _bad(source, "names", f"must map '0'..'{config.nc - 1}' to class names")
     if not all(isinstance(v, str) for v in names.values()):
         _bad(source, "names", "must be strings")
