@@ -17,6 +17,7 @@ COMMANDS = (
     "embed",
     "search",
     "detect",
+    "segment",
     "info",
     "demo",
     "generate",

@@ -1,0 +1,122 @@
+"""transformers' SamModel (a tiny random config) behind the API of ember's SamModel
+(`image_embeddings`, `predict_masks` on ember tensors), so ember's SAM pre- and
+post-processing and automatic mask generation are checked against transformers' own
+on the same model outputs."""
+
+import numpy as np
+
+import ember
+from helpers import require
+
+
+def tiny_sam(seed=0, scale=2.0, pe_scale=8.0):
+    """A random tiny SamModel whose masks are worth comparing (a fresh one gives logits
+    ~1e-6, the same mask for every point): every weight redrawn with std `scale` /
+    sqrt(fan-in), biases 0, norm gains near 1, and the Fourier matrix of the positional
+    encoding with std `pe_scale` (SAM's own is wide too: it is what lets a point's mask
+    depend on where the point is)."""
+    torch = require("torch")
+    transformers = require("transformers")
+    cfg = transformers.SamConfig(
+        vision_config=dict(
+            hidden_size=32,
+            output_channels=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            window_size=8,
+            global_attn_indexes=[],
+            mlp_dim=64,
+            num_pos_feats=16,
+        ),
+        prompt_encoder_config=dict(hidden_size=32, mask_input_channels=4),
+        mask_decoder_config=dict(
+            hidden_size=32,
+            mlp_dim=64,
+            num_attention_heads=2,
+            iou_head_hidden_dim=32,
+        ),
+    )
+    torch.manual_seed(seed)
+    model = transformers.SamModel(cfg).eval()
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            fan_in = p[0].numel() if p.ndim > 1 else 1
+            std = scale / fan_in**0.5
+            if name.endswith("positional_embedding"):
+                p.copy_(pe_scale * torch.randn(p.shape, generator=gen))
+            elif name.endswith("bias"):
+                p.zero_()
+            elif "norm" in name and name.endswith("weight"):
+                p.copy_(1 + 0.1 * torch.randn(p.shape, generator=gen))
+            else:
+                p.copy_(std * torch.randn(p.shape, generator=gen))
+    return model
+
+
+class TorchSam:
+    """ember.models.sam.SamModel's API over a transformers SamModel, on the CPU."""
+
+    def __init__(self, model):
+        self.model = model
+        self.device = ember.Device.cpu()
+        self.calls = 0
+
+    def image_embeddings(self, pixel_values):
+        torch = require("torch")
+        with torch.no_grad():
+            emb = self.model.get_image_embeddings(torch.from_numpy(pixel_values.numpy().copy()))
+        return ember.tensor(emb.numpy())
+
+    def predict_masks(
+        self,
+        image_embeddings,
+        input_points=None,
+        input_labels=None,
+        input_boxes=None,
+        multimask_output=True,
+    ):
+        torch = require("torch")
+        self.calls += 1
+
+        def t(x, dtype):
+            if x is None:
+                return None
+            return torch.tensor(np.asarray(x.numpy() if hasattr(x, "numpy") else x), dtype=dtype)
+
+        with torch.no_grad():
+            out = self.model(
+                image_embeddings=t(image_embeddings, torch.float32),
+                input_points=t(input_points, torch.float32),
+                input_labels=t(input_labels, torch.int64),
+                input_boxes=t(input_boxes, torch.float32),
+                multimask_output=multimask_output,
+            )
+        return ember.tensor(out.pred_masks.numpy()), ember.tensor(out.iou_scores.numpy())
+
+
+def add_point_bumps(model, radii=(5.0, 10.0, 20.0), height=30.0):
+    """Add to the model's mask logits a bump around each prompt's first point (radius
+    radii[k] low-resolution pixels for mask k), as a forward hook, so the same model seen
+    by transformers' pipeline and by ember gives compact masks whose boxes differ from
+    point to point: a random model's masks cover the whole image, which leaves box NMS
+    and the crop-edge filter nothing to decide."""
+    torch = require("torch")
+
+    def hook(module, args, kwargs, output):
+        points = kwargs.get("input_points")
+        if points is None:
+            return output
+        masks = output["pred_masks"]
+        side = masks.shape[-1]
+        scale = side / 1024  # the low-res mask covers the 1024 x 1024 input
+        px = points[:, :, 0, 0].to(torch.float32)[..., None, None, None] * scale
+        py = points[:, :, 0, 1].to(torch.float32)[..., None, None, None] * scale
+        grid = torch.arange(side, dtype=torch.float32) + 0.5
+        d2 = (grid[None, :] - px) ** 2 + (grid[:, None] - py) ** 2  # (B, P, 1, side, side)
+        r = torch.tensor(radii if masks.shape[2] == 3 else radii[1:2])[:, None, None]
+        output["pred_masks"] = masks + height * (1 - d2 / r**2)
+        return output
+
+    model.register_forward_hook(hook, with_kwargs=True)
+    return model
