@@ -97,7 +97,8 @@ class TorchSam:
 
 def add_point_bumps(model, radii=(5.0, 10.0, 20.0), height=30.0):
     """Add to the model's mask logits a bump around each prompt's first point (radius
-    radii[k] low-resolution pixels for mask k), as a forward hook, so the same model seen
+    radii[k] low-resolution pixels for mask k) and squash its IoU predictions into (0, 1)
+    (a trained model's range), as a forward hook, so the same model seen
     by transformers' pipeline and by ember gives compact masks whose boxes differ from
     point to point: a random model's masks cover the whole image, which leaves box NMS
     and the crop-edge filter nothing to decide."""
@@ -116,7 +117,80 @@ def add_point_bumps(model, radii=(5.0, 10.0, 20.0), height=30.0):
         d2 = (grid[None, :] - px) ** 2 + (grid[:, None] - py) ** 2  # (B, P, 1, side, side)
         r = torch.tensor(radii if masks.shape[2] == 3 else radii[1:2])[:, None, None]
         output["pred_masks"] = masks + height * (1 - d2 / r**2)
+        output["iou_scores"] = torch.sigmoid(output["iou_scores"] / 4)  # in (0, 1), as trained
         return output
 
     model.register_forward_hook(hook, with_kwargs=True)
     return model
+
+
+def cache_embeddings(model):
+    """Memoize the model's get_image_embeddings by the pixel values' bytes: ember's
+    preprocessing gives SamProcessor's pixel values bit for bit, so the reference and
+    ember embed each crop once between them (the test's time goes to the decoder)."""
+    torch = require("torch")
+    inner, seen = model.get_image_embeddings, {}
+
+    def cached(pixel_values, **kwargs):
+        key = pixel_values.to(torch.float32).numpy().tobytes()
+        if key not in seen:
+            seen[key] = inner(pixel_values, **kwargs)
+        return seen[key]
+
+    model.get_image_embeddings = cached
+    return model
+
+
+def run_mask_generation(model, image, **kwargs):
+    """transformers' mask-generation pipeline on `model` (with the Pillow image processor)
+    over an (H, W, 3) uint8 image: its output dict. torchvision, which the pipeline's final
+    NMS step imports, cannot be installed beside the CPU torch here (NOTES.md): for that
+    call only, torchvision.ops.boxes.batched_nms is a plain greedy NMS written below (by
+    score, dropping IoU > threshold); every other step is transformers' own."""
+    torch = require("torch")
+    transformers = require("transformers")
+    import importlib.machinery
+    import sys
+    import types
+
+    from PIL import Image
+    from transformers.models.sam import image_processing_pil_sam
+
+    def batched_nms(boxes, scores, idxs, iou_threshold):
+        b = boxes.double()
+        area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+        order = torch.argsort(scores, descending=True, stable=True).tolist()
+        keep = []
+        while order:
+            i, rest = order[0], order[1:]
+            keep.append(i)
+            lt = torch.maximum(b[i, :2], b[rest, :2])
+            rb = torch.minimum(b[i, 2:], b[rest, 2:])
+            inter = (rb - lt).clamp(min=0).prod(-1)
+            iou = inter / (area[i] + area[rest] - inter)
+            order = [j for j, v in zip(rest, iou.tolist(), strict=True) if not v > iou_threshold]
+        return torch.tensor(keep, dtype=torch.int64)
+
+    processor = transformers.SamImageProcessorPil()
+    # the method's torchvision-availability check would refuse; its body is the module function
+    processor.post_process_for_mask_generation = (
+        image_processing_pil_sam._post_process_for_mask_generation
+    )
+    pipe = transformers.pipelines.MaskGenerationPipeline(model=model, image_processor=processor)
+    try:
+        import torchvision.ops.boxes  # noqa: F401  (a working one is the reference itself)
+
+        return pipe(Image.fromarray(image), **kwargs)
+    except ImportError:
+        pass
+    names = ("torchvision", "torchvision.ops", "torchvision.ops.boxes")
+    mods = [types.ModuleType(n) for n in names]
+    for m in mods:
+        m.__spec__ = importlib.machinery.ModuleSpec(m.__name__, None)
+    mods[0].ops, mods[1].boxes, mods[2].batched_nms = mods[1], mods[2], batched_nms
+    sys.modules.update(dict(zip(names, mods, strict=True)))
+    try:
+        return pipe(Image.fromarray(image), **kwargs)
+    finally:
+        for n in names:
+            del sys.modules[n]
