@@ -132,6 +132,11 @@ def test_predict_equals_processor_model_post_process(
         assert m.to_json()["area"] == int(m.mask.sum())
 
 
+def test_an_image_too_thin_to_resize_is_refused():
+    with pytest.raises(InvalidArgument, match=r"image: 5000x1 is too thin .* 0 pixels"):
+        preprocess(np.zeros((1, 5000, 3), np.uint8))
+
+
 class _NoModel:
     """Fails the test if a refused prompt ever reaches the model."""
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import InvalidArgument
 from . import sam_interpolate
 from .sam_resample import resize_like_pillow
 
@@ -60,6 +61,13 @@ def preprocess(image):
     """(H, W, 3) uint8 RGB -> ((1, 3, 1024, 1024) float32 pixel values, SamFrame)."""
     frame = SamFrame.of(*image.shape[:2])
     rh, rw = frame.reshaped_size
+    if rh < 1 or rw < 1:
+        h, w = frame.original_size
+        raise InvalidArgument(
+            f"image: {w}x{h} is too thin for the model: its short side would be "
+            f"{min(rh, rw)} pixels once the long side is {INPUT_SIZE}",
+            op="sam.preprocess",
+        )
     resized = resize_like_pillow(image, rh, rw)
     # SamProcessor's float steps: x / 255 rounded to float32, then (x - mean) / std in float32
     scaled = (resized.astype(np.float64) * (1 / 255)).astype(np.float32)
