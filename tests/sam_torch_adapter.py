@@ -95,13 +95,33 @@ class TorchSam:
         return ember.tensor(out.pred_masks.numpy()), ember.tensor(out.iou_scores.numpy())
 
 
-def add_point_bumps(model, radii=(5.0, 10.0, 20.0), height=30.0):
-    """Add to the model's mask logits a bump around each prompt's first point (radius
-    radii[k] low-resolution pixels for mask k) and squash its IoU predictions into (0, 1)
-    (a trained model's range), as a forward hook, so the same model seen
-    by transformers' pipeline and by ember gives compact masks whose boxes differ from
-    point to point: a random model's masks cover the whole image, which leaves box NMS
-    and the crop-edge filter nothing to decide."""
+RADII, HEIGHT = (5.0, 10.0, 20.0), 30.0  # the bumps' radii (low-res pixels) and height
+
+
+def point_bumps(points, n_masks, side):
+    """(B, P, k, side, side) float32 bumps around each prompt's first point of
+    `points` (B, P, N, 2) in input pixels: HEIGHT * (1 - d^2 / r^2) with r = RADII[i]
+    for mask i of three (RADII[1] for a single mask)."""
+    points = np.asarray(points, dtype=np.float32)
+    scale = np.float32(side / 1024)  # the low-res mask covers the 1024 x 1024 input
+    px = points[:, :, 0, 0][..., None, None, None] * scale
+    py = points[:, :, 0, 1][..., None, None, None] * scale
+    grid = np.arange(side, dtype=np.float32) + np.float32(0.5)
+    d2 = (grid[None, :] - px) ** 2 + (grid[:, None] - py) ** 2
+    r = np.array(RADII if n_masks == 3 else RADII[1:2], np.float32)[:, None, None]
+    return (np.float32(HEIGHT) * (1 - d2 / r**2)).astype(np.float32)
+
+
+def squash(iou):
+    """IoU predictions squashed into (0, 1), a trained model's range."""
+    return 1 / (1 + np.exp(-np.asarray(iou, np.float64) / 4))
+
+
+def add_point_bumps(model):
+    """Add point_bumps to the model's mask logits and squash its IoU predictions, as a
+    forward hook, so the same model seen by transformers' pipeline and by ember gives
+    compact masks whose boxes differ from point to point: a random model's masks cover
+    the whole image, which leaves box NMS and the crop-edge filter nothing to decide."""
     torch = require("torch")
 
     def hook(module, args, kwargs, output):
@@ -109,19 +129,34 @@ def add_point_bumps(model, radii=(5.0, 10.0, 20.0), height=30.0):
         if points is None:
             return output
         masks = output["pred_masks"]
-        side = masks.shape[-1]
-        scale = side / 1024  # the low-res mask covers the 1024 x 1024 input
-        px = points[:, :, 0, 0].to(torch.float32)[..., None, None, None] * scale
-        py = points[:, :, 0, 1].to(torch.float32)[..., None, None, None] * scale
-        grid = torch.arange(side, dtype=torch.float32) + 0.5
-        d2 = (grid[None, :] - px) ** 2 + (grid[:, None] - py) ** 2  # (B, P, 1, side, side)
-        r = torch.tensor(radii if masks.shape[2] == 3 else radii[1:2])[:, None, None]
-        output["pred_masks"] = masks + height * (1 - d2 / r**2)
-        output["iou_scores"] = torch.sigmoid(output["iou_scores"] / 4)  # in (0, 1), as trained
+        bumps = point_bumps(points.numpy(), masks.shape[2], masks.shape[-1])
+        output["pred_masks"] = masks + torch.from_numpy(bumps)
+        output["iou_scores"] = torch.from_numpy(squash(output["iou_scores"].numpy())).float()
         return output
 
     model.register_forward_hook(hook, with_kwargs=True)
     return model
+
+
+class EmberBumps:
+    """ember's SamModel with the same bumps and squashed IoU as add_point_bumps."""
+
+    def __init__(self, model):
+        self.model, self.device = model, model.device
+
+    def image_embeddings(self, pixel_values):
+        return self.model.image_embeddings(pixel_values)
+
+    def predict_masks(self, image_embeddings, input_points, input_labels, multimask_output):
+        low, iou = self.model.predict_masks(
+            image_embeddings,
+            input_points=input_points,
+            input_labels=input_labels,
+            multimask_output=multimask_output,
+        )
+        low = low.numpy()
+        bumped = low + point_bumps(input_points.numpy(), low.shape[2], low.shape[-1])
+        return ember.tensor(bumped), ember.tensor(squash(iou.numpy()).astype(np.float32))
 
 
 def cache_embeddings(model):

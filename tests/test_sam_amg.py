@@ -12,6 +12,7 @@ from ember.errors import InvalidArgument
 from ember.vision.sam_masks import mask_to_box, stability_counts, stability_score
 from helpers import require
 from sam_torch_adapter import (
+    EmberBumps,
     TorchSam,
     add_point_bumps,
     cache_embeddings,
@@ -118,6 +119,31 @@ def test_generated_masks_equal_the_pipelines(model, monkeypatch):
     assert seen["edge_dropped"] > 0 and seen["stability_dropped"] > 0
     assert 0 < seen["upsampled"] < 5 * 9 * 3  # the IoU filter dropped some of 3 per point
     assert sam.calls == 5 * 3  # 5 crops, 9 points in batches of 4
+
+
+def test_embers_model_generates_the_pipelines_masks(model, tmp_path):
+    """ember's SamModel on the same weights (and the same bumps) through generate_masks:
+    the pipeline's masks, to the pixels its 1e-4 logits may flip at the threshold."""
+    require("ember.models.sam")
+    from ember.models.sam import SamModel
+
+    model.save_pretrained(tmp_path)
+    ours = EmberBumps(SamModel.from_pretrained(tmp_path))
+    settings = dict(
+        points_per_crop=2,
+        points_per_batch=3,
+        pred_iou_thresh=0.3,
+        stability_score_thresh=0.6,
+        crops_n_layers=1,
+        crops_nms_thresh=0.2,
+    )
+    image = _image()
+    want = run_mask_generation(model, image, **settings)
+    got = amg.generate_masks(ours, image, **settings)
+    assert len(got) == len(want["masks"]) > 3
+    for g, mask in zip(got, want["masks"], strict=True):
+        assert (g.mask != np.asarray(mask)).sum() <= 2
+    np.testing.assert_allclose([g.score for g in got], want["scores"].numpy(), atol=1e-4)
 
 
 @pytest.mark.parametrize(
