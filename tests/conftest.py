@@ -2,6 +2,8 @@
 
 Devices: cpu always; wgpu when wgpu-py finds an adapter (lavapipe in CI); cuda when cupy
 finds a GPU. Under CI=true the wgpu device is required: a missing adapter fails the run.
+EMBER_TEST_DEVICES=cuda,wgpu (benchmarks/gpu_check.py on a GPU machine) runs the bodies on
+exactly the devices it names, and a named device that does not open fails.
 """
 import os
 import sys
@@ -26,7 +28,12 @@ def _try_open(kind):
     return _opened[kind]
 
 
+_LISTED = [k.strip() for k in os.environ.get("EMBER_TEST_DEVICES", "").split(",") if k.strip()]
+
+
 def _device_kinds():
+    if _LISTED:
+        return _LISTED
     kinds = ["cpu", "wgpu"]
     if os.environ.get("EMBER_TEST_CUDA"):
         kinds.append("cuda")
@@ -57,6 +64,9 @@ def pytest_collection_modifyitems(config, items):
 def device(request):
     dev, why = _try_open(request.param)
     if dev is None:
+        if _LISTED:
+            pytest.fail(f"device {request.param} is named in EMBER_TEST_DEVICES but did not open: "
+                        f"{why}")
         if ON_CI and request.param != "cuda":
             pytest.fail(f"device {request.param} is required under CI=true but did not open: {why}")
         pytest.skip(f"device {request.param} is not available here: {why}")
