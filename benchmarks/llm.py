@@ -15,6 +15,9 @@ Every engine runs in its own fresh process and reports:
   peak RSS       VmHWM of that process (load + run)
 Each engine does one warm-up generation first. The Q4_K file is written with the
 test-side encoder (tests/ggml_encode.py) and llama.cpp's names. Figures, not pass/fail.
+On a GPU machine `--ember-devices cuda,wgpu --torch-device cuda` measures the random model's
+ember f32 and Q4_K engines on those devices against transformers on torch CUDA (the "vs
+torch" columns are then ratios to torch CUDA); --layers N shrinks the random model.
 """
 
 import argparse
@@ -66,28 +69,32 @@ def make_model(out_dir):
 
 
 # --- workers: each runs in a fresh process and prints one JSON line ------------------------------
-def worker_torch(hf_dir, n_prompt, n_decode):
+def worker_torch(hf_dir, n_prompt, n_decode, device="cpu"):
     import torch
     import transformers
 
     t0 = time.perf_counter()
-    model = transformers.LlamaForCausalLM.from_pretrained(hf_dir).eval()
+    model = transformers.LlamaForCausalLM.from_pretrained(hf_dir).eval().to(device)
     load = time.perf_counter() - t0
     ids = torch.randint(
         3, CONFIG["vocab_size"], (1, n_prompt), generator=torch.Generator().manual_seed(1)
-    )
+    ).to(device)
+    # On CUDA the forward passes are queued: wait for them before reading the clock.
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
 
     def run(n_dec):
         with torch.no_grad():
             t0 = time.perf_counter()
             out = model(ids, use_cache=True)
             nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+            sync()
             t1 = time.perf_counter()
             past = out.past_key_values
             for _ in range(n_dec):
                 out = model(nxt, past_key_values=past, use_cache=True)
                 past = out.past_key_values
                 nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+            sync()
             t2 = time.perf_counter()
         return t1 - t0, t2 - t1
 
@@ -240,7 +247,7 @@ def worker_ember(path, device, n_prompt, n_decode, gguf):
 def _worker_main(argv):
     kind = argv[0]
     if kind == "torch":
-        res = worker_torch(argv[1], int(argv[2]), int(argv[3]))
+        res = worker_torch(argv[1], int(argv[2]), int(argv[3]), *argv[4:5])
     elif kind == "torch-gguf":
         res = worker_torch_gguf(argv[1], argv[2], int(argv[3]), int(argv[4]))
     elif kind == "llamacpp":
@@ -296,7 +303,29 @@ def main():
     )
     ap.add_argument("--gguf", default=None, help="a real GGUF model to measure as well")
     ap.add_argument("--skip-random", action="store_true", help="only the --gguf model")
+    ap.add_argument(
+        "--ember-devices",
+        default="cpu,wgpu",
+        help="devices of the random model's ember engines (cpu, wgpu, cuda; --skip-wgpu "
+        "drops wgpu)",
+    )
+    ap.add_argument(
+        "--torch-device", default="cpu", help="device of the random model's transformers peer"
+    )
+    ap.add_argument(
+        "--layers",
+        type=int,
+        default=None,
+        help=f"decoder layers of the random model (default {CONFIG['num_hidden_layers']})",
+    )
+    ap.add_argument(
+        "--json-progress",
+        action="store_true",
+        help="print each engine's result as a JSON line as soon as it is measured",
+    )
     args = ap.parse_args()
+    if args.layers:
+        CONFIG["num_hidden_layers"] = args.layers
 
     work = args.keep or tempfile.mkdtemp(prefix="ember-llm-bench-")
     try:
@@ -319,6 +348,9 @@ def main():
         for _title, engines, _base, _f32, _size in sections:
             for _name, a, env, results in engines:
                 r = spawn(a, args.timeout, args.threads, env)
+                if args.json_progress:
+                    progress = {"section": _title, "engine": _name, "result": r}
+                    print(json.dumps({"progress": progress}), flush=True)
                 old = results.get("r")
                 if (
                     old is None
@@ -349,26 +381,33 @@ def random_section(args, work):
             f"random Llama: {n / 1e6:.1f}M parameters, written in {time.perf_counter() - t0:.1f} s to {work}"
         )
     p, d = args.prompt, args.decode
-    engines = [
-        ("torch cpu f32 (transformers)", ["torch", hf_dir, p, d], None),
-        ("ember cpu f32", ["ember", hf_dir, "cpu", p, d, "hf"], None),
-        ("ember cpu Q4_K (gguf)", ["ember", gguf_path, "cpu", p, d, "gguf"], None),
-        (
-            "ember cpu Q4_K (gguf, numpy only)",
-            ["ember", gguf_path, "cpu", p, d, "gguf"],
-            {"EMBER_JIT": "0"},
-        ),
-    ]
-    if not args.skip_wgpu:
-        engines.append(("ember wgpu f32", ["ember", hf_dir, "wgpu", p, d, "hf"], None))
+    devices = [x.strip() for x in args.ember_devices.split(",") if x.strip()]
+    torch_name = f"torch {args.torch_device} f32 (transformers)"
+    engines = [(torch_name, ["torch", hf_dir, p, d, args.torch_device], None)]
+    if "cpu" in devices:
+        engines += [
+            ("ember cpu f32", ["ember", hf_dir, "cpu", p, d, "hf"], None),
+            ("ember cpu Q4_K (gguf)", ["ember", gguf_path, "cpu", p, d, "gguf"], None),
+            (
+                "ember cpu Q4_K (gguf, numpy only)",
+                ["ember", gguf_path, "cpu", p, d, "gguf"],
+                {"EMBER_JIT": "0"},
+            ),
+        ]
+    for device in devices:
+        if device == "cpu" or (device == "wgpu" and args.skip_wgpu):
+            continue
+        engines.append((f"ember {device} f32", ["ember", hf_dir, device, p, d, "hf"], None))
         engines.append(
             (
-                "ember wgpu Q4_K (gguf, quantized on device)",
-                ["ember", gguf_path, "wgpu", p, d, "gguf"],
+                f"ember {device} Q4_K (gguf, quantized on device)",
+                ["ember", gguf_path, device, p, d, "gguf"],
                 None,
             )
         )
-    return ("random 100M Llama", engines, "torch cpu f32 (transformers)", "ember cpu f32", None)
+    f32_name = f"ember {devices[0]} f32" if devices else None
+    title = "random 100M Llama" if args.layers is None else f"random Llama, {args.layers} layers"
+    return (title, engines, torch_name, f32_name, None)
 
 
 def gguf_section(args, work):

@@ -20,6 +20,10 @@ the bundle from `make web`) in a fresh Chromium with --enable-unsafe-webgpu:
                                  SwiftShader, the CPU's WebGPU, is slow)
 and compares both with ember wgpu and ember cpu from the same run. No Chromium, no
 playwright or no bundle: the row is skipped with the reason.
+--engines picks the rows instead, as engine:device pairs: `--engines
+ember:cuda,ember:wgpu,torch:cuda` on a GPU machine (torch then runs transformers on that
+GPU, and every ember row is also given as a ratio to the torch row); --json ends with one
+JSON line of the figures (benchmarks/gpu_check.py reads it).
 Figures, not pass/fail: on a shared machine compare the ratios, measured in one run.
 """
 
@@ -119,7 +123,7 @@ def worker_torch(model_dir, device, texts, repeats):
     import transformers
 
     tok = transformers.AutoTokenizer.from_pretrained(model_dir)
-    model = transformers.AutoModel.from_pretrained(model_dir).eval()
+    model = transformers.AutoModel.from_pretrained(model_dir).eval().to(device)
 
     def encode(batch_texts):
         order = sorted(range(len(batch_texts)), key=lambda i: -len(batch_texts[i]))
@@ -133,7 +137,7 @@ def worker_torch(model_dir, device, texts, repeats):
                     truncation=True,
                     max_length=256,
                     return_tensors="pt",
-                )
+                ).to(device)
                 h = model(**enc).last_hidden_state
                 m = enc["attention_mask"].unsqueeze(-1).to(h.dtype)
                 v = torch.nn.functional.normalize((h * m).sum(1) / m.sum(1).clamp(min=1e-9), dim=-1)
@@ -308,6 +312,13 @@ def main():
     p.add_argument("--skip-wgpu", action="store_true")
     p.add_argument("--skip-torch", action="store_true")
     p.add_argument(
+        "--engines",
+        default=None,
+        help="rows as engine:device pairs, e.g. ember:cuda,ember:wgpu,torch:cuda "
+        "(default: ember:cpu, torch:cpu, ember:wgpu, less the --skip-* ones)",
+    )
+    p.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
+    p.add_argument(
         "--browser",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -347,6 +358,8 @@ def main():
         rows.append(
             (f"ember wgpu ({min(args.sentences, args.wgpu_sentences)} texts)", "ember", "wgpu")
         )
+    if args.engines:
+        rows = engine_rows(p, args)
     results = {}
     paired = []  # per round: (ember/torch cold start, throughput) from the same round
     # Rounds alternate the engines (and swap who goes first), and each figure is the best
@@ -362,6 +375,8 @@ def main():
                     continue  # one round: a software adapter takes minutes
                 n, repeats = min(n, args.wgpu_sentences), 1
             r = measure(engine, device, args.model, n, repeats)
+            if args.json:  # each engine at once too, for a caller that may stop the run early
+                print(json.dumps({"progress": {"label": label, "result": r}}), flush=True)
             this_round[label] = r
             best = results.get(label)
             if best is None or "error" in best:
@@ -391,6 +406,10 @@ def main():
         report_browser(measure_browser(n, max(1, args.browser_passes)), results, n)
     for line in machine_report()[:1]:
         print("after: " + line)
+    if args.engines:
+        report_against_torch(rows, results)
+    if args.json:
+        print(json.dumps({"sentences": args.sentences, "results": results}))
     e, t = results.get("ember cpu", {}), results.get("torch cpu (transformers)", {})
     if "cold_s" in e and "cold_s" in t:
         print(
@@ -409,6 +428,45 @@ def main():
             + ", ".join(f"{p:.2f}x" for _, p in paired)
             + f" (median {statistics.median(p for _, p in paired):.2f}x)"
         )
+
+
+def engine_rows(parser, args):
+    """The rows --engines names: [(label, engine, device)], labelled as the default rows."""
+    rows = []
+    for item in args.engines.split(","):
+        engine, _, device = item.strip().partition(":")
+        if engine not in ("ember", "torch") or not device:
+            parser.error(f"--engines: expected ember:DEVICE or torch:DEVICE, got {item!r}")
+        if engine == "torch":
+            rows.append((f"torch {device} (transformers)", engine, device))
+        elif device == "wgpu":
+            rows.append(
+                (f"ember wgpu ({min(args.sentences, args.wgpu_sentences)} texts)", engine, device)
+            )
+        else:
+            rows.append((f"ember {device}", engine, device))
+    return rows
+
+
+def report_against_torch(rows, results):
+    """Every ember row as a ratio to the (first) torch row of --engines."""
+    peer = next((label for label, engine, _ in rows if engine == "torch"), None)
+    t = results.get(peer, {})
+    if "cold_s" not in t:
+        return
+    for label, engine, _ in rows:
+        e = results.get(label, {})
+        if engine == "ember" and "cold_s" in e:
+            e["vs_torch"] = {
+                "cold_start": e["cold_s"] / t["cold_s"],
+                "throughput": e["per_s"] / t["per_s"],
+                "peak_rss": e["rss_mb"] / t["rss_mb"],
+            }
+            print(
+                f"{label} / {peer}: cold start {e['vs_torch']['cold_start']:.3f}x, "
+                f"throughput {e['vs_torch']['throughput']:.2f}x, "
+                f"peak RSS {e['vs_torch']['peak_rss']:.3f}x"
+            )
 
 
 if __name__ == "__main__":
