@@ -166,17 +166,33 @@ def trim(path):
 
 
 PYTEST_COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|deselected|xfailed|xpassed)")
+# A -v progress line: "[gw3] [ 12%] PASSED tests/x.py::t[cuda]" (xdist) or
+# "tests/x.py::t[cuda] PASSED [ 12%]".
+PYTEST_VERBOSE = re.compile(
+    r"\b(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b.*\[\s*\d+%\]"
+    r"|::.*\b(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b"
+)
 
 
 def read_pytest(path):
-    """Counts from pytest's last summary line, and its FAILED/ERROR lines (first 40)."""
-    counts, problems = {}, []
+    """Counts from pytest's last summary line and its FAILED/ERROR lines (first 40); for a
+    run stopped before its summary, the counts and failures of its -v progress lines."""
+    counts, problems, seen, failing = {}, [], {}, []
     with open(path, errors="replace") as fh:
         for line in fh:
             if line.startswith(("FAILED ", "ERROR ")) and len(problems) < 40:
                 problems.append(line.strip()[:300])
-            if re.search(r" in [\d.]+s", line) and PYTEST_COUNT.search(line):
+            elif re.search(r" in [\d.]+s", line) and PYTEST_COUNT.search(line):
                 counts = {k: int(n) for n, k in PYTEST_COUNT.findall(line)}
+            else:
+                m = PYTEST_VERBOSE.search(line)
+                if m:
+                    word = (m.group(1) or m.group(2)).lower()
+                    seen[word] = seen.get(word, 0) + 1
+                    if word in ("failed", "error") and len(failing) < 40:
+                        failing.append(line.strip()[:300])
+    if not counts and seen:  # stopped early: what had finished, marked as such
+        return {"counts": {f"{k} so far": n for k, n in seen.items()}, "problems": failing}
     return {"counts": counts, "problems": problems}
 
 

@@ -33,6 +33,7 @@ MODEL_TESTS = [
     "test_smollm2.py",
     "test_whisper_model.py",
     "test_yolo.py",
+    "test_sam_model*.py",
     "test_quant_placement.py",
     "test_generation_bounds.py",
     "test_audio_mel.py",
@@ -76,7 +77,8 @@ def stages(dry, python, work, xdist, pytest_timeout, test_files):
         return [f for p in patterns for f in test_files(p)]
 
     def pytest(name, devices, patterns):
-        args = [python, "-m", "pytest", "-q", "-rfE", "--tb=short", "-p", "no:cacheprovider"]
+        # -v: one line per test as it ends, so a stage cut short still says what ran.
+        args = [python, "-m", "pytest", "-v", "-rfE", "--tb=short", "-p", "no:cacheprovider"]
         if xdist and not dry:
             args += ["-n", str(min(12, os.cpu_count() or 1))]
         if pytest_timeout:
