@@ -23,6 +23,7 @@ from ...errors import UnsupportedOp
 from ...intmath import ceil_div
 from ...shape import contiguous_strides
 from . import epilogue as _epilogue
+from . import matmul_gpu as _gpu
 from . import overflow as _overflow
 from .epilogue import Epilogue
 from .shapes import collapse, span
@@ -359,6 +360,10 @@ def _launch(be, t, dtype, A, B, C, m, n, k, bshape, acc, epi=None, last=True):
     epi_spec = _epilogue.spec(epi)
     nbd = len(bshape)
     fast = dtype.is_float and nb <= be.runtime.max_groups
+    if fast and be.runtime.kernel_set == "gpu":
+        name, spec, params, groups = _gpu.plan(be, t, A, B, C, rel, m, n, k, bshape, acc, epi_spec)
+        be.runtime.launch(be.runtime.kernel(name, t, spec, "matmul"), {**params, **tail}, ranges, groups)
+        return
     batch4 = _all4(*(A.bs + B.bs + C.bs))
     tile = tiles(be)
     if fast and A.cs == 1 and B.rs == 1 and _all4(k, rel[0], A.rs, rel[1], B.cs) and batch4:

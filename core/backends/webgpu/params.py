@@ -138,6 +138,23 @@ _MATMUL_TILED = (
     *_EPILOGUE,
 )
 
+_MATMUL_GPU = (
+    "m",
+    "n",
+    "k",
+    "a_off",
+    "b_off",
+    "o_off",
+    "acc",
+    "a_rs",
+    "a_cs",
+    "b_rs",
+    "b_cs",
+    "o_rs",
+    *_MATMUL_BATCH,
+    *_EPILOGUE,
+)
+
 BLOCKS = {
     b.kernel: b
     for b in (
@@ -296,6 +313,8 @@ BLOCKS = {
             *_EPILOGUE,
         ),
         ParamBlock("matmul_nt", *_MATMUL_TILED),
+        # The gpu kernel set's (matmul_gpu.py): offsets and strides in elements.
+        *(ParamBlock(name, *_MATMUL_GPU) for name in ("matmul_tiled", "gemv_nt", "gemv_nn")),
         ParamBlock("matmul_nt_sg", *_MATMUL_TILED),
         # k4: K / 4; out batch strides in vec4s.
         ParamBlock(
