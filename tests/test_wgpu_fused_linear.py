@@ -201,11 +201,10 @@ def test_operands_over_the_binding_limit(capped, m, k, n, layout):
 @pytest.mark.parametrize("layout", ["nk", "kn"])
 @pytest.mark.parametrize("m", [1, 13, 70])
 def test_gpu_tiles_on_this_adapter(wgpu, monkeypatch, layout, m):
-    """The register tiles and workgroups GPUs get (no subgroup kernel), run here too: rows
-    and columns off the tile edges, the epilogue on every stored element."""
-    monkeypatch.setattr(wgpu_matmul, "_use_subgroups", lambda be, m: False)
-    monkeypatch.setattr(wgpu_matmul, "tiles",
-                        lambda be: {"nn": (8, 1, 16, 8), "nt": (4, 4, 16, 8)})
+    """The kernels GPUs get (the gpu kernel set: shared-memory tiles, the GEMV for M = 1),
+    run here too: rows and columns off the tile edges, the epilogue on every stored
+    element."""
+    monkeypatch.setattr(wgpu.backend.runtime, "kernel_set", "gpu")
     x, w, b, r = _data(12 + m, m, 68, 36)
     got = F.linear(ember.tensor(x, device=wgpu), _weight(wgpu, w, layout),
                    ember.tensor(b, device=wgpu), "gelu_tanh", ember.tensor(r, device=wgpu))

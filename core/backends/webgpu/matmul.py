@@ -1,13 +1,15 @@
 """Batched matmul on WebGPU: kernel choice, and splitting of operands that exceed the
 adapter's maximum storage binding.
 
-Kernels: `matmul_nt` (floats, both operands run along K: x @ W.T of a Linear layer),
-`matmul_nn` (floats, B with unit column stride: x @ W), and the general strided
-`matmul` for integers and every other layout. On CPU adapters with subgroups
-(lavapipe) both float layouts run `matmul_nt_sg`, which shares A's loads across lanes
-(x @ W on a copy of W transposed by `matmul_transpose`). Float math runs in f32; f16 is
-read as vec4<f16> where the adapter has shader-f16, bf16 and f16 elsewhere are f32
-rounded on store. Register tiles are chosen per adapter kind.
+Kernels of the "gpu" set (runtime.kernel_set): every float matmul runs matmul_gpu.py's
+shared-memory tiled kernel or, for decoding, its workgroup-reduction GEMV. Of the
+"cpu-adapter" set: `matmul_nt` (floats, both operands run along K: x @ W.T of a Linear
+layer), `matmul_nn` (floats, B with unit column stride: x @ W); on CPU adapters with
+subgroups (lavapipe) both float layouts run `matmul_nt_sg`, which shares A's loads across
+lanes (x @ W on a copy of W transposed by `matmul_transpose`). Both sets: the general
+strided `matmul` for integers (and floats in the cpu-adapter set's other layouts). Float
+math runs in f32; f16 is read as f16 where the adapter has shader-f16, bf16 and f16
+elsewhere are f32 rounded on store.
 
 A K longer than 32,768 is split into partial products accumulated into the output.
 An operand too large for one binding is split along its outermost dim: rows of A,
@@ -266,15 +268,12 @@ def _all4(*values):
     return all(v % 4 == 0 for v in values)
 
 
-def tiles(be):
-    """Register tiles and workgroup shapes per adapter kind: nn (TM, TC, WGX, WGY) and nt
-    (TM, TN, WGX, WGY). CPU adapters (lavapipe) vectorise across invocations; tall tiles
-    that still fit the registers suit them."""
-    if be.runtime.kernel_set == "cpu-adapter":
-        # Measured on lavapipe (GFLOP per CPU-second, 1024^3): nn 12x4 tiles 8.6 against
-        # 8x4 7.0 and 16x4 5.0 (register spills); nt 6x4 7.1 against 8x4 6.2.
-        return {"nn": (12, 1, 8, 16), "nt": (6, 4, 8, 8)}
-    return {"nn": (8, 1, 16, 8), "nt": (4, 4, 16, 8)}
+# Register tiles and workgroup shapes of matmul_nn (TM, TC, WGX, WGY) and matmul_nt (TM,
+# TN, WGX, WGY), which run on CPU adapters only (the gpu set has matmul_gpu.py's kernels).
+# CPU adapters (lavapipe) vectorise across invocations; tall tiles that still fit the
+# registers suit them. Measured on lavapipe (GFLOP per CPU-second, 1024^3): nn 12x4 tiles
+# 8.6 against 8x4 7.0 and 16x4 5.0 (register spills); nt 6x4 7.1 against 8x4 6.2.
+_CPU_TILES = {"nn": (12, 1, 8, 16), "nt": (6, 4, 8, 8)}
 
 
 # CPU adapters with subgroups (lavapipe, native only: naga needs no `enable subgroups`,
@@ -365,7 +364,7 @@ def _launch(be, t, dtype, A, B, C, m, n, k, bshape, acc, epi=None, last=True):
         be.runtime.launch(be.runtime.kernel(name, t, spec, "matmul"), {**params, **tail}, ranges, groups)
         return
     batch4 = _all4(*(A.bs + B.bs + C.bs))
-    tile = tiles(be)
+    tile = _CPU_TILES
     if fast and A.cs == 1 and B.rs == 1 and _all4(k, rel[0], A.rs, rel[1], B.cs) and batch4:
         a4 = 4  # A's offset and strides in vec4s; in elements for matmul_nt_sg
         if _use_subgroups(be, m):
