@@ -135,8 +135,14 @@ def _write_adapter(out, i, adapter):
     if not isinstance(adapter, dict):
         out.write(f"  [{i}] {adapter}\n")
         return
-    head = {k: v for k, v in adapter.items() if not isinstance(v, (dict, list))}
+    kernels = {k: adapter[k] for k in ("kernel_set", "kernel_set_why") if k in adapter}
+    head = {
+        k: v for k, v in adapter.items() if not isinstance(v, (dict, list)) and k not in kernels
+    }
     out.write(f"  [{i}] " + ", ".join(f"{k}: {v}" for k, v in head.items()) + "\n")
+    if "kernel_set" in kernels:  # which WebGPU kernel family ember runs there, and why
+        why = kernels.get("kernel_set_why")
+        out.write(f"      kernels: {kernels['kernel_set']}" + (f" ({why})" if why else "") + "\n")
     for key, value in adapter.items():
         if isinstance(value, list):
             out.write(f"      {key}: {', '.join(str(v) for v in value) or '-'}\n")

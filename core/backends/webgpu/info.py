@@ -1,5 +1,10 @@
 """What `ember info` shows about WebGPU: each native adapter with its backend, name,
-features and the limits that decide what ember can run there."""
+features, the limits that decide what ember can run there, and the kernel set it gets
+(runtime.choose_kernel_set: by adapter type, or forced by EMBER_WGPU_KERNELS)."""
+
+import os
+
+from .runtime import KERNEL_SET_ENV, choose_kernel_set
 
 # The limits that matter to ember's kernels, in WebGPU's spelling.
 LIMITS_SHOWN = (
@@ -27,6 +32,12 @@ def describe(adapter, index):
         "vendor": info.get("vendor") or "?",
         "driver": info.get("description") or "?",
         "f16": "shader-f16" in features,
+        "kernel_set": choose_kernel_set(info),
+        "kernel_set_why": (
+            f"{KERNEL_SET_ENV}={os.environ[KERNEL_SET_ENV]}"
+            if os.environ.get(KERNEL_SET_ENV)
+            else f"adapter type {info.get('adapter_type', '?')}"
+        ),
         "features": [f for f in FEATURES_SHOWN if f in features],
         "limits": {k: int(adapter.limits[k]) for k in LIMITS_SHOWN if k in adapter.limits},
     }
