@@ -111,7 +111,6 @@ _FRAGMENTS = {
     "EPILOGUE",
     "STORE_TILE",
     "LOAD_A",
-    "LOAD_B",
     "A_T",
     "B_T",
     "OVERFLOW",

@@ -361,7 +361,9 @@ def _launch(be, t, dtype, A, B, C, m, n, k, bshape, acc, epi=None, last=True):
     fast = dtype.is_float and nb <= be.runtime.max_groups
     if fast and be.runtime.kernel_set == "gpu":
         name, spec, params, groups = _gpu.plan(be, t, A, B, C, rel, m, n, k, bshape, acc, epi_spec)
-        be.runtime.launch(be.runtime.kernel(name, t, spec, "matmul"), {**params, **tail}, ranges, groups)
+        be.runtime.launch(
+            be.runtime.kernel(name, t, spec, "matmul"), {**params, **tail}, ranges, groups
+        )
         return
     batch4 = _all4(*(A.bs + B.bs + C.bs))
     tile = _CPU_TILES

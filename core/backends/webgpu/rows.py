@@ -1,10 +1,17 @@
 """Row kernels on WebGPU: softmax / log_softmax and layer / rms norm over one dim.
 
 Row kernels give each short row one invocation on CPU adapters, where barriers are
-expensive, and a workgroup tree elsewhere. Rows are split into boxes that fit one storage
-binding (split.py); a row that does not fit as laid out (a softmax down the columns) runs
-on a copy with the dim last; rows too long for the loop budget run as chains of simpler
-kernels (longrows.py). The norms add a residual laid out as x as they read it.
+expensive, and a workgroup tree elsewhere: the gpu kernel set gives a row of more than 32
+elements a workgroup of its own (64 or 256 invocations), and packs shorter rows several to
+a workgroup. The tree runs through workgroup memory, not subgroup operations: WGSL says
+neither how invocations map onto subgroups nor their size, so a subgroup sum combined
+across subgroups would need atomics, and its order, hence its bits, would vary from run
+to run; the tree is correct for every subgroup size and gives the same bits every time.
+
+Rows are split into boxes that fit one storage binding (split.py); a row that does not
+fit as laid out (a softmax down the columns) runs on a copy with the dim last; rows too
+long for the loop budget run as chains of simpler kernels (longrows.py). The norms add a
+residual laid out as x as they read it.
 """
 
 import struct
