@@ -101,5 +101,8 @@ def test_half_matmul_fast_paths_match_the_cpu(request, which, dtype_name, layout
     got = ember.tensor(a, dtype=dtype_name, device=dev) @ weight(dev)
     ref = ember.tensor(a, dtype=dtype_name, device=cpu) @ weight(cpu)
     np.testing.assert_array_equal(got.to(ember.f32).numpy(), ref.to(ember.f32).numpy())
-    # M = 18 >= 8 takes the subgroup kernel on lavapipe (matmul_nt_sg), else the vec4 tiles.
-    assert any(k[0] in ("matmul_nn", "matmul_nt", "matmul_nt_sg") for k in dev.backend.pipelines)
+    # M = 18 >= 8 takes the subgroup kernel on lavapipe (matmul_nt_sg), else the vec4 tiles;
+    # the gpu kernel set (forced by EMBER_WGPU_KERNELS=gpu) its shared-memory tiles.
+    fast = {"cpu-adapter": ("matmul_nn", "matmul_nt", "matmul_nt_sg"),
+            "gpu": ("matmul_tiled",)}[dev.backend.kernel_set]
+    assert any(k[0] in fast for k in dev.backend.pipelines)
