@@ -78,8 +78,7 @@ def _check(got, x, w, k, rtol=1e-5):
 LAYOUTS = ["contiguous", "transposed", "offset"]
 
 
-@pytest.mark.parametrize("m,k,n", [(1, 36, 20), (3, 132, 72), (4, 13, 9), (5, 36, 68),
-                                   (70, 20, 130)])
+@pytest.mark.parametrize("m,k,n", [(1, 36, 20), (4, 13, 9), (70, 20, 130)])
 @pytest.mark.parametrize("xl", LAYOUTS)
 @pytest.mark.parametrize("wl", LAYOUTS)
 def test_matmul_every_layout(gpu, m, k, n, xl, wl):
