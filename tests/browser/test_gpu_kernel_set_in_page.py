@@ -2,7 +2,8 @@
 kernels discrete and integrated GPUs get (shared-memory tiled matmul with vec4 and scalar
 loads, both GEMVs, the fused epilogue, f16 as SwiftShader holds it: f32 storage rounded on
 store, and the row kernels), on a second backend over the page's device with the set
-forced. Reference: the CPU backend (numpy), which shares no WGSL with the page."""
+forced by EMBER_WGPU_KERNELS (the page's own device keeps the CPU adapter's). Reference:
+the CPU backend (numpy), which shares no WGSL with the page."""
 import numpy as np
 import pytest
 
@@ -11,10 +12,14 @@ from snippets import run_here, snippet, tensor_inputs
 import ember
 
 SETUP = (
+    "import os\n"
     "from ember.backends.webgpu import browser\n"
-    "gpu_set = ember.Device('webgpu', 3, browser.open_browser_backend())\n"
-    "gpu_set.backend.runtime.kernel_set = 'gpu'\n"
-    "gpu_set.backend.kernel_set")
+    "os.environ['EMBER_WGPU_KERNELS'] = 'gpu'\n"
+    "try:\n"
+    "    gpu_set = ember.Device('webgpu', 3, browser.open_browser_backend())\n"
+    "finally:\n"
+    "    del os.environ['EMBER_WGPU_KERNELS']\n"
+    "[dev.backend.kernel_set, gpu_set.backend.kernel_set]")
 
 LINEAR = "ember.functional.linear(x, {w}, b, activation='gelu', residual=r)"
 
@@ -44,7 +49,7 @@ TOLERANCE = {"f16": (4e-3, 4e-3)}
 
 @pytest.fixture(scope="module")
 def gpu_set_page(ember_page):
-    assert ember_page.run(SETUP) == "gpu"
+    assert ember_page.run(SETUP) == ["cpu-adapter", "gpu"]
     return ember_page
 
 
