@@ -1,7 +1,7 @@
 // Float matmul for B with unit column stride (x @ W with W [K, N] row-major): each
 // invocation keeps a {{TM}} x 4*{{TC}} register tile, reading B as vec4 columns and A as vec4
-// runs along K. No shared memory or barriers: on CPU-backed adapters (lavapipe) barriers
-// cost more than the reuse they buy, and on GPUs the caches catch the reuse.
+// runs along K. No shared memory or barriers: on CPU-backed adapters (lavapipe), the only
+// ones that run it, barriers cost more than the reuse they buy (GPUs run matmul_tiled).
 // Needs: N, K, b/a offsets and row strides multiples of 4, A unit K-stride.
 // Placeholders: {{S}} storage type (f32 or f16; math in f32), {{ROUND}} a vec4 rounding
 // (bf16 kept in f32), {{TM}} rows and {{TC}} vec4 columns per invocation, {{WGX}}, {{WGY}}
