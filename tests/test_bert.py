@@ -217,6 +217,30 @@ def test_sentence_embedder_pooling_matches_unpadded_reference(tmp_path, device, 
     np.testing.assert_allclose(got.numpy(), expected, atol=1e-4, rtol=1e-4)
 
 
+def test_batch_tokens_bounds_the_padded_batch_and_keeps_the_vectors(tmp_path, device):
+    torch = require("torch")
+    path, model, tok = _sentence_dir(tmp_path, "mean", True)
+    emb = SentenceEmbedder.from_pretrained(str(path), device=device)
+    expected = _reference_embeddings(torch, model, tok, TINY_TEXTS, "mean", True)
+    # 12 padded tokens a batch: the longest texts go alone (one past the budget), the
+    # shortest several together.
+    got = emb.encode(TINY_TEXTS + ["the cat sat on the mat and the dog ran in the park"],
+                     batch_size=64, batch_tokens=12).numpy()
+    np.testing.assert_allclose(got[:-1], expected, atol=1e-4, rtol=1e-4)
+    with pytest.raises(ember.EmberError, match="batch_tokens must be >= 1"):
+        emb.encode(TINY_TEXTS, batch_tokens=0)
+
+
+def test_batch_bounds_fill_each_batch_up_to_rows_and_padded_tokens():
+    from ember.pipelines.sentence_embedder import batch_bounds
+
+    # longest first: 20 // 10 = 2 rows, 20 // 9 = 2, then three rows of 5 (batch_size 3)
+    assert batch_bounds([10, 10, 9, 5, 5, 5, 1], 3, 20) == [(0, 2), (2, 4), (4, 7)]
+    # a text past the budget goes alone; an empty list has no batch
+    assert batch_bounds([50, 3, 3], 8, 20) == [(0, 1), (1, 3)]
+    assert batch_bounds([], 8, 20) == []
+
+
 def test_similarity_is_the_cosine_matrix(tmp_path):
     path, _, _ = _sentence_dir(tmp_path, "mean", False)
     emb = SentenceEmbedder.from_pretrained(str(path), device="cpu")

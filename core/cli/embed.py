@@ -31,7 +31,13 @@ def add_parser(subparsers):
     add_device_argument(p)
     p.add_argument("--query", default=None, help="rank the texts by similarity to this text")
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="texts per batch, at most (default: SentenceEmbedder's, 256; long texts go "
+        "in smaller batches)",
+    )
     corpus = p.add_argument_group("a corpus from files (docs/corpus.md)")
     corpus.add_argument(
         "--input",
@@ -80,6 +86,10 @@ def add_parser(subparsers):
 
 def run(args, out=None):
     out = out or sys.stdout
+    if args.batch_size is None:  # imported here: the parser stays light for --help
+        from ..pipelines.sentence_embedder import BATCH_SIZE
+
+        args.batch_size = BATCH_SIZE
     if args.input or args.output:
         from .embed_corpus import run_corpus
 

@@ -1,7 +1,8 @@
 """One corpus job: inputs -> windows of rows -> committed parts -> the final output.
 
 Rows stream from the readers; every `window` rows are embedded together (the embedder
-sorts them by length into micro-batches of `batch_size`, so padding stays small), then
+sorts them by length into micro-batches of up to `batch_size` rows and a bounded number
+of tokens, so padding stays small), then
 committed as one part of the journal. Memory holds one window (and the embedder's model),
 whatever the corpus size. A rerun of the same job after an interruption skips the rows of
 the committed parts and embeds the rest in the same windows, so it ends with the same file
@@ -14,6 +15,7 @@ import os
 import sys
 import time
 
+from ..pipelines.sentence_embedder import BATCH_SIZE
 from . import owned_files
 from .assemble import assemble
 from .errors import CorpusError
@@ -33,7 +35,7 @@ def file_sha256(path):
     return digest.hexdigest()
 
 
-def local_windows(embedder, batch_size=32):
+def local_windows(embedder, batch_size=BATCH_SIZE):
     """Embed windows in this process: (rows, float32 vectors) for each window of rows."""
 
     def run(windows):
@@ -52,7 +54,7 @@ class CorpusJob:
         text_field="text",
         id_field=None,
         window=1024,
-        batch_size=32,
+        batch_size=BATCH_SIZE,
         skip_bad_rows=False,
         force=False,
         log=None,
@@ -196,7 +198,7 @@ class CorpusJob:
             yield window
 
 
-def embed_corpus(inputs, output, embedder, batch_size=32, **options):
+def embed_corpus(inputs, output, embedder, batch_size=BATCH_SIZE, **options):
     """Embed the texts of `inputs` into `output` with a SentenceEmbedder in this process
     (CorpusJob's options: text_field, id_field, window, skip_bad_rows, force, log)."""
     job = CorpusJob(
