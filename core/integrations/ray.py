@@ -37,17 +37,20 @@ class EmbedBatch:
     """map_batches callable: one SentenceEmbedder per actor; `__call__` embeds a batch."""
 
     def __init__(
-        self, model=None, device="best", text_column="text", vector_column="vector", batch_size=32
+        self, model=None, device="best", text_column="text", vector_column="vector", batch_size=None
     ):
         from ..pipelines import SentenceEmbedder
 
         self.embedder = SentenceEmbedder.from_pretrained(model, device=device)
         self.text_column, self.vector_column = text_column, vector_column
+        # None: the embedder's own micro-batches (sentence_embedder.BATCH_SIZE texts, at
+        # most BATCH_TOKENS padded tokens), as in a single process.
         self.batch_size = batch_size
 
     def embed(self, texts):
         """(len(texts), dim) float32 vectors, in order."""
-        vectors = self.embedder.encode([str(t) for t in texts], batch_size=self.batch_size)
+        sized = {} if self.batch_size is None else {"batch_size": self.batch_size}
+        vectors = self.embedder.encode([str(t) for t in texts], **sized)
         return np.ascontiguousarray(vectors.numpy(), dtype=np.float32)
 
     def __call__(self, batch):
@@ -74,7 +77,7 @@ def connect(address, num_cpus=None):
     return ray
 
 
-def ray_windows(model, device="best", actors=2, batch_size=32, in_flight_per_actor=2):
+def ray_windows(model, device="best", actors=2, batch_size=None, in_flight_per_actor=2):
     """A corpus job's embedder (see ember.corpus.job.local_windows) on Ray: `actors` Ray
     actors of EmbedBatch (1 CPU each: Ray gives each one BLAS thread), started and their
     models loaded when this is called, take the windows in turn; results
