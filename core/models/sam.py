@@ -20,7 +20,7 @@ import os
 from ..errors import FormatError, InvalidArgument, ShapeMismatch, fmt_shape
 from ..io.files import read_json
 from ..nn import Module, VarBuilder
-from ..nn.sources import SafetensorsSource, source_for_dir
+from ..nn.sources import DictSource, SafetensorsSource, source_for_dir
 from ..tensor import Tensor, tensor
 from . import sam_config, sam_names
 from .sam_mask_decoder import SamMaskDecoder
@@ -70,6 +70,7 @@ class SamModel(Module):
         """A SamModel from a Hugging Face model directory or a .safetensors file (the
         original segment-anything names, or transformers' names beside a config.json)."""
         path = os.path.expanduser(os.fspath(path))
+        cfg_path = path
         if os.path.isdir(path):
             cfg_path = os.path.join(path, "config.json")
             if not os.path.isfile(cfg_path):
@@ -89,6 +90,18 @@ class SamModel(Module):
                 config_json, cfg_path = read_json(beside, "SAM config"), beside
         else:
             raise FormatError(f"{path}: no such file or directory", path=path, field="path")
+        return cls._from_source(inner, config_json, cfg_path, path, dtype, device)
+
+    @classmethod
+    def from_tensors(cls, tensors, config_json=None, device=None, dtype="f32", label="tensors"):
+        """A SamModel from a dict of name -> Tensor already loaded (a page's safetensors
+        in a JS buffer): original segment-anything names, or transformers' names with
+        `config_json` (the parsed config.json) beside them. `label` names them in errors."""
+        inner = DictSource(tensors, label)
+        return cls._from_source(inner, config_json, label, label, dtype, device)
+
+    @classmethod
+    def _from_source(cls, inner, config_json, cfg_path, path, dtype, device):
         if sam_names.is_original(inner.keys()):
             source = sam_names.TrackedSource(inner, sam_names.hf_names(inner.keys()))
             names = source.keys()  # a weight source declares keys(), not iteration
