@@ -40,6 +40,16 @@ def files(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def sam1024_dir(tmp_path_factory):
+    """A tiny random SAM with SamProcessor's own 1024 input (one encoder layer, windows of
+    8), which ember's native pipeline (ember.vision.sam_predict) runs as it is."""
+    from sam_torch_adapter import tiny_sam
+    path = tmp_path_factory.mktemp("segment-page-1024") / "tiny-sam-1024"
+    tiny_sam(seed=2, pe_scale=1.0).save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
 def native_model(files):
     import ember
     from ember.models.sam import SamModel
@@ -197,6 +207,39 @@ def test_a_model_folder_can_be_picked(segment_page, native_model, files):
     assert segment_page.evaluate("() => window.lastModel.image_size") == 64
     out = segment_page.evaluate("(pts) => window.segmentPoints(pts)", [[70, 30, 1]])
     _assert_matches_native(out, native_model, files["rgb"])
+
+
+def test_a_1024_model_equals_native_embers_pipeline(segment_page, sam1024_dir, files):
+    """With a model at SamProcessor's default 1024 input, the page's masks and scores
+    equal native ember's own pipeline (ember.vision.sam_predict.embed_image + predict,
+    best first) on the cpu, to the same tolerance."""
+    import ember
+    from ember.models.sam import SamModel
+    from ember.vision.sam_predict import embed_image, predict
+    page = segment_page.page
+
+    def pick():
+        page.set_input_files("#model-files", [str(sam1024_dir / "model.safetensors"),
+                                              str(sam1024_dir / "config.json")])
+        return _wait_idle(page)
+    state = segment_page.do(pick)
+    assert state[0] == "done", state
+    assert segment_page.evaluate("() => window.lastImage.resized") == [768, 1024]
+    points = [[30.0, 50.0, 1], [95.0, 20.0, 0]]
+    out = segment_page.evaluate("(pts) => window.segmentPoints(pts)", points)
+    model = SamModel.from_pretrained(sam1024_dir, device=ember.Device.cpu())
+    native = predict(model, embed_image(model, files["rgb"]), [p[:2] for p in points],
+                     [p[2] for p in points], multimask_output=True)
+    order = np.argsort(-np.asarray(out["scores"]), kind="stable")
+    got = _masks(out)[order]
+    np.testing.assert_allclose(np.asarray(out["scores"])[order], [m.score for m in native],
+                               rtol=0, atol=IOU_TOL)
+    flipped = [int((g != m.mask).sum()) for g, m in zip(got, native, strict=True)]
+    print(f"\n[segment page, 1024 input] IoU {[round(m.score, 4) for m in native]}, "
+          f"pixels differing per mask {flipped}, ms {out['ms']}, image ms "
+          f"{segment_page.evaluate('() => window.lastImage.ms')}")
+    assert max(flipped) <= MAX_FLIPPED
+    assert any(0.02 < m.mask.mean() < 0.98 for m in native)
 
 
 def test_a_browser_without_webgpu_gets_a_clear_message(chromium, server_url):
