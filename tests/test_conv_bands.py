@@ -38,6 +38,7 @@ def small_bands(monkeypatch):
     """Bands of one or two output rows, spread over three threads however small; records
     how many bands each convolution ran."""
     monkeypatch.setattr(array_conv, "BAND_BYTES", 512)
+    monkeypatch.setattr(array_conv, "MIN_BAND_COLUMNS", 1)
     monkeypatch.setitem(row_parallel._state, "workers", 3)
     monkeypatch.setitem(row_parallel._state, "pool", None)
     monkeypatch.setattr(row_parallel, "MIN_PARALLEL_ELEMENTS", 1)

@@ -4,17 +4,19 @@ The contract's default (composites.conv2d) builds the whole (Cg*KH*KW, OH*OW) co
 matrix and runs one GEMM on BLAS's own threads. For YOLOv8 at 640 that is a 30-60 MB
 matrix per layer and a GEMM with few rows (16-128 output channels) over 10^4-10^5
 columns, which numpy's OpenBLAS ran at 2-9 GFLOP/s on two threads of the loaded 2-core
-machine (its threads wait on each other at every block). Here each band's columns
+machine (its threads wait on each other at every block: 32 x 288 @ 288 x 25600 took
+71 ms on two threads, 15 ms on one, at load 10). Here each band's columns
 (about BAND_BYTES) are built by KH*KW strided copies of the padded input and stay in
 cache for their GEMM; the bands run on row_parallel's threads with BLAS on one thread
 each, and the bias is added as the band's product is copied into the output.
 
-Measured on single yolov8 layers at 640 (load ~10 on the 2-core host, ms of wall clock,
-best of 3; onnxruntime on 2 threads beside): 32->32 3x3 at 160^2 96 -> 48 ms (ort 18);
-64->64 3x3 at 80^2 80 -> 34 ms (ort 23); 128->128 3x3 at 40^2 172 -> 30 ms (ort 15);
-3->16 3x3 s2 at 640^2 139 -> 28 ms (ort 15); 32->32 1x1 at 160^2 64 -> 4 ms (ort 1.3).
-Band size, one thread, ms of CPU per layer: 256 KiB 1.0-1.5x slower than 1 MiB (more,
-smaller GEMMs), 4 MiB no better than 1 MiB.
+Measured on single yolov8 layers at 640 (load 6-10 on the 2-core host, best of 3, ms of
+wall clock; onnxruntime on 2 threads in the same run): 32->32 3x3 at 160^2 96 -> 40 ms
+(ort 20), 64->64 3x3 at 80^2 80 -> 32 (ort 17), 128->128 3x3 at 40^2 172 -> 24 (ort 19),
+3->16 3x3 s2 at 640^2 139 -> 15 (ort 16), 32->32 1x1 at 160^2 64 -> 2.5 (ort 2.1). The
+whole yolov8n forward: 3.7 s -> 0.45-0.7 s. Band size, ms of CPU for yolov8n: 256 KiB
+500, 512 KiB 390-440, 1 MiB 360-410, 2-4 MiB 365-445; at least MIN_BAND_COLUMNS pixels
+per band took 256->512 3x3 s2 at 40^2 from 18.7 to 15.3 ms of CPU.
 """
 
 from .array_fast import apply_over
@@ -23,6 +25,9 @@ from .row_parallel import run_rows
 
 # Bytes of one band's column matrix: a few bands fit the 512 KiB L2 + shared L3 here.
 BAND_BYTES = 1 << 20
+# At least this many output pixels per band, so a deep layer's weight (up to 512 x 4608)
+# is not streamed through the cache once per handful of columns.
+MIN_BAND_COLUMNS = 512
 
 
 def conv2d(xp, x, w, bias, stride, padding, dilation, groups, activation=None):
@@ -44,7 +49,8 @@ def conv2d(xp, x, w, bias, stride, padding, dilation, groups, activation=None):
         padded = x
     # A 1x1 stride-1 kernel's columns are the input rows themselves: no copy.
     pointwise = kh == kw == sh == sw == 1
-    rows = max(1, min(oh, BAND_BYTES // (k * ow * x.itemsize)))
+    rows = max(1, BAND_BYTES // (k * ow * x.itemsize), -(-MIN_BAND_COLUMNS // ow))
+    rows = min(oh, rows)
     bands = [
         (i, g, r0, min(oh, r0 + rows))
         for i in range(n)
