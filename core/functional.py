@@ -1,8 +1,8 @@
 """Composite ops written once from primitives: padding, convolutions, pooling, resizing.
 
-Convolutions are im2col + matmul: the windows are a strided *view* of the padded input
-(Layout with the kernel offsets as extra dims), made contiguous once, then one GEMM per
-group (batched over images), so every backend gets them from copy_strided and matmul.
+Convolutions are Backend.conv2d: by default im2col + matmul composed from copy_strided
+and matmul (backends/composites.py); the numpy backend builds the columns a band of
+output rows at a time (backends/array_conv.py).
 """
 
 import math
@@ -123,7 +123,9 @@ def _windows(x, kh, kw, stride, dilation, op):
     return x._view(layout)
 
 
-def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, activation=None):
+    """PyTorch's F.conv2d, then `activation` (one of LINEAR_ACTIVATIONS, or None) applied
+    by Backend.conv2d while the output is made (numpy: band by band, in cache)."""
     op = "conv2d"
     _check_rank(op, x, 4)
     _check_rank(op, weight, 4)
@@ -142,18 +144,42 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
             op=op,
             shapes=(x.shape, weight.shape),
         )
-    if ph or pw:
-        x = pad(x, (pw, pw, ph, ph))
-    win = _windows(x, kh, kw, stride, dilation, op)
-    oh, ow = win.shape[2], win.shape[3]
-    # cols: (N, G, Cg*KH*KW, OH*OW), so weight @ cols lands directly in NCHW order.
-    cols = win.reshape(n, groups, cg, oh, ow, kh, kw).permute(0, 1, 2, 5, 6, 3, 4)
-    cols = cols.contiguous().reshape(n, groups, cg * kh * kw, oh * ow)
-    wmat = weight.reshape(groups, o // groups, cg * kh * kw)
-    out = wmat.matmul(cols).reshape(n, o, oh, ow)
+    oh, ow = (
+        (size + 2 * p - d * (k - 1) - 1) // s + 1
+        for size, p, d, k, s in zip(x.shape[2:], (ph, pw), dilation, (kh, kw), stride, strict=True)
+    )
+    if oh <= 0 or ow <= 0:
+        raise ShapeMismatch(
+            f"{op}: kernel {kh}x{kw} (dilation {dilation[0]}x{dilation[1]}) larger than the "
+            f"padded input {fmt_shape((n, c, x.shape[2] + 2 * ph, x.shape[3] + 2 * pw))}",
+            op=op,
+            shapes=(x.shape,),
+        )
     if bias is not None:
-        out = out + bias.reshape(1, o, 1, 1)
-    return out
+        x._check_same(op, bias)
+        bias = bias.reshape(o)
+    if activation is not None:
+        if activation not in LINEAR_ACTIVATIONS:
+            raise ValueError(
+                f"conv2d: unknown activation {activation!r}; known: "
+                f"{', '.join(sorted(LINEAR_ACTIVATIONS))}"
+            )
+        x._require_kind(activation, UNARY[activation].kinds)
+    storage = x.backend.conv2d(
+        x.storage,
+        x.layout,
+        weight.storage,
+        weight.layout,
+        None if bias is None else bias.storage,
+        None if bias is None else bias.layout,
+        x.dtype,
+        stride,
+        (ph, pw),
+        dilation,
+        groups,
+        activation,
+    )
+    return x._new(storage, (n, o, oh, ow))
 
 
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):

@@ -12,6 +12,7 @@ from ..hostdata import bf16_to_f32, f32_to_bf16
 from ..hostmem import host_memory_bytes, human_bytes
 from ..ops import BINARY, COMPARE, INT_DIV, UNARY
 from . import composites
+from .array_conv import conv2d as banded_conv2d
 from .array_fast import UNARY_INPLACE
 from .array_qmatmul import qmatmul_rows
 from .array_rows import linear_epilogue, norm_last_dim, softmax_last_dim
@@ -373,6 +374,28 @@ class ArrayBackend(Backend):
             self.load(bias, lbias, dtype) if bias is not None else None,
             activation,
             self.load(residual, lres, dtype) if residual is not None else None,
+        )
+        return self.store(y, dtype)
+
+    def conv2d(
+        self, x, lx, w, lw, bias, lbias, dtype, stride, padding, dilation, groups, activation=None
+    ):
+        """numpy: im2col in bands of output rows, bias and activation on each band's
+        product (array_conv); integer dtypes and cupy take the contract's default."""
+        if not (self._is_numpy and dtype.is_float):
+            return super().conv2d(
+                x, lx, w, lw, bias, lbias, dtype, stride, padding, dilation, groups, activation
+            )
+        y = banded_conv2d(
+            self.xp,
+            self.load(x, lx, dtype),
+            self.load(w, lw, dtype),
+            None if bias is None else self.load(bias, lbias, dtype),
+            stride,
+            padding,
+            dilation,
+            groups,
+            activation,
         )
         return self.store(y, dtype)
 

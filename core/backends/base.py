@@ -223,6 +223,29 @@ class Backend:
         unary op name (functional.LINEAR_ACTIVATIONS) or None."""
         return composites.linear(self, a, la, b, lb, bias, lbias, dtype, activation, residual, lres)
 
+    def conv2d(
+        self,
+        x: Storage,
+        lx: Layout,
+        w: Storage,
+        lw: Layout,
+        bias: Storage | None,
+        lbias: Layout | None,
+        dtype: DType,
+        stride: tuple[int, int],
+        padding: tuple[int, int],
+        dilation: tuple[int, int],
+        groups: int,
+        activation: str | None = None,
+    ) -> Storage:
+        """activation of the (N, O, OH, OW) convolution of x (N, C, H, W) with w
+        (O, C/groups, KH, KW), zero padding on both sides of H and W, plus bias (O,) if
+        given; activation is a parameterless unary op name (functional.LINEAR_ACTIVATIONS)
+        or None. The arguments are validated by functional.conv2d (output at least 1x1)."""
+        return composites.conv2d(
+            self, x, lx, w, lw, bias, lbias, dtype, stride, padding, dilation, groups, activation
+        )
+
     def rope(
         self,
         storage: Storage,

@@ -263,3 +263,40 @@ def qmatmul_host_weight(be: "Backend", x, lx, weight, dtype):
             out, Layout((rows, n_out)).narrow(1, r0, r1 - r0), part, Layout((rows, r1 - r0)), dtype
         )
     return out, lead + (n_out,)
+
+
+def conv2d(
+    be: "Backend", x, lx, w, lw, bias, lbias, dtype, stride, padding, dilation, groups, activation
+):
+    """im2col + matmul (see Backend.conv2d): the sliding windows of the zero-padded input
+    are a strided layout (kernel offsets as extra dims), copied contiguous once as
+    (N, G, Cg*KH*KW, OH*OW), then one GEMM per group batched over images, so the product
+    lands in NCHW order; then bias and activation."""
+    n, c, h, wd = lx.shape
+    o, cg, kh, kw = lw.shape
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    if ph or pw:
+        shape = (n, c, h + 2 * ph, wd + 2 * pw)
+        padded = be.full(shape, 0.0 if dtype.is_float else 0, dtype)
+        be.copy_into(padded, Layout(shape).narrow(2, ph, h).narrow(3, pw, wd), x, lx, dtype)
+        x, lx = padded, Layout(shape)
+    oh = (lx.shape[2] - dh * (kh - 1) - 1) // sh + 1
+    ow = (lx.shape[3] - dw * (kw - 1) - 1) // sw + 1
+    s = lx.strides
+    windows = Layout(
+        (n, groups, cg, kh, kw, oh, ow),
+        (s[0], s[1] * cg, s[1], s[2] * dh, s[3] * dw, s[2] * sh, s[3] * sw),
+        lx.offset,
+    )
+    k = cg * kh * kw
+    cols = be.copy_strided(x, windows, dtype)
+    lw2 = lw.reshape((groups, o // groups, k))
+    if lw2 is None:  # a weight view the strides cannot regroup: copy it first
+        w, lw2 = be.copy_strided(w, lw, dtype), Layout((groups, o // groups, k))
+    lw2 = lw2.broadcast_to((n, groups, o // groups, k))
+    y = (be.matmul(w, lw2, cols, Layout((n, groups, k, oh * ow)), dtype), Layout((n, o, oh, ow)))
+    if bias is not None:
+        y = _binary(be, "add", y, (bias, lbias.reshape((1, o, 1, 1))), dtype)
+    if activation is not None:
+        y = _unary(be, activation, y, dtype)
+    return y[0]

@@ -1,0 +1,91 @@
+"""conv2d's numpy path, im2col a band of output rows at a time on several threads
+(backends/array_conv.py), and conv2d's fused activation on every device, against torch."""
+import numpy as np
+import pytest
+
+import ember
+from ember.backends import array_conv, row_parallel
+from helpers import require
+
+CASES = [  # (input, weight, kwargs): YOLO's 3x3 s2 and s1 and 1x1, then groups and dilation
+    ((1, 3, 17, 19), (8, 3, 3, 3), dict(stride=2, padding=1)),
+    ((2, 8, 13, 11), (6, 8, 3, 3), dict(padding=1)),
+    ((1, 8, 9, 10), (12, 8, 1, 1), {}),
+    ((1, 8, 12, 9), (6, 4, 3, 2), dict(groups=2, dilation=(2, 1), padding=(2, 0), stride=(1, 2))),
+]
+
+
+def _torch_conv(x, w, b, activation=None, **kw):
+    torch = require("torch")
+    y = torch.nn.functional.conv2d(*(torch.from_numpy(a.astype(np.float64)) for a in (x, w, b)),
+                                   **kw)
+    if activation is not None:
+        y = getattr(torch.nn.functional, activation)(y)
+    return y.numpy()
+
+
+def _inputs(case):
+    xshape, wshape, kw = CASES[case]
+    rng = np.random.default_rng(case)
+    x = rng.standard_normal(xshape).astype(np.float32)
+    w = rng.standard_normal(wshape).astype(np.float32)
+    b = rng.standard_normal(wshape[0]).astype(np.float32)
+    return x, w, b, kw
+
+
+@pytest.fixture
+def small_bands(monkeypatch):
+    """Bands of one or two output rows, spread over three threads however small; records
+    how many bands each convolution ran."""
+    monkeypatch.setattr(array_conv, "BAND_BYTES", 512)
+    monkeypatch.setattr(array_conv, "MIN_BAND_COLUMNS", 1)
+    monkeypatch.setitem(row_parallel._state, "workers", 3)
+    monkeypatch.setitem(row_parallel._state, "pool", None)
+    monkeypatch.setattr(row_parallel, "MIN_PARALLEL_ELEMENTS", 1)
+    counts = []
+    real = array_conv.run_rows
+
+    def counting(fn, rows, per_row):
+        counts.append(rows)
+        real(fn, rows, per_row)
+
+    monkeypatch.setattr(array_conv, "run_rows", counting)
+    yield counts
+    pool = row_parallel._state["pool"]
+    if pool is not None:
+        pool.shutdown()
+
+
+@pytest.mark.parametrize("activation", [None, "silu"])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_bands_on_threads_match_torch(small_bands, cpu, case, activation):
+    x, w, b, kw = _inputs(case)
+    got = ember.conv2d(ember.tensor(x), ember.tensor(w), ember.tensor(b), activation=activation,
+                       **kw)
+    np.testing.assert_allclose(got.numpy(), _torch_conv(x, w, b, activation, **kw),
+                               rtol=1e-5, atol=1e-5)
+    assert small_bands and small_bands[-1] > 2  # several bands ran, not one
+
+
+@pytest.mark.parametrize("activation", ["silu", "relu", "sigmoid"])
+@pytest.mark.parametrize("case", [0, 2])
+def test_fused_activation_matches_torch(device, case, activation):
+    x, w, b, kw = _inputs(case)
+    got = ember.conv2d(ember.tensor(x, device=device), ember.tensor(w, device=device),
+                       ember.tensor(b, device=device), activation=activation, **kw)
+    np.testing.assert_allclose(got.numpy(), _torch_conv(x, w, b, activation, **kw),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_fused_activation_on_a_strided_input_without_bias(cpu):
+    x, w, _, kw = _inputs(1)
+    xt = ember.tensor(np.ascontiguousarray(x.transpose(0, 1, 3, 2))).transpose(2, 3)
+    got = ember.conv2d(xt, ember.tensor(w), activation="silu", **kw)
+    np.testing.assert_allclose(got.numpy(), _torch_conv(x, w, np.zeros(w.shape[0]), "silu", **kw),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_unknown_activation_is_refused(cpu):
+    x, w, b, _ = _inputs(2)
+    with pytest.raises(ValueError, match="conv2d: unknown activation 'swish'"):
+        ember.conv2d(ember.tensor(x), ember.tensor(w), activation="swish")
