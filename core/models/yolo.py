@@ -69,8 +69,9 @@ class ConvBnSilu:
         self.s, self.p, self.act = s, k // 2, act
 
     def __call__(self, x):
-        y = F.conv2d(x, self.weight, self.bias, stride=self.s, padding=self.p)
-        return y.silu() if self.act else y
+        # SiLU fused into the conv (the numpy path applies it to each band while in cache)
+        act = "silu" if self.act else None
+        return F.conv2d(x, self.weight, self.bias, stride=self.s, padding=self.p, activation=act)
 
 
 class _Bottleneck:
