@@ -268,9 +268,9 @@ def agreement(a, b):
 
 def row(label, r):
     if "error" in r:
-        return f"{label:<34}  unavailable: {r['error']}"
+        return f"{label:<50}  unavailable: {r['error']}"
     return (
-        f"{label:<34}{r['encoder']:>9.2f} s{r['point'] * 1e3:>10.1f} ms{r['box'] * 1e3:>10.1f} ms"
+        f"{label:<50}{r['encoder']:>9.2f} s{r['point'] * 1e3:>10.1f} ms{r['box'] * 1e3:>10.1f} ms"
         f"{r['peak_rss_mb']:>9.0f} MB{r['load_s']:>8.1f} s"
     )
 
@@ -353,7 +353,7 @@ def main():
         results[(label, size)] = measure(worker, device, dirs[size], size, args, out)
 
     print(
-        f"\n{'engine, input':<34}{'encoder':>11}{'point':>13}{'box':>13}{'peak RSS':>12}{'load':>10}"
+        f"\n{'engine, input':<50}{'encoder':>11}{'point':>13}{'box':>13}{'peak RSS':>12}{'load':>10}"
     )
     for (label, size), r in results.items():
         note = " (smaller input)" if size != args.size else ""
