@@ -201,3 +201,23 @@ def test_class_names_past_ten_are_accepted_and_gaps_refused():
     assert yolo_format.check_meta(meta, "m").nc == 12
     with pytest.raises(FormatError, match="names"):
         yolo_format.make_meta(yaml, "detect", {**names, 12: "x"}, [4, 8, 8], 96, 1e-3, "m.pt")
+
+
+@pytest.mark.parametrize("content", [None, "notes.txt"])
+def test_convert_once_leaves_a_folder_of_that_name_it_did_not_make(tmp_path, content):
+    """An `ember-yolo` folder that is not a converted model (empty, or someone's files) is
+    refused by name and left as it was: a rename would replace an empty one."""
+    from ember.errors import FormatError
+    from ember.models.yolo_convert import CONVERTED, convert_once
+
+    pt = tmp_path / "best.pt"
+    pt.write_bytes(b"not read: the folder is checked first")
+    theirs = tmp_path / CONVERTED
+    theirs.mkdir()
+    if content:
+        (theirs / content).write_text("kept")
+    with pytest.raises(FormatError, match="exists but is not a converted YOLO model"):
+        convert_once(str(pt))
+    assert theirs.is_dir()
+    assert sorted(p.name for p in theirs.iterdir()) == ([content] if content else [])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["best.pt", CONVERTED])

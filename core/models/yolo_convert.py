@@ -189,6 +189,11 @@ def convert_once(path, inert=True):
 
     dest = os.path.join(os.path.dirname(os.path.abspath(path)), CONVERTED)
     if not yolo_format.is_model(dest):
+        if os.path.lexists(dest):  # not ours to replace (a rename would take an empty folder)
+            raise FormatError(
+                f"{dest} exists but is not a converted YOLO model; ember leaves it as it is "
+                f"(move it away, or convert with: ember convert --from-ultralytics {path} DIR)"
+            )
         staging = tempfile.mkdtemp(prefix=f".{CONVERTED}.", dir=os.path.dirname(dest))
         try:
             convert(path, staging, inert=inert)
