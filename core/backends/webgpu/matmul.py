@@ -264,8 +264,7 @@ def _split_or_launch(be, t, dtype, A, B, C, m, n, k, bshape, acc, epi=None, last
         )
 
 
-def _all4(*values):
-    return all(v % 4 == 0 for v in values)
+_all4 = _gpu._all4  # every value a multiple of 4 (vec4 loads)
 
 
 # Register tiles and workgroup shapes of matmul_nn (TM, TC, WGX, WGY) and matmul_nt (TM,
@@ -469,24 +468,6 @@ def _launch(be, t, dtype, A, B, C, m, n, k, bshape, acc, epi=None, last=True):
         if checked:
             ranges.append(be.runtime.overflow_binding())
         total = nb * m * n
-        params = {
-            "m": m,
-            "n": n,
-            "k": k,
-            "total": total,
-            "a_off": rel[0],
-            "b_off": rel[1],
-            "o_off": rel[2],
-            "acc": int(acc),
-            "a_rs": A.rs,
-            "a_cs": A.cs,
-            "b_rs": B.rs,
-            "b_cs": B.cs,
-            "o_rs": C.rs,
-            "batch": bshape,
-            "a_bs": A.bs,
-            "b_bs": B.bs,
-            "o_bs": C.bs,
-        }
+        params = {**_gpu.operand_params(A, B, C, rel, m, n, k, bshape, acc), "total": total}
         groups = be.runtime.grid(total, 64)
     be.runtime.launch(pipe, {**params, **tail}, ranges, groups)

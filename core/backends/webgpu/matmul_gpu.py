@@ -27,6 +27,29 @@ def _all4(*values):
     return all(v % 4 == 0 for v in values)
 
 
+def operand_params(A, B, C, rel, m, n, k, bshape, acc):
+    """The parameter values every strided matmul kernel takes: sizes, the operands' offsets
+    (relative to their bindings) and row, column and batch strides, the accumulate flag."""
+    return {
+        "m": m,
+        "n": n,
+        "k": k,
+        "a_off": rel[0],
+        "b_off": rel[1],
+        "o_off": rel[2],
+        "acc": int(acc),
+        "a_rs": A.rs,
+        "a_cs": A.cs,
+        "b_rs": B.rs,
+        "b_cs": B.cs,
+        "o_rs": C.rs,
+        "batch": bshape,
+        "a_bs": A.bs,
+        "b_bs": B.bs,
+        "o_bs": C.bs,
+    }
+
+
 def _axis(rs, cs, extent_rows, extent_cols, off, bs, mn_is_rows):
     """How one operand is staged: (along K, width). An operand is loaded along the axis
     it is contiguous in (K, or M for A / N for B), 4 at a time when its offset, its other
@@ -54,24 +77,7 @@ def plan(be, t, A, B, C, rel, m, n, k, bshape, acc, epi_spec):
     for d in bshape:
         nb *= d
     common = {"NB": len(bshape), "S": t.storage, **epi_spec}
-    params = {
-        "m": m,
-        "n": n,
-        "k": k,
-        "a_off": rel[0],
-        "b_off": rel[1],
-        "o_off": rel[2],
-        "acc": int(acc),
-        "a_rs": A.rs,
-        "a_cs": A.cs,
-        "b_rs": B.rs,
-        "b_cs": B.cs,
-        "o_rs": C.rs,
-        "batch": bshape,
-        "a_bs": A.bs,
-        "b_bs": B.bs,
-        "o_bs": C.bs,
-    }
+    params = operand_params(A, B, C, rel, m, n, k, bshape, acc)
     a_vec = A.cs == 1 and _all4(k, rel[0], A.rs, *A.bs)
     if m <= GEMV_MAX_M and a_vec and B.rs == 1 and _all4(rel[1], B.cs, *B.bs):
         wg = min(256, max(64, 1 << max(0, k // 4 - 1).bit_length()))
