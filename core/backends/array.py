@@ -17,6 +17,7 @@ from .array_fast import UNARY_INPLACE
 from .array_qmatmul import qmatmul_rows
 from .array_rows import linear_epilogue, norm_last_dim, softmax_last_dim
 from .base import Backend
+from .row_parallel import map_tasks
 
 
 class ArrayBackend(Backend):
@@ -33,6 +34,13 @@ class ArrayBackend(Backend):
     @property
     def kernel_set(self):
         return self.xp.__name__
+
+    def map_independent(self, fn, items):
+        """numpy: the calls spread over the cores, each on one thread inside (see
+        row_parallel.map_tasks); cupy (one device queue) runs them in turn."""
+        if not self._is_numpy:
+            return [fn(item) for item in items]
+        return map_tasks(fn, items)
 
     # --- views and conversions ----------------------------------------------------------
     def view(self, storage, layout):

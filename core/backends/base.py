@@ -15,7 +15,7 @@ misspelled override is a method no one calls rather than a silent slow path. Dev
 facts (`info`, `is_software_adapter`, `kernel_set`) are declared properties too.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..dtype import DType
@@ -362,3 +362,9 @@ class Backend:
 
     def synchronize(self) -> None:
         """Wait for queued work (a no-op on synchronous backends)."""
+
+    def map_independent(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list:
+        """[fn(item) for item in items], in order. The calls share nothing (each builds
+        its own tensors: the micro-batches of an embedding job, say), so a backend may run
+        them at the same time; this default runs them one after the other."""
+        return [fn(item) for item in items]

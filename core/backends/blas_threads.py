@@ -8,8 +8,10 @@ pins such products to one thread; large ones keep the pool. When the BLAS librar
 its thread call cannot be found, it does nothing.
 """
 
+import contextlib
 import glob
 import os
+import threading
 
 # Products with fewer multiply-adds than this run on one thread (about 0.3 ms of work).
 SMALL_GEMM_MACS = 1 << 23
@@ -69,7 +71,7 @@ _NOTHING = _Nothing()
 
 def single_thread_below(macs, limit=SMALL_GEMM_MACS):
     """A context manager: one BLAS thread if `macs` < limit, else nothing changes."""
-    if macs >= limit:
+    if macs >= limit or _pinned[0]:
         return _NOTHING
     if not _api:
         _api.append(_probe())
@@ -77,6 +79,34 @@ def single_thread_below(macs, limit=SMALL_GEMM_MACS):
     if api is None or api[1] <= 1:
         return _NOTHING
     return _Single(*api)
+
+
+# How many one_thread_throughout blocks are open: while any is, BLAS stays at one thread
+# (a small GEMM's _Single would put it back to the pool size on exit, under the feet of
+# the other threads' GEMMs).
+_pinned = [0]
+_pin_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def one_thread_throughout():
+    """One BLAS thread until the block ends, whatever runs inside it: for several Python
+    threads each running its own GEMMs at once (row_parallel.map_tasks). Reentrant and
+    shared: the first block to open sets one thread, the last to close restores it."""
+    if not _api:
+        _api.append(_probe())
+    api = _api[0]
+    with _pin_lock:
+        _pinned[0] += 1
+        if _pinned[0] == 1 and api is not None:
+            api[0](1)
+    try:
+        yield
+    finally:
+        with _pin_lock:
+            _pinned[0] -= 1
+            if _pinned[0] == 0 and api is not None:
+                api[0](api[1])
 
 
 # log2 of the cycles OpenBLAS's idle workers spin before they sleep (its default is 28,

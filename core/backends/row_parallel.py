@@ -107,6 +107,51 @@ def run_rows(fn, rows, elements_per_row, align=1):
             raise failure
 
 
+def map_tasks(fn, items):
+    """[fn(item) for item in items], on up to `workers()` threads at once (the caller's
+    among them), each call single-threaded inside: BLAS pinned to one thread, run_rows
+    inline. For independent pieces of work whose own ops are too small to split well:
+    two MiniLM micro-batches of 256 short sentences side by side beat one at a time on
+    two threads (on 2 quiet cores, 2 Ray actors of one thread each embedded a 100,000-row
+    corpus at 212 rows/s, one process at 154). Results keep the items' order; the first
+    failure (in item order) is raised once every started call has ended."""
+    items = list(items)
+    n = min(workers(), len(items))
+    if n <= 1 or getattr(_in_worker, "active", False):
+        return [fn(item) for item in items]
+    from .blas_threads import one_thread_throughout
+
+    results = [None] * len(items)
+    failures = {}
+    taken = iter(range(len(items)))
+    lock = threading.Lock()
+
+    def drain():
+        was = getattr(_in_worker, "active", False)
+        _in_worker.active = True
+        try:
+            while not failures:
+                with lock:
+                    i = next(taken, None)
+                if i is None:
+                    return
+                try:
+                    results[i] = fn(items[i])
+                except BaseException as exc:  # re-raised in the caller, below
+                    failures[i] = exc
+        finally:
+            _in_worker.active = was
+
+    with one_thread_throughout():
+        futures = [_pool().submit(drain) for _ in range(n - 1)]
+        drain()
+        for future in futures:
+            future.result()
+    if failures:
+        raise failures[min(failures)]
+    return results
+
+
 def _after_fork():
     # A forked child has none of the parent's threads: start over.
     _state["pool"] = None

@@ -94,10 +94,11 @@ class SentenceEmbedder:
         ids = self.tokenize(texts)
         t1 = time.perf_counter()
         order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
-        parts = [
-            self._embed_batch([ids[i] for i in order[start:stop]])
+        batches = [
+            [ids[i] for i in order[start:stop]]
             for start, stop in batch_bounds([len(ids[i]) for i in order], batch_size, batch_tokens)
         ]
+        parts = self.device.backend.map_independent(self._embed_batch, batches)
         out = parts[0] if len(parts) == 1 else cat(parts, 0)
         if order != list(range(len(order))):
             inverse = [0] * len(order)
