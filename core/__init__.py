@@ -11,7 +11,7 @@ from . import (
     functional,
     io,  # safetensors needs no numpy at import time
 )
-from .device import Device
+from .device import Device, set_cpu_threads
 from .dtype import (
     DType,
     bf16,
@@ -134,6 +134,7 @@ __all__ = [
     "matmul",
     "ones",
     "ones_like",
+    "set_cpu_threads",
     "set_default_device",
     "softmax",
     "stack",

@@ -195,3 +195,14 @@ class Device:
 
 def as_device(device):
     return Device.parse(device)
+
+
+def set_cpu_threads(n):
+    """How many threads ember's own CPU work spreads over (row-wise ops, side-by-side
+    micro-batches), as EMBER_CPU_THREADS=n does; that variable, when set, wins. BLAS keeps
+    its own setting (OPENBLAS_NUM_THREADS)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise DeviceError(f"set_cpu_threads: expected a whole number >= 1, got {n!r}", device="cpu")
+    from .backends import row_parallel
+
+    row_parallel.set_workers(n)

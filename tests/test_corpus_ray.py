@@ -44,6 +44,19 @@ def test_map_batches_with_two_actors_equals_the_single_process(local_ray, tiny_m
     assert _cosines(got, single.numpy()).min() >= 0.99999
 
 
+def test_an_actor_of_one_cpu_splits_its_work_over_one_thread(local_ray, tiny_model_dir):
+    from ember.integrations.ray import EmbedBatch
+
+    @local_ray.remote(num_cpus=1)
+    def threads_in_an_actor(model):
+        from ember.backends import row_parallel
+
+        EmbedBatch(model=model, device="cpu")
+        return row_parallel.workers()
+
+    assert local_ray.get(threads_in_an_actor.remote(str(tiny_model_dir))) == 1
+
+
 @pytest.mark.slow
 def test_ember_embed_on_ray_writes_the_single_process_file(local_ray, capsys, tmp_path,
                                                             tiny_model_dir):

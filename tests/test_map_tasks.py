@@ -110,3 +110,18 @@ def test_sentence_embeddings_are_the_same_bits_side_by_side(two_workers, tmp_pat
     in_turn = emb.encode(texts, batch_size=16).numpy()
     assert calls == [19] and side_by_side.shape == (300, emb.dim)   # 300 texts, 16 a batch
     np.testing.assert_array_equal(side_by_side, in_turn)
+
+
+def test_set_cpu_threads_sets_the_pool_size_unless_the_environment_does(two_workers,
+                                                                       monkeypatch):
+    from ember import DeviceError, set_cpu_threads
+
+    monkeypatch.delenv("EMBER_CPU_THREADS", raising=False)
+    set_cpu_threads(3)
+    assert row_parallel.workers() == 3
+    monkeypatch.setenv("EMBER_CPU_THREADS", "2")
+    set_cpu_threads(1)
+    assert row_parallel.workers() == 3   # the variable's owner decides, not the call
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(DeviceError, match="set_cpu_threads: expected a whole number"):
+            set_cpu_threads(bad)

@@ -65,6 +65,19 @@ def workers():
     return n
 
 
+def set_workers(n):
+    """From code, what EMBER_CPU_THREADS=n does (a Ray actor granted n CPUs); a setting in
+    the environment wins. A pool of another size already started is replaced."""
+    if os.environ.get("EMBER_CPU_THREADS", "").strip():
+        return
+    with _lock:
+        n = max(1, int(n))
+        if _state["pool"] is not None and n != _state["workers"]:
+            _state["pool"].shutdown()
+            _state["pool"] = None
+        _state["workers"] = n
+
+
 def _pool():
     with _lock:
         if _state["pool"] is None:

@@ -33,6 +33,21 @@ def require_ray():
     return ray
 
 
+def _use_the_actors_cpus():
+    """In a Ray actor, ember's CPU threads follow the CPUs Ray granted it (Ray already
+    gives BLAS that many): without this every actor would split its work over all of the
+    node's cores, side by side with the other actors."""
+    import ray
+
+    if not ray.is_initialized():
+        return
+    cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
+    if cpus and cpus >= 1:
+        from ..device import set_cpu_threads
+
+        set_cpu_threads(int(cpus))
+
+
 class EmbedBatch:
     """map_batches callable: one SentenceEmbedder per actor; `__call__` embeds a batch."""
 
@@ -41,6 +56,7 @@ class EmbedBatch:
     ):
         from ..pipelines import SentenceEmbedder
 
+        _use_the_actors_cpus()
         self.embedder = SentenceEmbedder.from_pretrained(model, device=device)
         self.text_column, self.vector_column = text_column, vector_column
         # None: the embedder's own micro-batches (sentence_embedder.BATCH_SIZE texts, at
