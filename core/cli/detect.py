@@ -59,7 +59,8 @@ def add_parser(subparsers):
         "--save",
         metavar="OUT.png",
         default=None,
-        help="write the image with its boxes drawn as a PNG (one IMAGE; an existing file is refused)",
+        help="write the image with its boxes, labels and scores (and keypoints) drawn, as a PNG "
+        "(one IMAGE; an existing file is refused)",
     )
     add_device_argument(p, default="cpu")
     p.set_defaults(func=run)
@@ -106,7 +107,7 @@ def _check_save(args):
         raise InvalidArgument("--save: give one IMAGE (the drawn image is written to one file)")
     if not args.save.lower().endswith(".png"):
         raise InvalidArgument(f"--save: {args.save} must end in .png (ember writes PNG)")
-    if os.path.exists(args.save):
+    if os.path.lexists(args.save):
         raise InvalidArgument(
             f"--save: {args.save} exists; choose another path (ember does not overwrite it)"
         )
@@ -116,20 +117,15 @@ def _check_save(args):
 
 
 def _save(path, image, found):
+    from .. import owned
     from ..errors import InvalidArgument
-    from ..vision.draw import draw_boxes
+    from ..vision.draw import draw_detections
     from ..vision.png import encode
 
-    data = encode(draw_boxes(image, found))
-    part = f"{path}.{os.getpid()}.part"
-    with open(part, "xb") as fh:
-        fh.write(data)
     try:
-        os.link(part, path)  # whole or not at all, and never over a file made meanwhile
-    except FileExistsError:
+        owned.write_new(path, encode(draw_detections(image, found)))
+    except owned.NotOurs:
         raise InvalidArgument(f"--save: {path} appeared meanwhile; not overwritten") from None
-    finally:
-        os.unlink(part)
     print(f"ember: wrote {path}", file=sys.stderr)
 
 
