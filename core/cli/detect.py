@@ -132,21 +132,25 @@ def _save(path, image, found):
 def run(args):
     from ..models.yolo import load
     from ..vision.detect import detect
-    from ..vision.images import read_image
+    from ..vision.images import read_for_size, read_image
 
     if args.save is not None:
         _check_save(args)
-    images = [read_image(path) for path in args.images]  # every file checked before the model
+        image = read_image(args.images[0])  # drawn on at its full size
+        images = [(image, image.shape[:2])]
+    else:  # a huge JPEG is decoded at reduced scale: only the letterbox is needed
+        images = [read_for_size(path, args.imgsz) for path in args.images]
+    # every file is read (and checked) before the model loads
     model = load(_model_dir(args.model), device=open_device(args.device))
     results = []
-    for path, image in zip(args.images, images, strict=True):
-        (found,) = detect(model, [image], args.conf, args.iou, args.imgsz, max(args.max_det, 0))
-        h, w = image.shape[:2]
+    for path, decoded in zip(args.images, images, strict=True):
+        (found,) = detect(model, [decoded], args.conf, args.iou, args.imgsz, max(args.max_det, 0))
+        h, w = decoded[1]
         results.append(
             {"image": path, "width": w, "height": h, "detections": [d.to_json() for d in found]}
         )
     if args.save is not None:
-        _save(args.save, images[0], found)
+        _save(args.save, images[0][0], found)
     if args.json:
         json.dump(results, sys.stdout, indent=2)
         print()
