@@ -116,6 +116,32 @@ def atomic_file(path, mode="wb"):
         raise
 
 
+def write_new(path, data):
+    """Write the bytes `data` to a file at `path`, which must not exist: whole or not at
+    all (written to a private temporary beside it, then hard-linked onto the name), and
+    never over a file that appeared meanwhile (the link fails: `NotOurs`, nothing
+    replaced). The temporary is always removed."""
+    path = os.fspath(path)
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{os.path.basename(path)}.",
+        suffix=".partial",
+        dir=os.path.dirname(os.path.abspath(path)),
+    )
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a saved file is not secret
+            fh.write(data)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise NotOurs(
+                f"{path} appeared while ember was writing it; ember does not overwrite it",
+                path=path,
+            ) from None
+    finally:
+        os.unlink(tmp)
+
+
 def _umask():
     mask = os.umask(0o022)  # read it (os has no getter) and put it back
     os.umask(mask)

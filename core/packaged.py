@@ -159,6 +159,13 @@ ITEMS = {
             size_mb=2,
             license="AGPL-3.0 (Ultralytics)",
         ),
+        Item(
+            "matplotlib-images",
+            ("pypi:matplotlib==3.11.2",),
+            _dir("matplotlib/mpl-data/sample_data/", "grace_hopper.jpg"),
+            size_mb=10,
+            license="matplotlib's sample data (its LICENSE_* files)",
+        ),
     )
 }
 

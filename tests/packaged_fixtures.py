@@ -51,3 +51,14 @@ def yolov8s_pt():
 def bus_jpg():
     """bus.jpg (810x1080) from the ultralytics wheel; zidane.jpg lies beside it."""
     return _packaged("ultralytics-images")
+
+
+@pytest.fixture(scope="session")
+def yolov8s_converted(yolov8s_pt, tmp_path_factory):
+    """The YOLOv8s fall detector converted once a session into ember's model directory by
+    ember's inert reader (no torch, nothing unpickled runs), as `ember detect` does."""
+    from ember.models import yolo_convert
+
+    out = tmp_path_factory.mktemp("yolov8s-fall") / "model"
+    yolo_convert.convert(yolov8s_pt, out, inert=True)
+    return str(out)

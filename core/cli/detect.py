@@ -59,7 +59,8 @@ def add_parser(subparsers):
         "--save",
         metavar="OUT.png",
         default=None,
-        help="write the image with its boxes drawn as a PNG (one IMAGE; an existing file is refused)",
+        help="write the image with its boxes, labels and scores (and keypoints) drawn, as a PNG "
+        "(one IMAGE; an existing file is refused)",
     )
     add_device_argument(p, default="cpu")
     p.set_defaults(func=run)
@@ -106,7 +107,7 @@ def _check_save(args):
         raise InvalidArgument("--save: give one IMAGE (the drawn image is written to one file)")
     if not args.save.lower().endswith(".png"):
         raise InvalidArgument(f"--save: {args.save} must end in .png (ember writes PNG)")
-    if os.path.exists(args.save):
+    if os.path.lexists(args.save):
         raise InvalidArgument(
             f"--save: {args.save} exists; choose another path (ember does not overwrite it)"
         )
@@ -116,41 +117,40 @@ def _check_save(args):
 
 
 def _save(path, image, found):
+    from .. import owned
     from ..errors import InvalidArgument
-    from ..vision.draw import draw_boxes
+    from ..vision.draw import draw_detections
     from ..vision.png import encode
 
-    data = encode(draw_boxes(image, found))
-    part = f"{path}.{os.getpid()}.part"
-    with open(part, "xb") as fh:
-        fh.write(data)
     try:
-        os.link(part, path)  # whole or not at all, and never over a file made meanwhile
-    except FileExistsError:
+        owned.write_new(path, encode(draw_detections(image, found)))
+    except owned.NotOurs:
         raise InvalidArgument(f"--save: {path} appeared meanwhile; not overwritten") from None
-    finally:
-        os.unlink(part)
     print(f"ember: wrote {path}", file=sys.stderr)
 
 
 def run(args):
     from ..models.yolo import load
     from ..vision.detect import detect
-    from ..vision.images import read_image
+    from ..vision.images import read_for_size, read_image
 
     if args.save is not None:
         _check_save(args)
-    images = [read_image(path) for path in args.images]  # every file checked before the model
+        image = read_image(args.images[0])  # drawn on at its full size
+        images = [(image, image.shape[:2])]
+    else:  # a huge JPEG is decoded at reduced scale: only the letterbox is needed
+        images = [read_for_size(path, args.imgsz) for path in args.images]
+    # every file is read (and checked) before the model loads
     model = load(_model_dir(args.model), device=open_device(args.device))
     results = []
-    for path, image in zip(args.images, images, strict=True):
-        (found,) = detect(model, [image], args.conf, args.iou, args.imgsz, max(args.max_det, 0))
-        h, w = image.shape[:2]
+    for path, decoded in zip(args.images, images, strict=True):
+        (found,) = detect(model, [decoded], args.conf, args.iou, args.imgsz, max(args.max_det, 0))
+        h, w = decoded[1]
         results.append(
             {"image": path, "width": w, "height": h, "detections": [d.to_json() for d in found]}
         )
     if args.save is not None:
-        _save(args.save, images[0], found)
+        _save(args.save, images[0][0], found)
     if args.json:
         json.dump(results, sys.stdout, indent=2)
         print()

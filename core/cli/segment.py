@@ -12,7 +12,6 @@ PNG is read by ember itself, JPEG through Pillow (pip install 'ember[images]')."
 import json
 import os
 import sys
-import tempfile
 
 from .common import add_device_argument, open_device
 
@@ -104,23 +103,13 @@ def _check_save(path):
 
 
 def _write_new(path, data):
-    """Write `data` to a fresh file at `path`: whole or not at all (a private temporary
-    beside it, hard-linked onto the name), and never over a file that appeared meanwhile."""
+    from .. import owned
     from ..errors import InvalidArgument
 
-    fd, tmp = tempfile.mkstemp(
-        prefix=f".{os.path.basename(path)}.",
-        suffix=".partial",
-        dir=os.path.dirname(os.path.abspath(path)),
-    )
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.link(tmp, path)
-    except FileExistsError:
+        owned.write_new(path, data)
+    except owned.NotOurs:
         raise InvalidArgument(f"--save: {path} appeared meanwhile; not overwritten") from None
-    finally:
-        os.unlink(tmp)
 
 
 def _check_prompt(args, frame):

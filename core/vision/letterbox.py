@@ -75,8 +75,43 @@ def resize_bilinear(image, height, width):
     return np.clip(np.floor(out + 0.5), 0, 255).astype(np.uint8)
 
 
-def letterbox(image, size=640, stride=32, auto=True, pad_value=PAD_VALUE):
-    """(H, W, 3) uint8 image -> (letterboxed uint8 image, Letterbox)."""
+def resize_bilinear_rows(rows, h, w, height, width):
+    """resize_bilinear of an h x w image given as an iterator over its (w, C) uint8 rows,
+    top first, holding two of them at a time (a huge PNG as it is inflated): the same
+    float32 operations per output row, so the same bits. Every row is consumed."""
+    r0, r1, fy = _taps(h, height)
+    c0, c1, fx = _taps(w, width)
+    out, y, prev, given = None, 0, None, 0
+    for i, row in enumerate(rows):
+        while y < height and r1[y] == i:  # r1 is r0 or r0 + 1, and never decreases
+            top = (row if r0[y] == i else prev).astype(np.float32)
+            line = top + (row.astype(np.float32) - top) * fy[y]
+            left = line[c0]
+            pixels = left + (line[c1] - left) * fx[:, None]
+            if out is None:
+                out = np.empty((height, width, row.shape[-1]), np.uint8)
+            out[y] = np.clip(np.floor(pixels + 0.5), 0, 255).astype(np.uint8)
+            y += 1
+        prev, given = row, i + 1
+    if given != h:
+        raise InvalidArgument(
+            f"resize_bilinear_rows: {given} rows given for an image of {h}", op="letterbox"
+        )
+    return out
+
+
+def resized_shape(h, w, size):
+    """(height, width) an h x w image is scaled to inside a `size` letterbox: the aspect
+    ratio kept, each side rounded, at least 1 pixel."""
+    r = min(size / h, size / w)
+    return max(round(h * r), 1), max(round(w * r), 1)
+
+
+def letterbox(image, size=640, stride=32, auto=True, pad_value=PAD_VALUE, orig_shape=None):
+    """(H, W, 3) uint8 image -> (letterboxed uint8 image, Letterbox). `orig_shape`: the
+    (height, width) the image stands for when it is a reduced decode of a larger one
+    (ember.vision.images.read_for_size): the geometry and the boxes mapped back are the
+    larger image's, the pixels resampled from the reduced ones."""
     image = np.asarray(image)
     if image.ndim != 3 or image.dtype != np.uint8 or image.shape[0] < 1 or image.shape[1] < 1:
         raise InvalidArgument(
@@ -88,9 +123,8 @@ def letterbox(image, size=640, stride=32, auto=True, pad_value=PAD_VALUE):
             f"letterbox: size must be a multiple of the stride {stride}, got {size!r}",
             op="letterbox",
         )
-    h, w = image.shape[:2]
-    r = min(size / h, size / w)
-    nh, nw = max(round(h * r), 1), max(round(w * r), 1)
+    h, w = image.shape[:2] if orig_shape is None else orig_shape
+    nh, nw = resized_shape(h, w, size)
     dh, dw = size - nh, size - nw
     if auto:
         dh, dw = dh % stride, dw % stride

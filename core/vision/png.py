@@ -5,6 +5,9 @@ Decoded to what a detector reads, as OpenCV's imread(IMREAD_COLOR) gives it: 8-b
 RGB (16-bit samples keep their high byte, grey is repeated into three channels, alpha
 is dropped, palettes are looked up). Chunk CRCs are checked, so a damaged file is an
 error, never a half image.
+
+Rows are inflated and unfiltered one at a time (`rows`), so a reader that keeps only
+some of them (ember.vision.images.read_for_size, for a huge PNG) never holds the image.
 """
 
 import struct
@@ -31,9 +34,9 @@ def _chunks(data, path):
         end = pos + 8 + length
         if end + 4 > len(data):
             _bad(path, f"PNG chunk {kind!r} runs past the end of the file (truncated?)")
-        body = data[pos + 8 : end]
+        body = memoryview(data)[pos + 8 : end]  # a view: IDAT is not copied
         (crc,) = struct.unpack_from(">I", data, end)
-        if zlib.crc32(kind + body) != crc:
+        if zlib.crc32(body, zlib.crc32(kind)) != crc:
             _bad(path, f"PNG chunk {kind!r} fails its CRC (the file is damaged)")
         yield kind, body
         if kind == b"IEND":
@@ -58,32 +61,76 @@ def _average_row(line, prior, bpp):
         line[i] = (line[i] + ((a + prior[i]) >> 1)) & 0xFF
 
 
-def _unfilter(raw, height, stride, bpp, path):
-    out = np.empty((height, stride), np.uint8)
-    prior = np.zeros(stride, np.uint8)
-    for y in range(height):
-        start = y * (stride + 1)
-        kind = raw[start]
-        line = np.frombuffer(raw, np.uint8, stride, start + 1).copy()
-        if kind == 1:  # Sub: a running sum per byte of a pixel, wrapping at 256
-            pad = (-stride) % bpp
-            cols = np.concatenate([line, np.zeros(pad, np.uint8)]).reshape(-1, bpp)
-            line = np.cumsum(cols, 0, dtype=np.uint8).ravel()[:stride]
-        elif kind == 2:
-            line += prior
-        elif kind in (3, 4):
-            buf, pri = bytearray(line.tobytes()), prior.tobytes()
-            (_average_row if kind == 3 else _paeth_row)(buf, pri, bpp)
-            line = np.frombuffer(bytes(buf), np.uint8)
-        elif kind != 0:
-            _bad(path, f"PNG row {y} has filter type {kind} (0-4 exist)")
-        out[y] = line
-        prior = out[y]
-    return out
+def _unfilter(raw, prior, bpp, y, path):
+    """Row `y`'s bytes from its filtered form (the filter type, then the bytes) and the
+    unfiltered row above it."""
+    kind = raw[0]
+    line = np.frombuffer(raw, np.uint8, len(raw) - 1, 1).copy()
+    stride = len(line)
+    if kind == 1:  # Sub: a running sum per byte of a pixel, wrapping at 256
+        pad = (-stride) % bpp
+        cols = np.concatenate([line, np.zeros(pad, np.uint8)]).reshape(-1, bpp)
+        line = np.cumsum(cols, 0, dtype=np.uint8).ravel()[:stride]
+    elif kind == 2:
+        line += prior
+    elif kind in (3, 4):
+        buf, pri = bytearray(line.tobytes()), prior.tobytes()
+        (_average_row if kind == 3 else _paeth_row)(buf, pri, bpp)
+        line = np.frombuffer(bytes(buf), np.uint8)
+    elif kind != 0:
+        _bad(path, f"PNG row {y} has filter type {kind} (0-4 exist)")
+    return line
 
 
-def decode(data, path="image"):
-    """PNG bytes -> (H, W, 3) uint8 RGB."""
+_PIECE = 1 << 14  # compressed bytes inflated at a time: at most ~16 MB out, even for a bomb
+
+
+def _filtered_rows(idat, height, stride, path):
+    """Each row's filtered bytes, inflated from the IDAT chunks as they are needed."""
+    inflate = zlib.decompressobj()
+    pieces = (body[i : i + _PIECE] for body in idat for i in range(0, len(body), _PIECE))
+    buf, need, done = bytearray(), stride + 1, 0
+    for _ in range(height):
+        while len(buf) < need:
+            piece = next(pieces, None)
+            if piece is None:
+                _bad(
+                    path,
+                    f"the PNG's image data holds {done + len(buf)} bytes, {height * need} "
+                    "needed (truncated?)",
+                )
+            try:
+                buf += inflate.decompress(piece)
+            except zlib.error as exc:
+                _bad(path, f"the PNG's image data does not decompress ({exc}; truncated?)")
+        yield bytes(buf[:need])
+        del buf[:need]  # cheap: a bytearray drops its front without moving the rest
+        done += need
+
+
+def _to_rgb(line, width, depth, ctype, palette, path):
+    """One unfiltered row -> (width, 3) uint8 RGB."""
+    if depth < 8:
+        samples = np.unpackbits(line)[: width * depth].reshape(width, depth)
+        values = samples.dot(1 << np.arange(depth - 1, -1, -1)).astype(np.uint8)
+        pix = values[:, None] if ctype == 3 else (values * (255 // ((1 << depth) - 1)))[:, None]
+    elif depth == 16:
+        pix = line.reshape(width, _CHANNELS[ctype], 2)[..., 0]  # the high byte
+    else:
+        pix = line.reshape(width, _CHANNELS[ctype])
+    if ctype == 3:
+        idx = pix[:, 0]
+        if idx.max() >= len(palette):
+            _bad(path, "a PNG pixel names a colour past the end of the palette")
+        return palette[idx]
+    if ctype in (0, 4):
+        return np.repeat(pix[:, :1], 3, axis=1)
+    return pix[:, :3]
+
+
+def rows(data, path="image"):
+    """PNG bytes -> (height, width, an iterator of its (width, 3) uint8 RGB rows, top
+    first). The header is checked at once; a damaged row raises when it is reached."""
     if not data.startswith(SIGNATURE):
         _bad(path, "not a PNG file")
     header, palette, idat = None, None, []
@@ -111,29 +158,27 @@ def decode(data, path="image"):
         _bad(path, "the palette PNG has no valid palette (PLTE)")
     bits = _CHANNELS[ctype] * depth
     stride, bpp = (width * bits + 7) // 8, max(bits // 8, 1)
-    try:
-        raw = zlib.decompress(b"".join(idat))
-    except zlib.error as exc:
-        _bad(path, f"the PNG's image data does not decompress ({exc}; truncated?)")
-    if len(raw) < height * (stride + 1):
-        _bad(path, f"the PNG's image data holds {len(raw)} bytes, {height * (stride + 1)} needed")
-    rows = _unfilter(raw, height, stride, bpp, path)
-    if depth < 8:
-        samples = np.unpackbits(rows, axis=1)[:, : width * depth].reshape(height, width, depth)
-        values = samples.dot(1 << np.arange(depth - 1, -1, -1)).astype(np.uint8)
-        pix = values[..., None] if ctype == 3 else (values * (255 // ((1 << depth) - 1)))[..., None]
-    elif depth == 16:
-        pix = rows.reshape(height, width, _CHANNELS[ctype], 2)[..., 0]  # the high byte
-    else:
-        pix = rows.reshape(height, width, _CHANNELS[ctype])
-    if ctype == 3:
-        idx = pix[..., 0]
-        if idx.max() >= len(palette):
-            _bad(path, "a PNG pixel names a colour past the end of the palette")
-        return palette[idx]
-    if ctype in (0, 4):
-        return np.repeat(pix[..., :1], 3, axis=2)
-    return np.ascontiguousarray(pix[..., :3])
+
+    def each():
+        prior = np.zeros(stride, np.uint8)
+        for y, raw in enumerate(_filtered_rows(idat, height, stride, path)):
+            prior = _unfilter(raw, prior, bpp, y, path)
+            yield _to_rgb(prior, width, depth, ctype, palette, path)
+
+    return height, width, each()
+
+
+def assemble(height, width, each):
+    """`rows`' answer -> the (height, width, 3) uint8 image."""
+    out = np.empty((height, width, 3), np.uint8)
+    for y, row in enumerate(each):
+        out[y] = row
+    return out
+
+
+def decode(data, path="image"):
+    """PNG bytes -> (H, W, 3) uint8 RGB."""
+    return assemble(*rows(data, path))
 
 
 def encode(image):
