@@ -12,7 +12,10 @@ ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("EMBER_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--enable-unsafe-webgpu",
                  "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+                 "--disable-sync", "--no-first-run",
+                 # a fake camera for the detection page; getUserMedia still asks for the
+                 # permission, which a test grants (or not) per browser context
+                 "--use-fake-device-for-media-stream"]
 # Pyodide's boot on a busy 2-core machine under software WebGPU takes seconds, not minutes;
 # this bound only turns a hung page into a failure with a message instead of a stuck run.
 PAGE_TIMEOUT_MS = 300_000
