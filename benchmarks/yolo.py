@@ -13,10 +13,21 @@ load hits all alike; read the ratios, and the load average printed with them.
 
 Targets: ember cpu >= 1.0x torch's speed, >= 0.7x onnxruntime's.
 
+The page row (--no-page leaves it out; --page-only runs it alone, without torch): the
+detection page (web/static/detect.html) in Debian's Chromium on WebGPU (SwiftShader, a CPU
+rasterizer, without a GPU), the bundle's YOLOv8s fall detector served by ember's server,
+bus.jpg picked with the page's image picker as its test picks it
+(tests/browser/detect_page_driver.py), at a letterbox side of --page-imgsz (the page's
+input-size field): milliseconds per frame, forward and total (decode to boxes drawn),
+the first frame (its kernels compiled) apart; beside it ember's own `ember detect`
+pipeline (ember.vision.detect: letterbox, forward, NMS) on the same image and size, on
+cpu and wgpu.
+
 Needs torch and ultralytics (and onnxruntime): run it from the environment that
 yolo_parity.py's docstring describes, not the test environment.
 
     yolo-venv/bin/python benchmarks/yolo.py --images 10 --threads 2   # --skip-wgpu --no-fall
+    .venv/bin/python benchmarks/yolo.py --page-only --page-imgsz 320   # the page row alone
 """
 
 import argparse
@@ -130,6 +141,93 @@ def fall_model(tmp):
     return ref.eval(), out, os.path.join(os.path.dirname(pt), "best_fp16.onnx")
 
 
+# --- the page -----------------------------------------------------------------------------
+PAGE_MODEL = "yolov8s-fall-detection"
+
+
+def measure_page(imgsz, frames):
+    """The detection page: {"runs": [page answers], ...}, or {"skipped": why} /
+    {"error": what} (a benchmark reports, it does not fail)."""
+    from browser_common import BrowserUnavailable, open_browser
+    from detect_page_driver import detect_file, set_imgsz
+    from ember import packaged
+
+    try:
+        bus = packaged.file("ultralytics-images", "bus.jpg", log=lambda m: None)
+        with open_browser() as session:
+            if not session.has_model(PAGE_MODEL):
+                return {"skipped": f"the web bundle has no {PAGE_MODEL} (build_web converts it)"}
+            page = session.page("detect.html")
+            page.boot()
+            loaded = page.evaluate("() => window.demoReady")
+            set_imgsz(page.page, imgsz)
+            runs = []
+            for _ in range(frames):
+                (state, text), out = detect_file(page.page, bus)
+                if state != "done":
+                    return {"error": f"the page said: {text}"}
+                runs.append(out)
+            return {
+                "describe": session.describe(page.info),
+                "loaded": loaded,
+                "runs": runs,
+                "bus": bus,
+                "bundle": session.bundle,
+            }
+    except BrowserUnavailable as exc:
+        return {"skipped": str(exc)}
+    except Exception as exc:  # a page that failed to load or run: say so, keep the figures
+        return {"error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"}
+
+
+def native_detect_ms(bundle, bus, imgsz, devices, repeats):
+    """device -> Timing of ember.vision.detect (letterbox, forward, NMS) on bus.jpg at
+    `imgsz`, with the page's model directory."""
+    from ember.device import Device
+    from ember.models.yolo import load
+    from ember.vision.detect import detect
+    from ember.vision.images import read_image
+
+    image = read_image(bus)
+    fns = {}
+    for name in devices:
+        model = load(os.path.join(str(bundle), "models", PAGE_MODEL), device=Device.parse(name))
+        fns[f"ember {name}"] = lambda model=model: detect(model, [image], size=imgsz)
+    return compare_times(fns, repeats=repeats, warmup=1)
+
+
+def report_page(imgsz, frames, devices, repeats):
+    r = measure_page(imgsz, frames)
+    print(f"\npage: the detection page (detect.html) on WebGPU, {PAGE_MODEL}, bus.jpg at {imgsz}")
+    if "skipped" in r or "error" in r:
+        print(f"  skipped: {r.get('skipped') or r.get('error')}")
+        return
+    runs, first = r["runs"], r["runs"][0]
+    rest = runs[1:] or runs
+    forward = sorted(x["ms"]["forward"] for x in rest)[len(rest) // 2]
+    total = sorted(x["total_ms"] for x in rest)[len(rest) // 2]
+    s = r["loaded"]["seconds"]
+    print(f"  Chromium: {r['describe']}")
+    print(
+        f"  model loaded in {s['read'] + s['load']:.1f} s; input {first['input'][0]}x"
+        f"{first['input'][1]}; {len(first['detections'])} boxes"
+    )
+    print(
+        f"  first frame: forward {first['ms']['forward']:.0f} ms, total {first['total_ms']:.0f} ms "
+        f"(kernels compiled)"
+    )
+    print(
+        f"  ms per frame (median of {len(rest)}): forward {forward:.0f}, total {total:.0f} "
+        f"(letterbox {rest[-1]['ms']['preprocess']:.0f}, NMS {rest[-1]['ms']['postprocess']:.0f})"
+    )
+    native = native_detect_ms(r["bundle"], r["bus"], imgsz, devices, repeats)
+    for name, t in native.items():
+        print(
+            f"  {name + ' (ember detect)':<24} {ms(t.median):>11} per frame; page total / "
+            f"native {total / 1000 / t.median:6.2f}x"
+        )
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="yolov8n,yolov8s")
@@ -146,7 +244,30 @@ def main():
         "image takes minutes)",
     )
     ap.add_argument("--no-fall", action="store_true", help="leave out the real YOLOv8s")
+    ap.add_argument("--no-page", action="store_true", help="leave out the page row")
+    ap.add_argument("--page-only", action="store_true", help="only the page row (no torch)")
+    ap.add_argument(
+        "--page-imgsz",
+        type=int,
+        default=320,
+        help="the page's letterbox side (320: SwiftShader takes minutes per frame at 640)",
+    )
+    ap.add_argument(
+        "--page-frames",
+        type=int,
+        default=3,
+        help="frames timed in the page, and in ember detect on each device beside it",
+    )
     args = ap.parse_args()
+    page_devices = ["cpu"] + ([] if args.skip_wgpu else ["wgpu"])
+    frames = max(1, args.page_frames)
+    if args.page_only:
+        print("\n".join(machine_report()))
+    if args.page_only or not args.no_page:
+        # before Ultralytics' temporary HOME: the bundle and ember's cache are the user's
+        report_page(args.page_imgsz, frames, page_devices, frames)
+    if args.page_only:
+        return
     _isolate_ultralytics()
     try:
         import torch
