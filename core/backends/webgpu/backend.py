@@ -36,13 +36,14 @@ needs wgpu or numpy. Each op runs under the runtime's lock.
 - Row kernels (reductions, softmax, norms) give each short row one invocation on CPU
   adapters, where barriers are expensive, and a workgroup tree elsewhere.
 - Fused: linear (bias, activation and residual applied by the matmul kernel, epilogue.py),
-  and the norms' residual= (read by the norm kernel when laid out as x).
+  conv2d (an implicit GEMM with bias and activation, conv.py), and the norms' residual=
+  (read by the norm kernel when laid out as x).
 """
 
 import functools
 
 from ..base import Backend
-from . import elementwise, index, matmul, rows, scan, transfer
+from . import conv, elementwise, index, matmul, rows, scan, transfer
 from . import qmatmul as quantized
 from . import reduce as reductions
 from . import rope as rotary
@@ -199,6 +200,20 @@ class WebGPUBackend(Backend):
         if not dtype.is_float:
             return super().linear(a, la, b, lb, bias, lbias, dtype, activation, residual, lres)
         return matmul.linear(self, a, la, b, lb, bias, lbias, dtype, activation, residual, lres)
+
+    @_locked
+    def conv2d(
+        self, x, lx, w, lw, bias, lbias, dtype, stride, padding, dilation, groups, activation=None
+    ):
+        """Floats: the implicit-GEMM kernel with bias and activation fused (conv.py);
+        integers take the contract's composite."""
+        if not dtype.is_float:
+            return super().conv2d(
+                x, lx, w, lw, bias, lbias, dtype, stride, padding, dilation, groups, activation
+            )
+        return conv.conv2d(
+            self, x, lx, w, lw, bias, lbias, dtype, stride, padding, dilation, groups, activation
+        )
 
     # --- quantized weights (qmatmul.py) ----------------------------------------------------------
     def keeps_quantized(self, ggml_type):

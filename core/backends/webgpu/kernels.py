@@ -38,6 +38,7 @@ BINDINGS = {
     "scatter_add": (True, True, True, False),
     "rope": (True, True, True, False),
     "qmatmul": (True, True, False),
+    "conv2d": (True, True, False, True),
 }
 
 _PLACEHOLDER = re.compile(r"\{\{([A-Z_0-9]+)\}\}")
@@ -116,6 +117,7 @@ _FRAGMENTS = {
     "OVERFLOW",
     "ADD",
     "MUL",
+    "ACT",
 }
 
 

@@ -332,5 +332,47 @@ BLOCKS = {
         ParamBlock(
             "qmatmul", "m", "n", "blocks", "x_off", "x_rs", "w_off", "w_row", "o_off", "o_rs", "acc"
         ),
+        # conv.py: a block of images x groups x output channels x output rows x input
+        # channels; x_row0 the first input row X's binding holds; W's offset and strides
+        # (per group, per K row) in vec4s; bias_gs its stride per group.
+        ParamBlock(
+            "conv2d",
+            "npix",
+            "ow",
+            "ng",
+            "x_off",
+            "x_ns",
+            "x_gs",
+            "x_cs",
+            "x_rs",
+            "x_ws",
+            "x_row0",
+            "in_h",
+            "in_w",
+            "oy0",
+            "kh",
+            "kw",
+            "sh",
+            "sw",
+            "ph",
+            "pw",
+            "dh",
+            "dw",
+            "c",
+            "w_off",
+            "w_gs",
+            "w_ks",
+            "m",
+            "y_off",
+            "y_ns",
+            "y_gs",
+            "y_cs",
+            "acc",
+            "epi_on",
+            "has_bias",
+            "bias_off",
+            "bias_gs",
+            "bias_stride",
+        ),
     )
 }
