@@ -205,9 +205,13 @@ class WebGPUBackend(Backend):
     def conv2d(
         self, x, lx, w, lw, bias, lbias, dtype, stride, padding, dilation, groups, activation=None
     ):
-        """Floats: the implicit-GEMM kernel with bias and activation fused (conv.py);
-        integers take the contract's composite."""
-        if not dtype.is_float:
+        """Floats: the implicit-GEMM kernel with bias and activation fused (conv.py) where
+        it is the faster (conv.runs_here); integers and the rest take the contract's
+        composite."""
+        if not (
+            dtype.is_float
+            and conv.runs_here(self, lx, lw, stride, padding, dilation, groups, dtype)
+        ):
             return super().conv2d(
                 x, lx, w, lw, bias, lbias, dtype, stride, padding, dilation, groups, activation
             )

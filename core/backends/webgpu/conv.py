@@ -86,6 +86,36 @@ class _Block:
         return getattr(self, _FIELDS[dim][1]) > (4 if dim == "m" else 1)
 
 
+# On CPU adapters the kernel runs convolutions with at most this many output channels per
+# group and a kernel larger than 1x1; see runs_here.
+CPU_ADAPTER_MAX_CHANNELS = 32
+
+
+def runs_here(be, lx, lw, stride, padding, dilation, groups, dtype):
+    """Whether this kernel runs the convolution, or the contract's composite (im2col +
+    matmul), which is faster for some shapes on CPU adapters. Always the kernel on the gpu
+    kernel set (reading the input in place instead of an im2col matrix 9x its size is
+    what GPUs are fast at; not measured here), and wherever the composite's im2col matrix
+    would exceed one binding. On CPU adapters, measured on lavapipe (benchmarks/
+    conv_wgpu.py, YOLOv8 layers at 640, 2 loaded cores; composite -> kernel, ms): 3->16
+    k3 s2 at 640^2 7419 -> 2023, 16->32 k3 s2 at 320^2 3727 -> 3124, 16->16 k3 at 160^2
+    2568 -> 1368; but 32->32 k1 at 160^2 788 -> 864, 64->64 k3 at 160^2 13639 -> 19150,
+    128->128 k3 at 80^2 11102 -> 23721, 192->128 k1 at 80^2 1752 -> 4530, 1024->512 k1 at
+    20^2 2053 -> 6999: the composite's matmul (matmul_nt_sg, subgroup broadcasts) does
+    more arithmetic per load than this portable kernel, which wins only where there is
+    little arithmetic per input pixel and the composite's copies dominate."""
+    if be.runtime.kernel_set != "cpu-adapter":
+        return True
+    n, _, h, width = lx.shape
+    o, cg, kh, kw = lw.shape
+    oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    ow = (width + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    cols = n * groups * cg * kh * kw * oh * ow * be.runtime.type_of(dtype, OP).size
+    if cols > be.runtime.split_limit:
+        return True
+    return kh * kw > 1 and o // groups <= CPU_ADAPTER_MAX_CHANNELS
+
+
 def conv2d(be, x, lx, w, lw, bias, lbias, dtype, stride, padding, dilation, groups, activation):
     """See Backend.conv2d; float dtypes (f32, f16, bf16)."""
     t = be.runtime.type_of(dtype, OP)
