@@ -6,7 +6,9 @@ Two paths, one result (to f32 rounding: only the order of the additions differs)
   read the raw blocks and take each block's dot product with x directly, for the few rows
   of x a decode step has. The weight rows are split between the cores (threads running
   the GIL-free kernels on row_parallel's pool; EMBER_CPU_THREADS sets how many), the way
-  llama.cpp splits them.
+  llama.cpp splits them; a range whose worker has not started when the caller is done
+  with its own is taken back (run_rows' take_back), so a worker waiting for a core on a
+  busy machine does not hold up a kernel of a fraction of a millisecond.
 - **dequantize + GEMM** (numpy alone, and every many-row x such as a prompt): a chunk of
   weight rows at a time is dequantized into one reused f32 buffer that stays in cache and
   multiplied by BLAS, so the dense weight never exists.
@@ -110,7 +112,13 @@ def _fused(kernel, f16, x2, w, out):
     if parts is None:
         raw = w.raw.reshape(n_out, -1)
         # The kernels release the GIL: ranges of weight rows run on row_parallel's threads.
-        run_rows(lambda r0, r1: kernel(raw, x2, xs, out, r0, r1, f16), n_out, n_in, align=2)
+        run_rows(
+            lambda r0, r1: kernel(raw, x2, xs, out, r0, r1, f16),
+            n_out,
+            n_in,
+            align=2,
+            take_back=True,
+        )
         return out
     # A row stack (io.quant.StackedQTensor): one pass of threads over all its rows, each
     # range running the kernel on the parts it covers, into a C-contiguous output per part
@@ -127,7 +135,7 @@ def _fused(kernel, f16, x2, w, out):
             if lo < hi:
                 kernel(raw, x2, xs, part_out, lo, hi, f16)
 
-    run_rows(rows, starts[-1], n_in, align=2)
+    run_rows(rows, starts[-1], n_in, align=2, take_back=True)
     for part_out, off in zip(outs, w.offsets, strict=False):
         out[:, off : off + part_out.shape[1]] = part_out
     return out

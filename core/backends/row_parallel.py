@@ -95,10 +95,15 @@ def _run_marked(fn, start, stop):
         _in_worker.active = False
 
 
-def run_rows(fn, rows, elements_per_row, align=1):
+def run_rows(fn, rows, elements_per_row, align=1, take_back=False):
     """Call fn(start, stop) over [0, rows) in contiguous ranges, on up to `workers()`
     threads when the work is large enough; the caller's thread takes the first range.
-    Range ends are multiples of `align`. Exceptions reach the caller."""
+    Range ends are multiples of `align`. Exceptions reach the caller.
+
+    With `take_back`, a range no worker has started by the time the caller is done with
+    its own is run by the caller instead of waited for: on a busy machine a sleeping
+    worker may wait milliseconds for a core, which would cost a sub-millisecond kernel
+    (a decode step's matrix-vector product) many times its own time."""
     n = workers()
     if n > 1 and not getattr(_in_worker, "active", False):
         n = min(n, rows * elements_per_row // MIN_PARALLEL_ELEMENTS, ceil_div(rows, align))
@@ -113,8 +118,13 @@ def run_rows(fn, rows, elements_per_row, align=1):
     futures = [pool.submit(_run_marked, fn, s, e) for s, e in bounds[1:]]
     try:
         fn(*bounds[0])
+        if take_back:  # the last ranges first: a worker takes them from the front
+            for f, (s, e) in zip(reversed(futures), reversed(bounds[1:]), strict=True):
+                if f.cancel():
+                    _run_marked(fn, s, e)
     finally:
-        failures = [f.exception() for f in futures]  # waits for every range
+        # waits for every range a worker runs
+        failures = [f.exception() for f in futures if not f.cancelled()]
     for failure in failures:
         if failure is not None:
             raise failure
