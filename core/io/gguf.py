@@ -22,6 +22,7 @@ import enum
 import mmap
 import os
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +39,11 @@ DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_ARRAY_DEPTH = 64  # arrays of arrays nest at most this deep
 _I64_MAX = (1 << 63) - 1
+# Top-level metadata arrays of at least this many elements are checked when the file
+# opens but read into Python objects only when asked for (GGUFMetadata): a tokenizer's
+# token and merge lists are ~10^5 strings, ~9 MiB as Python objects, which loading the
+# model alone never needs.
+LAZY_ARRAY_MIN = 1024
 
 
 class GGUFValueType(enum.IntEnum):
@@ -212,6 +218,29 @@ class _Reader:
         self.pos = pos
         return out
 
+    def skip_strings(self, n, field):
+        """Check the lengths of ``n`` strings in a row against the file and step over them
+        without decoding (GGUFMetadata decodes them when asked)."""
+        buf, size, pos = self.buf, self.size, self.pos
+        unpack = _U64.unpack_from
+        for i in range(n):
+            if size - pos < 8:
+                self.pos = pos
+                self.need(8, f"{field}[{i}] length")
+            (k,) = unpack(buf, pos)
+            pos += 8
+            if k > size - pos:
+                self.pos = pos - 8
+                self.fail(
+                    f"{field}[{i}]",
+                    f"string length {k} (at offset {pos - 8}) runs past the end "
+                    f"of the file ({size - pos} bytes left)",
+                    offset=pos - 8,
+                    length=k,
+                )
+            pos += k
+        self.pos = pos
+
     def text(self, field):
         """A string that must be UTF-8 (keys, tensor names)."""
         at = self.pos
@@ -220,6 +249,13 @@ class _Reader:
             return b.decode("utf-8")
         except UnicodeDecodeError as e:
             self.fail(field, f"string at offset {at} is not valid UTF-8 ({e.reason})", offset=at)
+
+    def scalars(self, et, n):
+        """``n`` values of the fixed-size type ``et`` in a row (checked by the caller), as
+        a list."""
+        arr = np.frombuffer(self.buf, dtype=_SCALAR[et], count=n, offset=self.pos)
+        self.pos += n * _SCALAR[et].itemsize
+        return (arr != 0).tolist() if et == GGUFValueType.BOOL else arr.tolist()
 
     def value_type(self, field):
         at = self.pos
@@ -234,8 +270,10 @@ class _Reader:
                 value_type=t,
             )
 
-    def value(self, t, field, depth=0):
-        """One value of type ``t``: python scalar, str (bytes when not UTF-8), or list."""
+    def value(self, t, field, depth=0, lazy=False):
+        """One value of type ``t``: python scalar, str (bytes when not UTF-8), or list.
+        With ``lazy``, an array of scalars or strings of at least LAZY_ARRAY_MIN elements
+        is checked and stepped over, and a _Deferred returned in its place."""
         if t in _STRUCT:
             s = _STRUCT[t]
             self.need(s.size, field)
@@ -255,11 +293,16 @@ class _Reader:
         if et in _SCALAR:
             dt = _SCALAR[et]
             n = self.count(field + " count", dt.itemsize, "array element")
-            arr = np.frombuffer(self.buf, dtype=dt, count=n, offset=self.pos)
-            self.pos += n * dt.itemsize
-            return (arr != 0).tolist() if et == GGUFValueType.BOOL else arr.tolist()
+            if lazy and n >= LAZY_ARRAY_MIN:
+                at, self.pos = self.pos, self.pos + n * dt.itemsize
+                return _Deferred(et, n, at, field)
+            return self.scalars(et, n)
         if et == GGUFValueType.STRING:
             n = self.count(field + " count", _MIN_STRING, "array element")
+            if lazy and n >= LAZY_ARRAY_MIN:
+                at = self.pos
+                self.skip_strings(n, field)
+                return _Deferred(et, n, at, field)
             return self.strings(n, field)
         n = self.count(field + " count", _MIN_ARRAY, "array element")
         out = []
@@ -269,11 +312,73 @@ class _Reader:
         return out
 
 
+@dataclass(frozen=True)
+class _Deferred:
+    """Where a long metadata array lies: n elements of type ``et`` from offset ``at``
+    (bounds already checked)."""
+
+    et: GGUFValueType
+    n: int
+    at: int
+    field: str
+
+
+class GGUFMetadata(Mapping):
+    """A GGUF file's metadata, key -> Python value (arrays as lists), in file order.
+
+    Long arrays (LAZY_ARRAY_MIN elements or more: a tokenizer's tokens, merges, scores)
+    were checked against the file when it opened, but are read into Python objects only
+    when first asked for, and kept until ``release_arrays()``; the rest is read at
+    open. Everything else behaves as the dict it was."""
+
+    def __init__(self, values, reader):
+        self._values = values
+        self._reader = reader  # a _Reader over the memory map (None once closed)
+        self._read = {}  # key -> list read from a _Deferred
+
+    def __getitem__(self, key):
+        value = self._values[key]
+        if not isinstance(value, _Deferred):
+            return value
+        got = self._read.get(key)
+        if got is None:  # (GGUFFile.close reads every one first: the reader is open here)
+            r = self._reader
+            r.pos = value.at
+            if value.et == GGUFValueType.STRING:
+                got = r.strings(value.n, value.field)
+            else:
+                got = r.scalars(value.et, value.n)
+            self._read[key] = got
+        return got
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def __len__(self):
+        return len(self._values)
+
+    def __repr__(self):
+        return repr(dict(self))
+
+    def release_arrays(self):
+        """Drop the long arrays read so far (they are read again when asked for)."""
+        self._read.clear()
+
+    def _read_all(self):
+        """Read every long array now (before the memory map closes)."""
+        for key, value in self._values.items():
+            if isinstance(value, _Deferred):
+                self._values[key] = self[key]
+        self._read.clear()
+        self._reader = None
+
+
 class GGUFFile:
     """A GGUF file opened read-only through a memory map.
 
-    Attributes: ``path``, ``version``, ``metadata`` (key -> python value, arrays
-    as lists), ``metadata_types`` (key -> GGUFValueType of the stored value),
+    Attributes: ``path``, ``version``, ``metadata`` (a GGUFMetadata: key -> python
+    value, arrays as lists, long ones read when first asked for), ``metadata_types``
+    (key -> GGUFValueType of the stored value),
     ``tensors`` (name -> GGUFTensorInfo, in file order), ``alignment``,
     ``data_offset`` (where the tensor data section starts).
     """
@@ -361,9 +466,9 @@ class GGUFFile:
                 r.fail(f"metadata[{i}].key", f"duplicate key {key!r} at offset {key_at}", key=key)
             field = f"metadata[{key!r}]"
             t = r.value_type(field + ".value_type")
-            metadata[key] = r.value(t, field + ".value")
+            metadata[key] = r.value(t, field + ".value", lazy=True)
             types[key] = t
-        self.metadata = metadata
+        self.metadata = GGUFMetadata(metadata, _Reader(mm, size, self.path))
         self.metadata_types = types
 
         alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
@@ -483,9 +588,11 @@ class GGUFFile:
         return QTensor(self.raw(name), info.ggml_type, info.shape)
 
     def close(self):
-        """Release the memory map. Arrays still viewing it keep it mapped until they are freed."""
+        """Release the memory map. Arrays still viewing it keep it mapped until they are
+        freed; the metadata's long arrays are read first, so it stays whole."""
         mm, self._mm = self._mm, None
         if mm is not None:
+            self.metadata._read_all()
             # views from raw() may be alive; the map goes when they do
             with contextlib.suppress(BufferError):
                 mm.close()

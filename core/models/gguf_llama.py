@@ -307,6 +307,9 @@ def load_gguf_model(path, device=None, dtype=dt.f32, dequantize=False, max_len=N
     device = as_device(device) if device is not None else as_device("cpu")
     f = path if isinstance(path, GGUFFile) else GGUFFile(path)
     cfg = config_from_gguf(f)
+    # The config's checks read the tokenizer's long lists (~9 MiB of Python objects for
+    # SmolLM2); the model needs none of them: let them go before its pages are touched.
+    f.metadata.release_arrays()
     _, entry = architecture(f)
     source = GGUFSource(f, entry.layer_names, dequantize=dequantize)
     vb = VarBuilder(source, dtype=dtype, device=device)
@@ -333,7 +336,9 @@ def tokenizer_from_gguf(path):
     from .gguf_tokenizer import tokenizer_from_metadata
 
     f = path if isinstance(path, GGUFFile) else GGUFFile(path)
-    return tokenizer_from_metadata(f.metadata, f.path)
+    tokenizer = tokenizer_from_metadata(f.metadata, f.path)
+    f.metadata.release_arrays()  # the tokenizer holds what it needs of them
+    return tokenizer
 
 
 __all__ = [
