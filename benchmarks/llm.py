@@ -6,7 +6,7 @@ Q4_1, say) on ember cpu quantized (numba's fused kernels, and numpy alone), embe
 llama.cpp (llama-cpp-python, when installed) with the same thread count.
 
     python benchmarks/llm.py [--prompt 128] [--decode 32] [--skip-wgpu] [--keep DIR] [--threads N]
-                             [--rounds N] [--gguf FILE] [--skip-random]
+                             [--rounds N] [--gguf FILE] [--skip-random] [--skip-engines A,B]
 
 Every engine runs in its own fresh process and reports:
   prompt tok/s   128 prompt tokens in one forward pass (the KV cache filled)
@@ -323,6 +323,12 @@ def main():
         action="store_true",
         help="print each engine's result as a JSON line as soon as it is measured",
     )
+    ap.add_argument(
+        "--skip-engines",
+        default=None,
+        help="comma-separated parts of engine names: engines whose name contains one are "
+        "left out (e.g. 'numpy only')",
+    )
     args = ap.parse_args()
     if args.layers:
         CONFIG["num_hidden_layers"] = args.layers
@@ -341,7 +347,9 @@ def main():
         sections.append(random_section(args, work))
     if args.gguf:
         sections.append(gguf_section(args, work))
+    skipped = [w.strip() for w in (args.skip_engines or "").split(",") if w.strip()]
     for _title, engines, _base, _f32, _size in sections:
+        engines[:] = [e for e in engines if not any(w in e[0] for w in skipped)]
         for i, (name, a, env) in enumerate(engines):
             engines[i] = (name, a, env, {})
     for _ in range(args.rounds):  # engines interleaved; each keeps its fastest round
