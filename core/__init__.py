@@ -5,6 +5,14 @@ x = ember.randn(2, 3, device=ember.Device.best())
 y = (x @ x.T).softmax(-1)
 """
 
+# First, before anything below can import numpy: OpenBLAS reads its idle-spin setting once,
+# when numpy loads it, and ember's CPU threads pay only with that setting (row_parallel). A
+# module that imported numpy at load time (the corpus job, the pipelines) used to come first
+# and leave ember on one thread.
+from .backends.blas_threads import prepare_numpy_import as _prepare_numpy_import
+
+_prepare_numpy_import()
+
 from . import dtype as _dtype_module
 from . import (
     errors,

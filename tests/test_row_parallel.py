@@ -85,6 +85,9 @@ PROBE = textwrap.dedent("""
     import json, os, sys
     if sys.argv[1] == "numpy-first":
         import numpy
+    if sys.argv[1] == "numpy-module-first":
+        import ember.corpus.job  # imports numpy at load time, after ember's __init__
+        assert "numpy" in sys.modules
     import ember
     from ember.backends import row_parallel
     ember.Device.cpu()
@@ -103,6 +106,12 @@ def _probe(mode, **env):
 
 def test_ember_quiets_openblas_idle_workers_before_it_imports_numpy():
     r = _probe("ember-first")
+    assert r["timeout"] == "18"
+    assert r["workers"] == min(r["cpus"], 8)
+
+
+def test_an_ember_module_that_loads_numpy_first_still_gets_the_setting():
+    r = _probe("numpy-module-first")
     assert r["timeout"] == "18"
     assert r["workers"] == min(r["cpus"], 8)
 
