@@ -14,6 +14,9 @@ network at all.
       models/tiny-llama-random/  a tiny Llama (make_tiny_llama.py) the page still loads
       models/yolov8s-fall-detection/  the detection page's YOLOv8s (model.safetensors +
                       yolo.json), converted once in ember's cache from the packaged best.pt
+      models/whisper-tiny.en/  the transcription page's model: its CTranslate2 model.bin and
+                      tokenizer.json as ember.packaged fetched them, and page-model.json
+                      (page_whisper_sidecar.py)
       wheels/chat-template-deps.zip  jinja2 and markupsafe as pure Python, from this
                       environment, for the chat template (Pyodide's core has neither)
       manifest.json   wheel path, Pyodide version, models, and a hash of the sources
@@ -48,7 +51,14 @@ PYODIDE_FILES = [
     "pyodide.js",
 ]
 # What the wheel and pages are made of: a change here makes the bundle stale.
-SOURCES = ["core", "shaders", "web", "pyproject.toml", "build_scripts/page_gguf_sidecar.py"]
+SOURCES = [
+    "core",
+    "shaders",
+    "web",
+    "pyproject.toml",
+    "build_scripts/page_gguf_sidecar.py",
+    "build_scripts/page_whisper_sidecar.py",
+]
 _NOT_SOURCES = ("node_modules", "bundle", "__pycache__")
 
 
@@ -95,6 +105,9 @@ def all_model_files():
     yolo = detect_model_dir()
     if yolo is not None:
         found.append((DETECT_MODEL, yolo, ["model.safetensors", "yolo.json"]))
+    whisper = whisper_model_dir()
+    if whisper is not None:
+        found.append((WHISPER_MODEL, whisper, list(WHISPER_FILES)))
     return found
 
 
@@ -140,6 +153,25 @@ def detect_model_dir():
         return None
 
 
+WHISPER_MODEL = "whisper-tiny.en"
+WHISPER_FILES = ("model.bin", "tokenizer.json")  # and the sidecar, written beside them
+
+
+def whisper_model_dir():
+    """The transcription page's Whisper tiny.en (CTranslate2 files, MIT), fetched into
+    ember's cache on first use; never committed. None (the page says it is missing) when
+    it cannot be fetched."""
+    try:
+        from ember import packaged
+    except ImportError:
+        return None
+    try:
+        return Path(packaged.file(WHISPER_MODEL)).parent
+    except packaged.FetchError as exc:
+        print(f"build_web: {WHISPER_MODEL} left out of the bundle: {exc}", flush=True)
+        return None
+
+
 def chat_packages():
     """(package name, version, directory) of each of CHAT_PACKAGES in this environment."""
     import importlib
@@ -176,6 +208,15 @@ def _page_gguf_sidecar():
     finally:
         sys.path.pop(0)
     return page_gguf_sidecar
+
+
+def _page_whisper_sidecar():
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    try:
+        import page_whisper_sidecar
+    finally:
+        sys.path.pop(0)
+    return page_whisper_sidecar
 
 
 def source_hash():
@@ -323,6 +364,9 @@ def _build(bundle):
                 entry["kind"] = "gguf"
             if name == DETECT_MODEL:  # an ember YOLO model directory, for detect.html
                 entry["kind"] = "yolo"
+            if name == WHISPER_MODEL:  # model.bin, and its tensor table for the page
+                files = files + _page_whisper_sidecar().write(src, tmp / "models" / name)
+                entry["kind"] = "whisper-ct2"
             dst_dir = tmp / "models" / name
             entry["files"] = {rel: (dst_dir / rel).stat().st_size for rel in files}
             models[name] = entry
