@@ -1,7 +1,7 @@
 """Whisper speech to text: ember (cpu, wgpu) next to faster-whisper and transformers on torch.
 
     python benchmarks/whisper.py [--models tiny.en,base] [--threads 2] [--skip-wgpu]
-                                 [--minutes 3] [--skip-torch]
+                                 [--minutes 3] [--skip-torch] [--engines LABEL,...]
 
 Clips: jfk.wav (11 s, from ember.packaged "jfk-audio") and a long clip of at least
 --minutes, built by repeating jfk.wav with 2 s of silence between copies and written to a
@@ -31,6 +31,16 @@ the mapping ember's tests check against transformers) into a temporary Hugging F
 directory (safetensors f32, config.json, generation_config.json); the transformers worker
 then loads it with from_pretrained like any HF checkpoint, so neither the conversion nor
 ember's import is in its figures.
+The page row ("ember page (WebGPU)") is the transcription page (web/static/transcribe.html)
+with the bundle's model in Debian's Chromium on SwiftShader, driven as the browser test
+drives it: the clip picked with the page's file input, decoded by the browser. Its cold
+start is process start -> the first segment shown in the page (Chromium's launch, the
+page's boot and the model's download from the local server included); its RTF is the
+worker's seconds for the transcription (a second pass on a short clip); the in-page time
+from picking the file to the first segment is printed below the table; its peak RSS is
+Chromium's processes', which this one does not see, so it is left out (nan). Only the
+models in the bundle have it (tiny.en).
+`--engines` runs only the rows named (labels as printed, comma-separated).
 Figures, not pass/fail: on a shared machine compare the ratios, measured in one run.
 """
 
@@ -54,7 +64,9 @@ ENGINES = {
     "faster-whisper int8": ("faster_whisper", "int8"),
     "transformers (torch cpu)": ("torch", "float32"),
     "ember wgpu": ("ember", "wgpu"),
+    "ember page (WebGPU)": ("page", "webgpu"),
 }
+PAGE_MODELS = {"tiny.en"}  # the bundle's (build_web)
 THRESHOLDS = {"compression_ratio": 2.4, "logprob": -1.0, "no_speech": 0.6}
 
 
@@ -160,7 +172,52 @@ def transcribe_torch(args):
     return run
 
 
+def run_page_worker(args):
+    """The transcription page in a fresh Chromium (benchmarks/browser_common.py): the clip
+    picked with its file input; prints what run_worker prints, and the in-page seconds
+    from picking the file to the first segment."""
+    from browser_common import open_browser
+
+    def transcribe(page):
+        def go():
+            page.page.evaluate("() => { window.lastRun = null; }")
+            page.page.set_input_files("#file", args.audio)
+            page.page.wait_for_function("() => window.lastRun !== null")
+            return page.page.evaluate("() => window.lastRun")
+
+        picked = time.time()
+        out = page.do(go)
+        if "error" in out:
+            raise SystemExit(f"the page: {out['error']}")
+        return picked, out
+
+    with open_browser() as session:
+        name = os.path.basename(os.path.normpath(args.model))
+        if not session.has_model(name):
+            raise SystemExit(f"the bundle has no {name}")
+        page = session.page(f"transcribe.html?model={name}").boot()
+        page.evaluate("() => window.demoReady")
+        picked, out = transcribe(page)
+        events = out["page_events"]
+        first_at = picked + events[0]["at_ms"] / 1000 if events else time.time()
+        seconds = transcribe(page)[1]["seconds"] if args.duration < 30 else out["seconds"]
+    print(
+        json.dumps(
+            {
+                "first_segment_at": first_at,
+                "seconds": seconds,
+                "warm_pass": args.duration < 30,
+                "peak_rss_mb": float("nan"),
+                "text": " ".join(s["text"].strip() for s in out["segments"]),
+                "page_first_segment_s": events[0]["at_ms"] / 1000 if events else None,
+            }
+        )
+    )
+
+
 def run_worker(args):
+    if args.worker == "page":
+        return run_page_worker(args)
     os.environ["EMBER_CPU_THREADS"] = str(args.threads)
     make = {
         "ember": transcribe_ember,
@@ -294,6 +351,7 @@ def measure(engine, device, model_dir, audio, duration, threads, timeout):
         "rtf": duration / r["seconds"],
         "rss_mb": r["peak_rss_mb"],
         "text": r["text"],
+        "page_first_segment_s": r.get("page_first_segment_s"),
     }
 
 
@@ -315,6 +373,11 @@ def report(results, model, clip, reference):
             diff = sum(x != y for x, y in zip(a, b, strict=False)) + abs(len(a) - len(b))
             same = f"{len(a)} words, {diff} differ"
         print(f"{label:<26}{r['cold_s']:>10.2f} s{r['rtf']:>8.1f}x{r['rss_mb']:>8.0f} MB  {same}")
+    page = results.get("ember page (WebGPU)", {})
+    if page.get("page_first_segment_s") is not None:
+        print(
+            f"  the page: file picked -> first segment shown {page['page_first_segment_s']:.2f} s"
+        )
 
 
 def ratios(results, long_form):
@@ -351,6 +414,7 @@ def main():
     p.add_argument("--skip-wgpu", action="store_true")
     p.add_argument("--skip-torch", action="store_true")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per engine and clip")
+    p.add_argument("--engines", help="only these rows (comma-separated labels); default all")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
@@ -371,10 +435,17 @@ def main():
     for line in machine_report():
         print(line)
     jfk = packaged.file("jfk-audio", "jfk.wav", log=lambda msg: None)
+    chosen = [e.strip() for e in (args.engines or ",".join(ENGINES)).split(",") if e.strip()]
+    if set(chosen) - set(ENGINES):
+        p.error(
+            f"--engines: unknown {', '.join(set(chosen) - set(ENGINES))} "
+            f"(choose from {', '.join(ENGINES)})"
+        )
     engines = {
         label: spec
         for label, spec in ENGINES.items()
-        if not (args.skip_wgpu and spec[1] == "wgpu")
+        if label in chosen
+        and not (args.skip_wgpu and spec[1] == "wgpu")
         and not (args.skip_torch and spec[0] == "torch")
     }
     with tempfile.TemporaryDirectory(prefix="ember-whisper-bench-") as tmp:
@@ -400,6 +471,9 @@ def main():
                     model_dir = hf_dir if worker == "torch" else ct2_dir
                     if worker == "torch" and not os.path.isdir(str(model_dir)):
                         results[label] = {"error": model_dir}
+                        continue
+                    if worker == "page" and model not in PAGE_MODELS:
+                        results[label] = {"error": f"the page's bundle has no {model}"}
                         continue
                     results[label] = measure(
                         worker, device, model_dir, path, duration, args.threads, args.timeout
