@@ -106,7 +106,7 @@ def test_segments_appear_one_by_one_with_their_times(jfk_run, page):
     assert page.evaluate("() => document.getElementById('status').dataset.state") == "done"
 
 
-def test_an_undecodable_file_is_explained_in_the_page(jfk_run, page):
+def test_an_undecodable_file_is_explained_in_the_page(page):
     fake = {"name": "notes.wav", "mimeType": "audio/wav", "buffer": b"these are not audio bytes " * 40}
     answer = _run(page, lambda p: p.set_input_files("#file", fake))
     assert answer["error"].startswith("notes.wav could not be decoded as audio"), answer
@@ -116,7 +116,7 @@ def test_an_undecodable_file_is_explained_in_the_page(jfk_run, page):
     assert not page.evaluate("() => document.getElementById('file').disabled")   # usable again
 
 
-def test_a_denied_microphone_is_explained_in_the_page(jfk_run, page):
+def test_a_denied_microphone_is_explained_in_the_page(page):
     page.do(lambda: page.page.context.clear_permissions())
     answer = _run(page, lambda p: p.click("#record"))
     assert answer["error"].startswith("Microphone permission was denied"), answer
@@ -124,7 +124,7 @@ def test_a_denied_microphone_is_explained_in_the_page(jfk_run, page):
     assert not page.evaluate("() => document.getElementById('record').disabled")
 
 
-def test_a_recording_from_the_microphone_is_transcribed(jfk_run, page, server_url):
+def test_a_recording_from_the_microphone_is_transcribed(page, server_url):
     def record(p):
         p.context.grant_permissions(["microphone"], origin=server_url.rstrip("/"))
         p.click("#record")
