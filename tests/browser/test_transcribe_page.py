@@ -76,6 +76,7 @@ def test_the_model_loads_from_the_bundle_with_progress_in_megabytes(page, whispe
           f"{loaded['seconds']['download']:.1f} s, load {loaded['seconds']['load']:.1f} s)")
 
 
+@pytest.mark.acceptance
 def test_jfk_gives_native_embers_segments(jfk_run, native_segments):
     assert "error" not in jfk_run, jfk_run
     got = [(s["tokens"], s["text"], s["start"], s["end"]) for s in jfk_run["segments"]]
@@ -91,6 +92,7 @@ def test_jfk_gives_native_embers_segments(jfk_run, native_segments):
           f"{jfk_run['real_time_factor']:.2f}")
 
 
+@pytest.mark.acceptance
 def test_segments_appear_one_by_one_with_their_times(jfk_run, page):
     events = jfk_run["page_events"]
     assert [e["text"] for e in events] == [s["text"] for s in jfk_run["segments"]]
@@ -124,6 +126,7 @@ def test_a_denied_microphone_is_explained_in_the_page(page):
     assert not page.evaluate("() => document.getElementById('record').disabled")
 
 
+@pytest.mark.acceptance
 def test_a_recording_from_the_microphone_is_transcribed(page, server_url):
     def record(p):
         p.context.grant_permissions(["microphone"], origin=server_url.rstrip("/"))
