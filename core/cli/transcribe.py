@@ -44,6 +44,12 @@ def add_parser(subparsers):
         help="greedy only: no decoding again at higher temperatures when a window fails "
         "the compression-ratio or log-probability thresholds",
     )
+    p.add_argument(
+        "--word-timestamps",
+        action="store_true",
+        help="time each word from the cross-attention alignment (in the json output, and "
+        "the segments' times move to their words)",
+    )
     add_device_argument(p, default="cpu")
     p.set_defaults(func=run)
 
@@ -64,6 +70,13 @@ def format_segment(fmt, index, seg):
     if fmt == "vtt":
         return f"{_clock(seg.start, '.')} --> {_clock(seg.end, '.')}\n{text}\n"
     return f"[{_clock(seg.start, '.')} --> {_clock(seg.end, '.')}] {text}"
+
+
+def _words_json(words):
+    return [
+        {"word": w.word, "start": w.start, "end": w.end, "probability": round(w.probability, 4)}
+        for w in words
+    ]
 
 
 def _model_dir(model):
@@ -102,6 +115,7 @@ def run(args, out=None):
             timestamps=not args.no_timestamps,
             fallback=not args.no_fallback,
             beam_size=args.beam_size,
+            word_timestamps=args.word_timestamps,
         )
         for i, seg in enumerate(stream, 1):
             segments.append(seg)
@@ -113,6 +127,7 @@ def run(args, out=None):
                 "end": round(s.end, 3),
                 "text": s.text.strip(),
                 "tokens": s.tokens,
+                **({"words": _words_json(s.words)} if s.words is not None else {}),
             }
             for s in segments
         ]

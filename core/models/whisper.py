@@ -10,10 +10,13 @@ Weights use Hugging Face's names; a CTranslate2 model.bin is mapped onto them
 (ember.io.ctranslate2.whisper_hf_tensors), so both formats load into the same modules.
 """
 
+import math
+
 from .. import dtype as dt
 from .. import functional as F
 from ..errors import ShapeMismatch, fmt_shape
 from ..nn import Conv1d, Embedding, LayerNorm, Linear, Module
+from ..tensor import cat, tensor
 from .kv_cache import KVCache
 
 
@@ -104,7 +107,10 @@ class DecoderLayer(Module):
         self.fc1 = Linear(d, cfg.decoder_ffn_dim, vb=vb.pp("fc1"))
         self.fc2 = Linear(cfg.decoder_ffn_dim, d, vb=vb.pp("fc2"))
 
-    def forward(self, x, cache):
+    def forward(self, x, cache, heads=None, scores=None):
+        """`heads` (a tuple of this layer's head indices, for word alignment): the
+        cross-attention scores q.k/sqrt(d) of those heads, [b, len(heads), t, positions],
+        are appended to the list `scores` before the softmax hides them."""
         h = self.self_attn_layer_norm(x)
         a = self.self_attn
         k, v = cache.self_kv.update(self.index, *a.keys_values(h))
@@ -112,9 +118,17 @@ class DecoderLayer(Module):
         h = self.encoder_attn_layer_norm(x)
         c = self.encoder_attn
         ck, cv = cache.cross[self.index]
-        x = c.attend(c.heads(c.q_proj(h)), ck, cv, residual=x)
+        q = c.heads(c.q_proj(h))
+        if heads:
+            scores.append(self._cross_scores(q, ck, heads))
+        x = c.attend(q, ck, cv, residual=x)
         h = self.final_layer_norm(x)
         return self.fc2(self.fc1(h, activation="gelu"), residual=x)
+
+    def _cross_scores(self, q, k, heads):
+        ids = tensor(list(heads), device=q.device)
+        qh, kh = q.index_select(1, ids), k.index_select(1, ids)
+        return qh.matmul(kh.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
 
 
 class DecoderCache:
@@ -161,6 +175,20 @@ class Decoder(Module):
     def forward(self, tokens, cache, last_only=True):
         """tokens (Tensor i64/i32 [b, t]) after the cache's length -> logits f32 [b, t or 1,
         vocab]; the cache advances by t."""
+        return self._run(tokens, cache, last_only, {}, None)
+
+    def forward_aligned(self, tokens, cache, heads):
+        """(logits f32 [b, t, vocab], cross-attention scores [b, n, t, positions]) for the n
+        `heads`, pairs (layer, head) in sorted order: the heads whose attention follows the
+        speech (Whisper's alignment heads), for word timestamps."""
+        by_layer = {}
+        for layer, head in sorted(heads):
+            by_layer.setdefault(layer, []).append(head)
+        scores = []
+        logits = self._run(tokens, cache, False, by_layer, scores)
+        return logits, cat(scores, dim=1)
+
+    def _run(self, tokens, cache, last_only, heads, scores):
         _b, t = tokens.shape
         start = cache.length
         if start + t > self.cfg.max_target_positions:
@@ -172,7 +200,7 @@ class Decoder(Module):
             )
         x = self.embed_tokens(tokens) + self.embed_positions.weight.narrow(0, start, t)
         for layer in self.layers:
-            x = layer(x, cache)
+            x = layer(x, cache, heads.get(layer.index), scores)
         cache.self_kv.advance(t)
         if last_only:
             x = x.narrow(1, t - 1, 1)

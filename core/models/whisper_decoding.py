@@ -256,6 +256,7 @@ class Segment:
     text: str = ""
     avg_logprob: float = 0.0
     extra: dict = field(default_factory=dict)
+    words: list | None = None  # whisper_words.Word, with word timestamps
 
 
 def split_segments(sampled, tokens, offset, window_seconds):
@@ -291,9 +292,11 @@ def split_segments(sampled, tokens, offset, window_seconds):
     return segments, consumed
 
 
-def transcribe(model, tokenizer, tokens, samples, log_mel, opts):
+def transcribe(model, tokenizer, tokens, samples, log_mel, opts, words=None):
     """Segments of `samples` (16 kHz mono), yielded as each 30 s window is decoded; each
-    window starts where the previous one's last complete segment ended."""
+    window starts where the previous one's last complete segment ended. `words`
+    (whisper_words.WordTimestamps) times each window's words and may move the next
+    window's start to the last word's end."""
     from ..audio.log_mel import HOP, N_FRAMES, N_SAMPLES, SAMPLE_RATE
 
     def text_of(ids):
@@ -325,6 +328,12 @@ def transcribe(model, tokenizer, tokens, samples, log_mel, opts):
         segments, consumed = split_segments(
             result.tokens, tokens, offset, frames * HOP / SAMPLE_RATE
         )
+        next_seek = seek + (
+            max(1, math.floor(consumed * SAMPLE_RATE / HOP + 0.5)) if consumed else frames
+        )
+        if words is not None:
+            moved = words(encoder_out, segments, frames, offset, result.tokens)
+            next_seek = next_seek if moved is None else moved
         for seg in segments:
             seg.text = text_of(seg.tokens)
             seg.avg_logprob = result.avg_logprob
@@ -332,4 +341,4 @@ def transcribe(model, tokenizer, tokens, samples, log_mel, opts):
             yield seg
         # text sampled at a high temperature is a poor prompt for the next window
         previous = [] if result.temperature > 0.5 else previous + result.tokens
-        seek += max(1, math.floor(consumed * SAMPLE_RATE / HOP + 0.5)) if consumed else frames
+        seek = next_seek

@@ -14,6 +14,7 @@ from ..tokenizers import Tokenizer
 from .whisper_decoding import DecodeOptions, transcribe
 from .whisper_load import load_whisper
 from .whisper_tokens import WhisperTokens
+from .whisper_words import WordTimestamps
 
 FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 MULTILINGUAL_VOCAB = 51865  # Whisper's own test: English-only models have 51864 tokens
@@ -80,13 +81,32 @@ class WhisperTranscriber:
         return (*space, self.tokens.eot)
 
     def transcribe(
-        self, audio, language=None, task="transcribe", timestamps=True, fallback=True, beam_size=1
+        self,
+        audio,
+        language=None,
+        task="transcribe",
+        timestamps=True,
+        fallback=True,
+        beam_size=1,
+        word_timestamps=False,
     ):
-        """Segments of `audio` (a file path, or 16 kHz mono samples), yielded as decoded."""
+        """Segments of `audio` (a file path, or 16 kHz mono samples), yielded as decoded;
+        with `word_timestamps` each has `words` (start, end, word, probability). A WAV file
+        is read as it is decoded, 30 s at a time (ember.audio.open_samples)."""
         from .. import audio as audio_io
 
-        samples = audio_io.load(audio) if isinstance(audio, (str, os.PathLike)) else audio
+        samples = audio_io.open_samples(audio) if isinstance(audio, (str, os.PathLike)) else audio
         # checked before any window is decoded, so a bad option fails at once
         opts = self.options(language, task, timestamps, fallback, beam_size)
         self.tokens.prompt(opts.language, opts.task, opts.timestamps)
-        yield from transcribe(self.model, self.tokenizer, self.tokens, samples, self.log_mel, opts)
+        words = None
+        if word_timestamps:
+            sot = self.tokens.prompt(opts.language, opts.task, timestamps=True)
+            words = WordTimestamps(self.model, self.tokenizer, self.tokens, sot, opts.language)
+        try:
+            yield from transcribe(
+                self.model, self.tokenizer, self.tokens, samples, self.log_mel, opts, words
+            )
+        finally:  # a streamed file is closed even when the caller stops early
+            if hasattr(samples, "close"):
+                samples.close()
