@@ -1,8 +1,8 @@
 """Segment Anything ViT-B: ember (cpu, wgpu) next to transformers' SamModel on torch CPU.
 
     python benchmarks/sam.py [--size 1024] [--rounds 1] [--decoder-rounds 10]
-                             [--threads N] [--wgpu-size 256] [--skip-wgpu] [--skip-torch]
-                             [--work DIR]
+                             [--threads N] [--wgpu-size 256[,1024...]] [--skip-wgpu]
+                             [--skip-torch] [--page-size S] [--no-page] [--work DIR]
 
 The model is transformers' SamConfig() (ViT-B: 12 layers, width 768, windows of 14, global
 attention in layers 2, 5, 8, 11; 93.7M parameters) with random weights spread to a useful
@@ -27,8 +27,13 @@ same thread count (--threads, default the cores): torch.set_num_threads, ember's
 EMBER_CPU_THREADS, and OMP/OpenBLAS for both.
 
 ember wgpu runs at --wgpu-size (default 256: on lavapipe, the CPU's Vulkan, the encoder
-at 1024 takes over 10 minutes); its figures are for that smaller input, which is why
-transformers is run at that size too, as the reference for its outputs.
+at 1024 takes over 10 minutes; a comma list runs each size, in that order); its figures
+are for that smaller input, which is why transformers is run at that size too, as the
+reference for its outputs.
+The page row (benchmarks/sam_page.py, in a process of its own) drives segment.html in
+Chromium on WebGPU (SwiftShader here) with the same model at --page-size (default the
+first --wgpu-size): the page's own encoder and decoder timings, as ratios to ember wgpu
+at that size in the same run (--no-page leaves it out).
 Agreement: the max abs difference of the image embeddings, the masks and the IoU
 scores between each ember row and transformers at the same size, so the timings never
 compare different work.
@@ -36,7 +41,6 @@ Figures, not pass/fail: on a shared machine compare the ratios, measured in one 
 """
 
 import argparse
-import glob
 import json
 import os
 import shutil
@@ -46,7 +50,6 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PAGE_DIR = os.path.join(os.path.dirname(HERE), "web", "static")
 SEED = 0
 TARGETS = "targets: ember cpu >= 1.0x torch's speed, <= 0.5x its peak RSS"
 
@@ -275,15 +278,39 @@ def row(label, r):
     )
 
 
-def page_row():
-    pages = sorted(
-        os.path.basename(p)
-        for p in glob.glob(os.path.join(PAGE_DIR, "*.html"))
-        if "segment" in os.path.basename(p).lower() or "sam" in os.path.basename(p).lower()
-    )
-    if not pages:
-        return "page: not measured: no SAM page yet (no segment page in web/static)"
-    return f"page: not measured: {', '.join(pages)} exists but this benchmark does not drive it yet"
+def measure_page(path, size, args):
+    cmd = [sys.executable, os.path.join(HERE, "sam_page.py"), "--model", path]
+    cmd += ["--size", str(size), "--rounds", str(args.rounds), "--decoder-rounds", "3"]
+    cmd += ["--timeout", str(args.timeout), "--work", args.work]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {args.timeout} s"}
+    if done.returncode != 0:
+        return {"error": (done.stderr.strip().splitlines() or ["failed"])[-1]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def page_rows(r, size, wgpu):
+    """The page row's lines: its figures, and its speed as a ratio to ember wgpu's."""
+    head = f"page (segment.html in Chromium, WebGPU), {size}x{size}"
+    if "encoder" not in r:
+        return [f"{head}: not measured: {r.get('skipped') or r.get('error')}"]
+    lines = [
+        f"{head}: encoder {r['encoder']:.2f} s per image (warm-up image "
+        f"{r['warmup_encoder_s']:.2f} s), point {r['point'] * 1e3:.1f} ms per prompt "
+        f"(+ {r['postprocess'] * 1e3:.1f} ms upsampling the masks to the image), model "
+        f"load {r['load_s']:.1f} s, page boot {r['boot_s']:.1f} s",
+        f"  {r['browser']}",
+    ]
+    if "encoder" in wgpu:
+        lines.append(
+            f"  page / ember wgpu at {size}x{size}, speed (wgpu time / page time): encoder "
+            f"{wgpu['encoder'] / r['encoder']:.2f}x, point {wgpu['point'] / r['point']:.2f}x"
+        )
+    else:
+        lines.append(f"  no ember wgpu row at {size}x{size} in this run to compare with")
+    return lines
 
 
 def main():
@@ -295,10 +322,16 @@ def main():
     )
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads for all")
     p.add_argument(
-        "--wgpu-size", type=int, default=256, help="input side for ember wgpu (lavapipe is slow)"
+        "--wgpu-size",
+        default="256",
+        help="input side(s) for ember wgpu, comma-separated (lavapipe is slow)",
     )
     p.add_argument("--skip-wgpu", action="store_true")
     p.add_argument("--skip-torch", action="store_true")
+    p.add_argument(
+        "--page-size", type=int, help="input side for the page (default: the first --wgpu-size)"
+    )
+    p.add_argument("--no-page", action="store_true", help="leave the page row out")
     p.add_argument(
         "--work",
         default=os.path.join(os.path.expanduser("~"), ".cache", "ember-bench", "sam"),
@@ -314,9 +347,16 @@ def main():
         return build_model(args.size, args.out)
     if args.worker:
         return run_worker(args)
-    for name in ("size", "wgpu_size"):
-        if getattr(args, name) <= 0 or getattr(args, name) % 16:
-            p.error(f"--{name.replace('_', '-')} {getattr(args, name)}: a positive multiple of 16")
+    try:
+        wgpu_sizes = [int(x) for x in args.wgpu_size.split(",")]
+    except ValueError:
+        p.error(f"--wgpu-size {args.wgpu_size!r}: sizes separated by commas")
+    page_size = args.page_size or wgpu_sizes[0]
+    for name, value in [("size", args.size), ("page-size", page_size)] + [
+        ("wgpu-size", s) for s in wgpu_sizes
+    ]:
+        if value <= 0 or value % 16:
+            p.error(f"--{name} {value}: a positive multiple of 16")
 
     sys.path.insert(0, HERE)
     from common import machine_report
@@ -328,7 +368,8 @@ def main():
         f"engine in a fresh process: one warm-up pass, then the median of {args.rounds} encoder "
         f"pass(es) and {args.decoder_rounds} decoder passes per prompt (wgpu: 1 and 3)"
     )
-    sizes = [args.size] + ([args.wgpu_size] if not args.skip_wgpu else [])
+    sizes = [args.size] + ([] if args.skip_wgpu else wgpu_sizes)
+    sizes += [] if args.no_page else [page_size]
     dirs = {}
     for size in dict.fromkeys(sizes):
         try:
@@ -343,12 +384,19 @@ def main():
     runs = [("ember cpu", "ember", "cpu", args.size)]
     if not args.skip_torch:
         runs.append(("transformers (torch cpu)", "torch", "cpu", args.size))
-    if not args.skip_wgpu:
-        runs.append(("ember wgpu", "ember", "wgpu", args.wgpu_size))
-        if not args.skip_torch and args.wgpu_size != args.size:
-            runs.append(("transformers (torch cpu)", "torch", "cpu", args.wgpu_size))
-    results = {}
+    for wgpu_size in [] if args.skip_wgpu else wgpu_sizes:  # the page beside its wgpu row
+        runs.append(("ember wgpu", "ember", "wgpu", wgpu_size))
+        if not args.skip_torch and wgpu_size != args.size:
+            runs.append(("transformers (torch cpu)", "torch", "cpu", wgpu_size))
+        if wgpu_size == page_size and not args.no_page:
+            runs.append(("page", "page", "webgpu", page_size))
+    if not args.no_page and all(r[0] != "page" for r in runs):
+        runs.append(("page", "page", "webgpu", page_size))
+    results, page = {}, None
     for label, worker, device, size in runs:
+        if worker == "page":
+            page = measure_page(dirs[size], size, args)
+            continue
         out = os.path.join(outs, f"{worker}-{device}-{size}.npz")
         results[(label, size)] = measure(worker, device, dirs[size], size, args, out)
 
@@ -382,15 +430,22 @@ def main():
         print(f"  peak RSS (ember / torch): {e['peak_rss_mb'] / t['peak_rss_mb']:.2f}x")
     else:
         print("  not available (a row above failed or was skipped)")
-    w = results.get(("ember wgpu", args.wgpu_size), {})
-    tw = results.get(("transformers (torch cpu)", args.wgpu_size), {})
-    if "encoder" in w and "encoder" in tw:
-        print(
-            f"ember wgpu / transformers at {args.wgpu_size}x{args.wgpu_size} (the smaller input): "
-            f"speed encoder {tw['encoder'] / w['encoder']:.2f}x, point {tw['point'] / w['point']:.2f}x, "
-            f"box {tw['box'] / w['box']:.2f}x; peak RSS {w['peak_rss_mb'] / tw['peak_rss_mb']:.2f}x"
-        )
-    print("\n" + page_row())
+    for wgpu_size in [] if args.skip_wgpu else wgpu_sizes:
+        w = results.get(("ember wgpu", wgpu_size), {})
+        tw = results.get(("transformers (torch cpu)", wgpu_size), {})
+        if "encoder" in w and "encoder" in tw:
+            print(
+                f"ember wgpu / transformers at {wgpu_size}x{wgpu_size}: speed encoder "
+                f"{tw['encoder'] / w['encoder']:.2f}x, point {tw['point'] / w['point']:.2f}x, "
+                f"box {tw['box'] / w['box']:.2f}x; peak RSS {w['peak_rss_mb'] / tw['peak_rss_mb']:.2f}x"
+            )
+    print()
+    if page is None:
+        print("page: left out (--no-page)")
+    else:
+        wgpu = results.get(("ember wgpu", page_size), {})
+        for line in page_rows(page, page_size, wgpu):
+            print(line)
     for line in machine_report()[:1]:
         print("after: " + line)
 

@@ -17,6 +17,9 @@ network at all.
       models/whisper-tiny.en/  the transcription page's model: its CTranslate2 model.bin and
                       tokenizer.json as ember.packaged fetched them, and page-model.json
                       (page_whisper_sidecar.py)
+      models/sam-tiny-random/  the segmentation page's SAM (make_tiny_sam.py: random
+                      weights), or the user's own SAM directory named by EMBER_SAM_MODEL
+                      or --sam-model (e.g. facebook/sam-vit-base) in its place
       wheels/chat-template-deps.zip  jinja2 and markupsafe as pure Python, from this
                       environment, for the chat template (Pyodide's core has neither)
       manifest.json   wheel path, Pyodide version, models, and a hash of the sources
@@ -94,11 +97,15 @@ def all_model_files():
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     try:
         import make_tiny_llama
+        import make_tiny_sam
     finally:
         sys.path.pop(0)
     src = make_tiny_llama.ensure(ember_models_dir())
     if src is not None:
         found.append((make_tiny_llama.NAME, Path(src), list(make_tiny_llama.FILES)))
+    sam = make_tiny_sam.bundled(ember_models_dir())
+    if sam is not None:
+        found.append(sam)
     gguf = chat_model_file()
     if gguf is not None:
         found.append((CHAT_MODEL, gguf.parent, [gguf.name]))
@@ -217,6 +224,15 @@ def _page_whisper_sidecar():
     finally:
         sys.path.pop(0)
     return page_whisper_sidecar
+
+
+def _is_sam_dir(src):
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    try:
+        import make_tiny_sam
+    finally:
+        sys.path.pop(0)
+    return make_tiny_sam.is_sam_dir(src)
 
 
 def source_hash():
@@ -367,6 +383,8 @@ def _build(bundle):
             if name == WHISPER_MODEL:  # model.bin, and its tensor table for the page
                 files = files + _page_whisper_sidecar().write(src, tmp / "models" / name)
                 entry["kind"] = "whisper-ct2"
+            if _is_sam_dir(src):  # the segmentation page lists these
+                entry["kind"] = "sam"
             dst_dir = tmp / "models" / name
             entry["files"] = {rel: (dst_dir / rel).stat().st_size for rel in files}
             models[name] = entry
@@ -420,7 +438,14 @@ def main(argv=None):
         action="store_true",
         help="only rebuild when the sources changed since the last build",
     )
+    parser.add_argument(
+        "--sam-model",
+        help="a SAM directory (config.json + model.safetensors) to bundle instead of the "
+        "tiny random one (the same as EMBER_SAM_MODEL=DIR)",
+    )
     args = parser.parse_args(argv)
+    if args.sam_model:
+        os.environ["EMBER_SAM_MODEL"] = args.sam_model
     from ember.web.bundle_place import BundlePlaceError
 
     if args.if_stale and not is_stale(args.out):

@@ -153,6 +153,7 @@ def _sdpa_reference(q, k, v, mask, scale, causal):
 @pytest.mark.parametrize("causal", [False, True])
 def test_attention_runs_in_query_tiles_and_matches_numpy(device, causal, monkeypatch):
     monkeypatch.setattr(composites, "ATTENTION_TILE_ELEMENTS", 2 * 3 * 11 * 2)  # 2 rows/tile
+    monkeypatch.setattr(composites, "CPU_ATTENTION_TILE_ELEMENTS", 2 * 3 * 11 * 2)
     rng = np.random.default_rng(2)
     q = rng.standard_normal((2, 3, 7, 8)).astype(np.float32)
     k = rng.standard_normal((2, 3, 11, 8)).astype(np.float32)

@@ -23,6 +23,7 @@ def _numpy_attention(q, k, v, rows, cols, scale):
 def test_grid_bias_matches_the_whole_matrix(device, monkeypatch, tile):
     if tile is not None:  # 96 scores a tile: 2 query rows of 2 x 3 x 4 x 6 keys
         monkeypatch.setattr(composites, "ATTENTION_TILE_ELEMENTS", tile)
+        monkeypatch.setattr(composites, "CPU_ATTENTION_TILE_ELEMENTS", tile)
     rng = np.random.default_rng(0)
     b, h, kh, kw, d = 2, 3, 4, 6, 8
     tq = tk = kh * kw
@@ -35,6 +36,44 @@ def test_grid_bias_matches_the_whole_matrix(device, monkeypatch, tile):
     ).numpy()
     want = _numpy_attention(q, k, v, rows, cols, d**-0.5)
     np.testing.assert_allclose(got, want, atol=1e-5 if device.kind == "cpu" else 1e-4)
+
+
+def test_windows_go_in_tiles_of_whole_windows(device, monkeypatch):
+    """Attention over many small windows (a ViT's windowed layers: batch dims windows x
+    heads) is tiled by windows, every tile holding all of its windows' queries, and
+    gives the whole-matrix result."""
+    windows, heads, kh, kw, d = 5, 2, 3, 3, 4
+    t = kh * kw
+    budget = 2 * heads * t * t  # two whole windows of scores per tile
+    for name in ("ATTENTION_TILE_ELEMENTS", "CPU_ATTENTION_TILE_ELEMENTS"):
+        monkeypatch.setattr(composites, name, budget)
+    calls = []
+    real = device.backend.softmax
+    monkeypatch.setattr(device.backend, "softmax",
+                        lambda *a, **kw: calls.append(a[1].shape) or real(*a, **kw))
+    rng = np.random.default_rng(4)
+    q, k, v = (rng.standard_normal((windows, heads, t, d)).astype(np.float32) for _ in range(3))
+    rows = rng.standard_normal((windows, heads, t, kh)).astype(np.float32)
+    cols = rng.standard_normal((windows, heads, t, kw)).astype(np.float32)
+    got = F.scaled_dot_product_attention(
+        *(ember.tensor(a, device=device) for a in (q, k, v)),
+        grid_bias=(ember.tensor(rows, device=device), ember.tensor(cols, device=device)),
+    ).numpy()
+    np.testing.assert_allclose(got, _numpy_attention(q, k, v, rows, cols, d**-0.5),
+                               atol=1e-5 if device.kind == "cpu" else 1e-4)
+    assert calls == [(2, heads, t, t), (2, heads, t, t), (1, heads, t, t)]
+
+
+def test_attention_tiles_cover_every_score_once():
+    for batch, tq, tk, budget in (((5, 2), 9, 9, 400), ((5, 2), 9, 9, 10**6), ((1, 3), 7, 11, 66),
+                                  ((), 7, 5, 10), ((2, 3), 4, 4, 48)):
+        lead, inner = (batch[0], int(np.prod(batch[1:]))) if batch else (1, 1)
+        seen = np.zeros((lead, tq), int)
+        for b0, nb, q0, n in composites.attention_tiles(batch, tq, tk, budget):
+            seen[b0:b0 + nb, q0:q0 + n] += 1
+            # within the budget, or the smallest tile there is: one query across the batch
+            assert nb * inner * n * tk <= max(budget, lead * inner * tk)
+        assert (seen == 1).all(), (batch, tq, tk, budget)
 
 
 def test_grid_bias_broadcasts_over_heads():

@@ -16,7 +16,9 @@ from .array_conv import conv2d as banded_conv2d
 from .array_fast import UNARY_INPLACE
 from .array_qmatmul import qmatmul_rows
 from .array_rows import linear_epilogue, norm_last_dim, softmax_last_dim
+from .array_stacked import stacked_matmul
 from .base import Backend
+from .blas_threads import SMALL_GEMM_MACS
 from .row_parallel import map_tasks
 
 
@@ -34,6 +36,11 @@ class ArrayBackend(Backend):
     @property
     def kernel_set(self):
         return self.xp.__name__
+
+    @property
+    def attention_tile_elements(self):
+        # Larger tiles than a GPU's: fewer, fuller GEMMs, still a bounded 16 MiB of scores.
+        return composites.CPU_ATTENTION_TILE_ELEMENTS
 
     def map_independent(self, fn, items):
         """numpy: the calls spread over the cores, each on one thread inside (see
@@ -255,13 +262,16 @@ class ArrayBackend(Backend):
             s == 0 or n == 1 for s, n in zip(lb.strides[:-2], batch, strict=True)
         )
         rows = la.numel // max(la.shape[-1], 1) if shared else la.shape[-2]
-        with self._gemm_threads(rows * la.shape[-1] * lb.shape[-1]):
+        macs = rows * la.shape[-1] * lb.shape[-1]
+        with self._gemm_threads(macs):
             if shared:
                 # A weight shared across the batch: one large GEMM instead of one per row.
                 w2 = w[(0,) * len(batch)]
                 x2 = x.reshape(-1, la.shape[-1])
                 y = _blasable(xp, x2) @ _blasable(xp, w2)
                 y = y.reshape(batch + (la.shape[-2], lb.shape[-1]))
+            elif batch and self._is_numpy and macs < SMALL_GEMM_MACS:
+                y = stacked_matmul(xp, _blasable(xp, x), _blasable(xp, w))
             else:
                 y = xp.matmul(_blasable(xp, x), _blasable(xp, w))
         return self.store(y, dtype)

@@ -340,6 +340,13 @@ class Backend:
         return self.info.get("adapter_type") == "CPU"
 
     @property
+    def attention_tile_elements(self) -> int:
+        """About how many attention scores scaled_dot_product_attention's default computes
+        at a time (composites.attention_tiles): a bound on its memory, sized for the
+        device."""
+        return composites.ATTENTION_TILE_ELEMENTS
+
+    @property
     def kernel_set(self) -> str:
         """The kernel family this backend runs for the device: "cpu-adapter" (one
         invocation per short row, no shared-memory tiles) on a software adapter, "gpu"

@@ -17,8 +17,15 @@ if TYPE_CHECKING:  # base.py imports this module: the name is for the type check
     from .base import Backend
 
 # Elements of one tile of attention scores: a long sequence's (Tq, Tk) score matrix is
-# computed this many at a time (whole rows of queries), never all at once.
+# computed about this many at a time, never all at once (Backend.attention_tile_elements
+# picks one of these for its device). 1M (4 MiB of f32) keeps a GPU's tile well inside the
+# storage-binding limits.
 ATTENTION_TILE_ELEMENTS = 1 << 20
+# The CPU's: 4M scores (16 MiB of f32; the composite holds at most three tiles' worth at
+# once). A SAM ViT-B global layer (12 x 4096 x 4096 scores, 805 MB whole) then goes in
+# tiles of 85 queries; 1M made tiles of 21, and windowed layers (300 windows x heads of
+# 196 x 196) 12 tiles of 17 queries, each a batch of 300 tiny GEMMs.
+CPU_ATTENTION_TILE_ELEMENTS = 1 << 22
 
 
 def _binary(be: "Backend", op, x, y, dtype):
@@ -132,47 +139,69 @@ def table_layout(table, shape):
     return table.broadcast_to(target)
 
 
+def attention_tiles(batch, tq, tk, budget):
+    """[(b0, nb, q0, n)]: the tiles of about `budget` scores that attention over batch
+    dims `batch` computes one at a time, each nb entries of the leading batch dim (from
+    b0) by n queries (from q0). Whole slices of the leading dim with all their queries
+    when one fits (a ViT's windows: full-size GEMMs per window), else rows of queries
+    across the whole batch (a long sequence)."""
+    if numel(batch) * tq * tk <= budget:
+        return [(0, batch[0] if batch else 1, 0, tq)]
+    per_lead = numel(batch[1:]) * tq * tk
+    if batch and per_lead <= budget:
+        nb = budget // max(1, per_lead)
+        return [(b0, min(nb, batch[0] - b0), 0, tq) for b0 in range(0, batch[0], nb)]
+    step = max(1, budget // max(1, numel(batch) * tk))
+    lead = batch[0] if batch else 1
+    return [(0, lead, q0, min(step, tq - q0)) for q0 in range(0, tq, step)]
+
+
 def scaled_dot_product_attention(
     be: "Backend", q, lq, k, lk, v, lv, mask, lmask, scale, dtype, causal=False, grid_bias=None
 ):
-    """softmax(q @ k^T * scale + mask + grid bias) @ v over q [..., Tq, D], k [..., Tk,
+    """softmax((q * scale) @ k^T + mask + grid bias) @ v over q [..., Tq, D], k [..., Tk,
     D], v [..., Tk, Dv], with `mask` (or None) laid out as [..., Tq, Tk], `causal` hiding
     keys after a query's own position (the last query sees every key) and `grid_bias`
-    (see Backend.scaled_dot_product_attention) added row by row of the key grid. Queries
-    go in tiles of whole rows of about ATTENTION_TILE_ELEMENTS scores, so a long
+    (see Backend.scaled_dot_product_attention) added row by row of the key grid. The
+    scores go in tiles of about be.attention_tile_elements (attention_tiles), so a long
     sequence's score matrix (and a grid bias as big as it) never exists at once."""
     tq, tk = lq.shape[-2], lk.shape[-2]
     batch = lq.shape[:-2]
-    out_shape = batch + (tq, lv.shape[-1])
+    dv = lv.shape[-1]
+    out_shape = batch + (tq, dv)
     if numel(out_shape) == 0:
         return be.empty(out_shape, dtype)
     kt = lk.transpose(-2, -1)
-    step = max(1, ATTENTION_TILE_ELEMENTS // max(1, numel(batch) * tk))
+    tiles = attention_tiles(batch, tq, tk, be.attention_tile_elements)
 
-    def tile(q0, n):
-        scores = (be.matmul(q, lq.narrow(-2, q0, n), k, kt, dtype), Layout(batch + (n, tk)))
-        scores = _binary(be, "mul", scores, float(scale), dtype)
+    def lead(lay, b0, nb):
+        return lay.narrow(0, b0, nb) if batch and nb != batch[0] else lay
+
+    def tile(b0, nb, q0, n):
+        sub = ((nb,) + batch[1:]) if batch else ()
+        # q scaled before the product (as transformers' SAM and torch's SDPA do): a pass over
+        # n x D elements instead of n x Tk scores
+        qs = _binary(be, "mul", (q, lead(lq, b0, nb).narrow(-2, q0, n)), float(scale), dtype)
+        scores = (be.matmul(*qs, k, lead(kt, b0, nb), dtype), Layout(sub + (n, tk)))
         if mask is not None:
-            scores = _binary(be, "add", scores, (mask, lmask.narrow(-2, q0, n)), dtype)
+            scores = _binary(
+                be, "add", scores, (mask, lead(lmask, b0, nb).narrow(-2, q0, n)), dtype
+            )
         if causal:
             scores = _binary(be, "add", scores, _causal_tile(be, q0, n, tq, tk, dtype), dtype)
         if grid_bias is not None:
-            scores = _add_grid_bias(be, scores, grid_bias, q0, n, dtype)
+            rows, lrows, cols, lcols = grid_bias
+            part = (rows, lead(lrows, b0, nb), cols, lead(lcols, b0, nb))
+            scores = _add_grid_bias(be, scores, part, q0, n, dtype)
         weights = be.softmax(scores[0], scores[1], len(batch) + 1, dtype)
-        return be.matmul(weights, scores[1], v, lv, dtype)
+        return be.matmul(weights, scores[1], v, lead(lv, b0, nb), dtype), Layout(sub + (n, dv))
 
-    if step >= tq:  # one tile (every decode step): its result is the output, no copy
-        return tile(0, tq)
+    if len(tiles) == 1:  # one tile (every decode step): its result is the output, no copy
+        return tile(*tiles[0])[0]
     out = be.empty(out_shape, dtype)
-    for q0 in range(0, tq, step):
-        n = min(step, tq - q0)
-        be.copy_into(
-            out,
-            Layout(out_shape).narrow(-2, q0, n),
-            tile(q0, n),
-            Layout(batch + (n, lv.shape[-1])),
-            dtype,
-        )
+    for b0, nb, q0, n in tiles:
+        value, lvalue = tile(b0, nb, q0, n)
+        be.copy_into(out, lead(Layout(out_shape), b0, nb).narrow(-2, q0, n), value, lvalue, dtype)
     return out
 
 

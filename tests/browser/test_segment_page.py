@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from demo_pages import open_demo_page
-from helpers import require
+from helpers import missing, require
 from sam_page_fixtures import native_segment, sample_image, save_tiny_sam
 
 MAX_FLIPPED = 4          # pixels per mask
@@ -240,6 +240,35 @@ def test_a_1024_model_equals_native_embers_pipeline(segment_page, sam1024_dir, f
           f"{segment_page.evaluate('() => window.lastImage.ms')}")
     assert max(flipped) <= MAX_FLIPPED
     assert any(0.02 < m.mask.mean() < 0.98 for m in native)
+
+
+def test_the_bundled_sam_loads_and_segments(segment_page, bundle_dir, files):
+    """The bundle's own SAM (build_scripts/make_tiny_sam.py: random weights, or the
+    user's EMBER_SAM_MODEL), listed with kind "sam" in the manifest, is offered by the
+    page's bundle picker, loads, embeds the picked image and segments it as native
+    ember does with the bundle's files."""
+    import ember
+    from ember.models.sam import SamModel
+    models = json.loads((bundle_dir / "manifest.json").read_text())["models"]
+    sams = [name for name, entry in models.items() if entry.get("kind") == "sam"]
+    if not sams:
+        missing("a SAM in the bundle", "build_web makes it with torch and transformers")
+    name = sams[0]
+    page = segment_page.page
+    offered = segment_page.do(page.eval_on_selector_all, "#bundle-model option",
+                              "options => options.map((o) => o.value)")
+    assert name in offered
+
+    def choose():
+        page.select_option("#bundle-model", name)
+        return _wait_idle(page)
+    state = segment_page.do(choose)
+    assert state[0] == "done", state   # the model, then the picked image embedded by it
+    assert segment_page.evaluate("() => window.lastModel.model") == name
+    out = segment_page.evaluate("(pts) => window.segmentPoints(pts)", [[42.0, 40.0, 1]])
+    model = SamModel.from_pretrained(bundle_dir / "models" / name, device=ember.Device.cpu())
+    masks = _assert_matches_native(out, model, files["rgb"])
+    assert any(0.02 < m.mean() < 0.98 for m in masks)
 
 
 def test_a_browser_without_webgpu_gets_a_clear_message(chromium, server_url):
