@@ -181,8 +181,8 @@ def scaled_dot_product_attention(
         sub = ((nb,) + batch[1:]) if batch else ()
         # q scaled before the product (as transformers' SAM and torch's SDPA do): a pass over
         # n x D elements instead of n x Tk scores
-        qs = _binary(be, "mul", (q, lead(lq, b0, nb).narrow(-2, q0, n)), float(scale), dtype)
-        scores = (be.matmul(*qs, k, lead(kt, b0, nb), dtype), Layout(sub + (n, tk)))
+        qs, lqs = _binary(be, "mul", (q, lead(lq, b0, nb).narrow(-2, q0, n)), float(scale), dtype)
+        scores = (be.matmul(qs, lqs, k, lead(kt, b0, nb), dtype), Layout(sub + (n, tk)))
         if mask is not None:
             scores = _binary(
                 be, "add", scores, (mask, lead(lmask, b0, nb).narrow(-2, q0, n)), dtype
