@@ -190,37 +190,18 @@ class _Reader:
 
     def strings(self, n, field):
         """``n`` strings in a row (token lists run to 10^5 and more: kept tight)."""
-        buf, size, pos = self.buf, self.size, self.pos
-        unpack = _U64.unpack_from
         out = []
-        append = out.append
-        for i in range(n):
-            if size - pos < 8:
-                self.pos = pos
-                self.need(8, f"{field}[{i}] length")
-            (k,) = unpack(buf, pos)
-            pos += 8
-            if k > size - pos:
-                self.pos = pos - 8
-                self.fail(
-                    f"{field}[{i}]",
-                    f"string length {k} (at offset {pos - 8}) runs past the end "
-                    f"of the file ({size - pos} bytes left)",
-                    offset=pos - 8,
-                    length=k,
-                )
-            b = buf[pos : pos + k]
-            pos += k
-            try:
-                append(b.decode("utf-8"))
-            except UnicodeDecodeError:
-                append(b)
-        self.pos = pos
+        self._walk_strings(n, field, out.append)
         return out
 
     def skip_strings(self, n, field):
         """Check the lengths of ``n`` strings in a row against the file and step over them
         without decoding (GGUFMetadata decodes them when asked)."""
+        self._walk_strings(n, field, None)
+
+    def _walk_strings(self, n, field, append):
+        """Step over ``n`` length-prefixed strings, each checked against the file; each one
+        decoded (UTF-8, else its bytes) and handed to ``append`` unless that is None."""
         buf, size, pos = self.buf, self.size, self.pos
         unpack = _U64.unpack_from
         for i in range(n):
@@ -238,6 +219,12 @@ class _Reader:
                     offset=pos - 8,
                     length=k,
                 )
+            if append is not None:
+                b = buf[pos : pos + k]
+                try:
+                    append(b.decode("utf-8"))
+                except UnicodeDecodeError:
+                    append(b)
             pos += k
         self.pos = pos
 
