@@ -10,16 +10,12 @@ page reads the result with ember alone. build_web.py calls `ensure()`, which mak
 model in ember's cache once and again only when this recipe changes.
 """
 
-import argparse
 import hashlib
-import json
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
-from ember import owned
+import seeded_models  # beside this file: on sys.path when run or imported by build_web
 
 NAME = "tiny-llama-random"
 FILES = ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json"]
@@ -141,56 +137,13 @@ _said_missing = []
 def ensure(root):
     """The model's directory under `root`, made when missing or made by an older recipe;
     None (with a note) when torch/transformers/tokenizers are not installed."""
-    try:
-        digest = recipe_hash()
-    except ImportError as exc:
-        if not _said_missing:  # build_web asks on every staleness check: say it once
-            _said_missing.append(exc)
-            print(
-                f"make_tiny_llama: not making the {NAME} demo model ({exc}); "
-                "pip install -e '.[test]' to include it",
-                file=sys.stderr,
-                flush=True,
-            )
-        return None
-    dest = Path(root) / NAME
-    stamp = dest / ".recipe"
-    if stamp.is_file() and stamp.read_text() == digest and all((dest / f).is_file() for f in FILES):
-        return dest
-    Path(root).mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{NAME}-", dir=root))
-    try:
-        make(tmp)
-        (tmp / ".recipe").write_text(digest)
-        for f in tmp.iterdir():
-            os.chmod(f, 0o644)  # safetensors writes 0600; the bundle links these files
-        os.chmod(tmp, 0o755)
-        # Whole or not at all (a concurrent reader never sees half), and only over a
-        # directory this script made (it carries .recipe) or an empty one.
-        owned.swap_in(tmp, dest, ".recipe")
-    except owned.NotOurs:
-        raise
-    except OSError:
-        if not dest.is_dir():  # another process won the rename: its files are the same
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    print(f"make_tiny_llama: {NAME} at {dest}", flush=True)
-    return dest
+    return seeded_models.ensure_made(
+        root, "make_tiny_llama", NAME, FILES, recipe_hash, make, _said_missing
+    )
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", help="write the files into this directory")
-    args = parser.parse_args(argv)
-    if args.out:
-        owned.check(args.out, ".recipe")  # never write into someone else's directory
-        make(args.out)
-        print(json.dumps({f: (Path(args.out) / f).stat().st_size for f in FILES}))
-        return 0
-    from ember.hub import ember_models_dir
-
-    return 0 if ensure(ember_models_dir()) else 1
+    return seeded_models.main(argv, __doc__, FILES, make, ensure)
 
 
 if __name__ == "__main__":
