@@ -26,7 +26,7 @@ import os
 import numpy as np
 import pytest
 
-from demo_pages import open_demo_page
+from demo_pages import open_demo_page, assert_explains_missing_webgpu
 from detect_page_driver import detect_file, set_imgsz, wait_idle
 from helpers import missing, require
 from packaged_fixtures import bus_jpg  # noqa: F401  (session fixture)
@@ -307,28 +307,7 @@ def test_a_bad_input_size_is_refused_by_name(detect_page, bus_jpg):  # noqa: F81
 
 
 def test_a_browser_without_webgpu_gets_a_clear_message(chromium, server_url):
-    thread, browser = chromium
-
-    def visit():
-        context = browser.new_context()
-        try:
-            context.add_init_script("delete Navigator.prototype.gpu; delete navigator.gpu;")
-            page = context.new_page()
-            page.goto(server_url + "detect.html")
-            page.evaluate("() => window.demoReady")
-            return {
-                "shown": page.is_visible("#no-webgpu"),
-                "text": page.inner_text("#no-webgpu"),
-                "controls": page.is_visible("#controls"),
-                "worker": page.evaluate("() => window.ember === undefined"),
-            }
-        finally:
-            context.close()
-
-    seen = thread.do(visit)
-    assert seen["shown"] and not seen["controls"]
-    assert "no WebGPU" in seen["text"] and "navigator.gpu is missing" in seen["text"]
-    assert seen["worker"]
+    assert_explains_missing_webgpu(chromium, server_url + "detect.html", hidden=("#controls",))
 
 
 def test_the_bundle_ships_the_page(bundle_dir):

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from demo_pages import open_demo_page
+from demo_pages import open_demo_page, assert_explains_missing_webgpu
 
 MODEL = "smollm2-135m-instruct"
 QUESTION = "What is the capital of France?"
@@ -103,25 +103,4 @@ def test_stop_ends_a_long_reply_early_and_the_chat_goes_on(first_answer, chat_pa
 
 
 def test_a_browser_without_webgpu_gets_a_clear_message(chromium, server_url):
-    thread, browser = chromium
-
-    def visit():
-        context = browser.new_context()
-        try:
-            context.add_init_script("delete Navigator.prototype.gpu; delete navigator.gpu;")
-            page = context.new_page()
-            page.goto(server_url + "generate.html")
-            page.evaluate("() => window.demoReady")
-            return {
-                "shown": page.is_visible("#no-webgpu"),
-                "text": page.inner_text("#no-webgpu"),
-                "loading": page.is_visible("#loading"),
-                "worker": page.evaluate("() => window.ember === undefined"),
-            }
-        finally:
-            context.close()
-
-    seen = thread.do(visit)
-    assert seen["shown"] and not seen["loading"]
-    assert "no WebGPU" in seen["text"] and "navigator.gpu is missing" in seen["text"]
-    assert seen["worker"]   # nothing was started that could only fail
+    assert_explains_missing_webgpu(chromium, server_url + "generate.html", hidden=("#loading",))

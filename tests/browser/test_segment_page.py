@@ -16,7 +16,7 @@ import os
 import numpy as np
 import pytest
 
-from demo_pages import open_demo_page
+from demo_pages import open_demo_page, assert_explains_missing_webgpu
 from helpers import missing, require
 from sam_page_fixtures import native_segment, sample_image, save_tiny_sam
 
@@ -272,28 +272,7 @@ def test_the_bundled_sam_loads_and_segments(segment_page, bundle_dir, files):
 
 
 def test_a_browser_without_webgpu_gets_a_clear_message(chromium, server_url):
-    thread, browser = chromium
-
-    def visit():
-        context = browser.new_context()
-        try:
-            context.add_init_script("delete Navigator.prototype.gpu; delete navigator.gpu;")
-            page = context.new_page()
-            page.goto(server_url + "segment.html")
-            page.evaluate("() => window.demoReady")
-            return {
-                "shown": page.is_visible("#no-webgpu"),
-                "text": page.inner_text("#no-webgpu"),
-                "controls": page.is_visible("#controls"),
-                "worker": page.evaluate("() => window.ember === undefined"),
-            }
-        finally:
-            context.close()
-
-    seen = thread.do(visit)
-    assert seen["shown"] and not seen["controls"]
-    assert "no WebGPU" in seen["text"] and "navigator.gpu is missing" in seen["text"]
-    assert seen["worker"]
+    assert_explains_missing_webgpu(chromium, server_url + "segment.html", hidden=("#controls",))
 
 
 def test_the_bundle_ships_the_page(bundle_dir):

@@ -18,7 +18,7 @@ import re
 
 import pytest
 
-from demo_pages import open_demo_page
+from demo_pages import open_demo_page, assert_explains_missing_webgpu
 from packaged_fixtures import jfk_wav, whisper_tiny_en_dir  # noqa: F401
 
 MODEL = "whisper-tiny.en"
@@ -146,25 +146,5 @@ def test_a_recording_from_the_microphone_is_transcribed(page, server_url):
 
 
 def test_a_browser_without_webgpu_gets_a_clear_message(chromium, server_url):
-    thread, browser = chromium
-
-    def visit():
-        context = browser.new_context()
-        try:
-            context.add_init_script("delete Navigator.prototype.gpu; delete navigator.gpu;")
-            p = context.new_page()
-            p.goto(server_url + "transcribe.html")
-            p.evaluate("() => window.demoReady")
-            return {
-                "shown": p.is_visible("#no-webgpu"),
-                "text": p.inner_text("#no-webgpu"),
-                "hidden": [p.is_hidden(s) for s in ("#loading", "#controls", "#output")],
-                "worker": p.evaluate("() => window.ember === undefined"),
-            }
-        finally:
-            context.close()
-
-    seen = thread.do(visit)
-    assert seen["shown"] and seen["hidden"] == [True, True, True]
-    assert "no WebGPU" in seen["text"] and "navigator.gpu is missing" in seen["text"]
-    assert seen["worker"]   # nothing was started that could only fail
+    assert_explains_missing_webgpu(chromium, server_url + "transcribe.html",
+                                   hidden=("#loading", "#controls", "#output"))
