@@ -1,5 +1,5 @@
-// What the demo pages (embed.html, generate.html) share: the load progress bar and
-// running Python in the worker for its value.
+// What the demo pages share: why WebGPU cannot be used here (if it cannot), the load
+// progress bar and running Python in the worker for its value.
 
 // One bar for two phases: the worker's boot fills the first 40%, the model the rest
 // (from the moment the worker is ready, when the page starts loading its model).
@@ -19,4 +19,17 @@ export async function runPython(ember, code) {
   const result = await ember.run(code);
   if (!result.ok) throw new Error(`${result.error.type}: ${result.error.message}`);
   return result.value;
+}
+
+// Why this browser's WebGPU cannot run the demo (no adapter, or asking for one failed), or
+// null; the page checks that navigator.gpu exists first.
+export async function adapterProblem() {
+  try {
+    if (!(await navigator.gpu.requestAdapter())) {
+      return "navigator.gpu.requestAdapter() found no GPU adapter (WebGPU is blocked or unsupported here).";
+    }
+  } catch (err) {
+    return `requesting a WebGPU adapter failed: ${err.message || err}`;
+  }
+  return null;
 }

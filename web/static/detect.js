@@ -3,25 +3,13 @@
 // reach it as blob: URLs, which a same-origin worker can fetch. Images and camera frames
 // are decoded here by the browser (createImageBitmap + OffscreenCanvas); their RGB pixels
 // go to the worker as float32 0..255 values, which it uploads to the GPU as they are.
-import { showLoadProgress, runPython } from "./demo-page.js";
+import { adapterProblem, runPython, showLoadProgress } from "./demo-page.js";
 import { EmberWorker } from "./ember-client.js";
 
 const $ = (id) => document.getElementById(id);
 const py = (value) => JSON.stringify(value);   // a JS value as a Python literal
 const MAX_PIXELS = 4096 * 4096;                 // page_yolo.MAX_PIXELS
 const COLOURS = ["#ff3838", "#3838ff", "#38c838", "#ff9d33", "#c838ff", "#00c2ff", "#ff37c7", "#84cc00"];
-
-// Why this browser cannot run the model, or null (as on the other demo pages).
-async function adapterProblem() {
-  try {
-    if (!(await navigator.gpu.requestAdapter())) {
-      return "navigator.gpu.requestAdapter() found no GPU adapter (WebGPU is blocked or unsupported here).";
-    }
-  } catch (err) {
-    return `requesting a WebGPU adapter failed: ${err.message || err}`;
-  }
-  return null;
-}
 
 function noWebGPU(why) {
   $("no-webgpu-why").textContent = why;

@@ -3,7 +3,7 @@
 // (ember.web.demo_generate), which posts a {type: "delta"} message per piece of decoded
 // text; the page appends each one to the reply as it arrives. `?model=NAME` loads another
 // model of the bundle (the tiny Llama continues plain prompts: it has no chat template).
-import { showLoadProgress, runPython } from "./demo-page.js";
+import { adapterProblem, runPython, showLoadProgress } from "./demo-page.js";
 import { EmberWorker } from "./ember-client.js";
 
 const $ = (id) => document.getElementById(id);
@@ -15,18 +15,7 @@ window.heartbeat = 0;
 const beat = () => { window.heartbeat += 1; requestAnimationFrame(beat); };
 requestAnimationFrame(beat);
 
-// Why this browser cannot run the model, or null: a visitor without WebGPU reads why
-// instead of watching a bar that never moves.
-async function adapterProblem() {
-  try {
-    if (!(await navigator.gpu.requestAdapter())) {
-      return "navigator.gpu.requestAdapter() found no GPU adapter (WebGPU is blocked or unsupported here).";
-    }
-  } catch (err) {
-    return `requesting a WebGPU adapter failed: ${err.message || err}`;
-  }
-  return null;
-}
+// A visitor without WebGPU reads why instead of watching a bar that never moves.
 const noGPU = navigator.gpu ? null
   : "navigator.gpu is missing: this browser does not offer WebGPU (or it is turned off).";
 

@@ -3,22 +3,10 @@
 // files the visitor picks reach it as blob: URLs, which a same-origin worker can fetch.
 // The image is decoded here by the browser (createImageBitmap + OffscreenCanvas), its
 // RGBA pixels handed to the worker once, where the embedding is computed once per image.
-import { showLoadProgress, runPython } from "./demo-page.js";
+import { adapterProblem, runPython, showLoadProgress } from "./demo-page.js";
 import { EmberWorker } from "./ember-client.js";
 
 const $ = (id) => document.getElementById(id);
-
-// Why this browser cannot run the model, or null (as on the chat page).
-async function adapterProblem() {
-  try {
-    if (!(await navigator.gpu.requestAdapter())) {
-      return "navigator.gpu.requestAdapter() found no GPU adapter (WebGPU is blocked or unsupported here).";
-    }
-  } catch (err) {
-    return `requesting a WebGPU adapter failed: ${err.message || err}`;
-  }
-  return null;
-}
 
 function noWebGPU(why) {
   $("no-webgpu-why").textContent = why;

@@ -8,25 +8,13 @@
 // channels averaged to mono, as ember.audio.load does natively. The float32 samples reach
 // the worker as a blob: URL, which a same-origin worker can fetch.
 // `?model=NAME` loads another Whisper model of the bundle.
-import { showLoadProgress, runPython } from "./demo-page.js";
+import { adapterProblem, runPython, showLoadProgress } from "./demo-page.js";
 import { EmberWorker } from "./ember-client.js";
 
 const $ = (id) => document.getElementById(id);
 const modelName = new URLSearchParams(location.search).get("model") || "whisper-tiny.en";
 const SAMPLE_RATE = 16000;           // Whisper's
 const MAX_RECORDING_SECONDS = 600;   // a recording stops itself after ten minutes
-
-// Why this browser cannot run the model, or null (as on the chat page).
-async function adapterProblem() {
-  try {
-    if (!(await navigator.gpu.requestAdapter())) {
-      return "navigator.gpu.requestAdapter() found no GPU adapter (WebGPU is blocked or unsupported here).";
-    }
-  } catch (err) {
-    return `requesting a WebGPU adapter failed: ${err.message || err}`;
-  }
-  return null;
-}
 
 function noWebGPU(why) {
   $("no-webgpu-why").textContent = why;
