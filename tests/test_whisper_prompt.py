@@ -1,8 +1,8 @@
 """The initial prompt and condition_on_previous_text against faster-whisper on real tiny.en:
 the <|startofprev|> prompt tokens faster-whisper builds (leading space, the last
 max_length // 2 - 1 tokens of a long prompt), and the same tokens decoded on jfk.wav
-with a prompt, and on jfk.wav three times over (three windows, each after the previous
-one's text, or not) with faster-whisper's defaults for the rest."""
+with a prompt, and on jfk.wav three times over (two windows, the second after the first
+window's text, or not) with faster-whisper's defaults for the rest."""
 
 import numpy as np
 import pytest
@@ -40,7 +40,7 @@ def test_prompt_tokens_are_faster_whispers(pair):
     assert len(mine) == 1 + 223 + 1  # <|startofprev|>, the last 223 tokens, <|sot|>
     assert t.prompt_tokens([5, 6]) == [5, 6]
     with pytest.raises(
-        ember.InvalidArgument, match="initial_prompt token 50257 is not a text token"
+        ember.InvalidArgument, match=f"initial_prompt token {t.tokens.eot} is not a text token"
     ):
         t.prompt_tokens([5, t.tokens.eot])
 
@@ -85,7 +85,7 @@ def test_windows_after_the_previous_text_as_in_faster_whisper(pair, jfk_wav, con
     samples, feats, content = peer_audio(three, t.model.cfg.num_mel_bins)
     mine = _ember(t, samples, feats, content, condition=condition, initial_prompt=PROMPT)
     theirs = _peer(peer, three, condition_on_previous_text=condition, initial_prompt=PROMPT)
-    assert mine == theirs and len(mine) >= 3
+    assert mine == theirs and len(mine) >= 2
 
 
 def test_the_cli_takes_an_initial_prompt(pair, whisper_tiny_en_dir, jfk_wav, capsys):  # noqa: F811
