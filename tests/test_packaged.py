@@ -113,4 +113,33 @@ def test_an_unknown_item_and_a_missing_member_are_named(fake_registry):
 def test_every_registered_item_names_its_main_file_and_a_known_registry():
     for name, item in packaged.ITEMS.items():
         assert item.name == name and item.main == item.outputs[0].name
-        assert all(p.split(":", 1)[0] in ("pypi", "npm") for p in item.packages)
+        assert all(p.split(":", 1)[0] in ("pypi", "npm", "deb") for p in item.packages)
+
+
+def _deb(path, files):
+    """A Debian package: an ar archive of debian-binary, control.tar.xz and data.tar.xz."""
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w:xz") as t:
+        for name, content in files.items():
+            info = tarfile.TarInfo("./" + name)
+            info.size = len(content)
+            t.addfile(info, io.BytesIO(content))
+    members = [("debian-binary", b"2.0\n"), ("control.tar.xz", b"odd"), ("data.tar.xz", data.getvalue())]
+    with open(path, "wb") as f:
+        f.write(b"!<arch>\n")
+        for name, content in members:
+            f.write(f"{name + '/':<16}{0:<12}{0:<6}{0:<6}{100644:<8}{len(content):<10}`\n".encode())
+            f.write(content + (b"\n" if len(content) % 2 else b""))  # members padded to even
+
+
+def test_files_come_out_of_a_debian_packages_data_archive(tmp_path):
+    good = tmp_path / "alsa-utils_1_amd64.deb"
+    _deb(good, {"usr/share/sounds/a.wav": b"RIFF-a", "usr/share/sounds/b.wav": b"RIFF-b"})
+    with packaged._Members([str(good)]) as members:
+        assert members.read("./usr/share/sounds/b.wav") == b"RIFF-b"
+        with pytest.raises(packaged.FetchError, match="usr/share/sounds/c.wav is in none of"):
+            members.read("./usr/share/sounds/c.wav")
+    bad = tmp_path / "bad.deb"
+    bad.write_bytes(b"not an archive at all")
+    with pytest.raises(packaged.FetchError, match="bad.deb is not a Debian package"):
+        packaged._Members([str(bad)]).__enter__()

@@ -1,6 +1,6 @@
 """The transcription page's Python, run natively on the CPU (these parts need no browser):
 the pure-Python log-mel tables and spectrogram equal ember.audio's, the pure-Python logit
-rules equal whisper_decoding's, the page's decoding loop gives whisper_decoding's segments
+rules equal whisper_decoding's, the page's decoding loop gives whisper_windows' segments
 (tokens, text, times) on a tiny random Whisper with each segment handed out as soon as it
 is final, and the build's tensor table points at the bytes ember's CTranslate2 reader
 maps. Real tiny.en in the page is compared with native ember in
@@ -19,9 +19,10 @@ from ember.audio.log_mel import LogMel, _dft_basis
 from ember.audio.mel_filters import mel_filters
 from ember.io.ctranslate2 import CTranslate2File, whisper_hf_tensors
 from ember.models import whisper_config
-from ember.models.whisper_decoding import DecodeOptions, LogitRules, transcribe
+from ember.models.whisper_decoding import DecodeOptions, LogitRules
 from ember.models.whisper_load import load_whisper
 from ember.models.whisper_tokens import WhisperTokens
+from ember.models.whisper_windows import Transcription
 from ember.web import page_whisper_decode
 from ember.web.page_whisper_decode import PageDecodeOptions, PageLogitRules
 from ember.web.page_whisper_mel import PageLogMel, dft_basis, mel_filters_t
@@ -111,7 +112,8 @@ def test_page_decoding_gives_whisper_decodings_segments(tiny_random, monkeypatch
     samples = np.concatenate([noise(40), np.zeros(35 * 16000, np.float32), noise(12)])
     suppress, blank = (3, 5, 7), (9, tokens.eot)
     native = DecodeOptions(suppress_tokens=suppress, suppress_blank=blank)
-    want = list(transcribe(model, _Ids(), tokens, samples, LogMel(80, model.device), native))
+    native_run = Transcription(model, _Ids(), tokens, [samples], LogMel(80, model.device), native)
+    want = [event.segment for event in native_run if event.segment is not None]
 
     calls, at = [], []   # cache length at each decoder call; calls made at each segment
     decoder = type(model.decoder)

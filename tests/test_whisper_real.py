@@ -74,5 +74,5 @@ def test_tiny_en_on_jfk_matches_the_text_and_faster_whisper(
         main(["transcribe", jfk_wav, "--model", whisper_tiny_en_dir, "--output-format", "json"])
         == 0
     )
-    printed = json.loads(capsys.readouterr().out)[jfk_wav]
+    printed = json.loads(capsys.readouterr().out)[jfk_wav]["segments"]
     assert [s["text"] for s in printed] == [s.text.strip() for s in segments]

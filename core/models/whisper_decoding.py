@@ -1,12 +1,12 @@
-"""Whisper's decoding: greedy search with openai-whisper's logit rules (suppressed tokens,
-blank suppression at the start, the timestamp rules), the segments a window's tokens
-make, and long audio as 30 s windows that seek on the last timestamp.
+"""Whisper's decoding of one window: greedy search and beam search with openai-whisper's
+logit rules (suppressed tokens, blank suppression at the start, the timestamp rules), the
+temperature fallback, and the segments a window's tokens make (the windows of whole files
+are in whisper_windows.py).
 
 The rules run on the host, on one row of logits per step (the vocabulary, ~52k floats);
 the model runs wherever its weights are.
 """
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -16,10 +16,6 @@ from .whisper_tokens import SECONDS_PER_TIMESTAMP
 
 NEG_INF = -np.inf
 MAX_INITIAL_TIMESTAMP = 1.0  # seconds: the first timestamp is at most <|1.00|>
-# A window whose samples all stay below this (-80 dBFS) is digital silence: it is not
-# decoded, since Whisper invents text there (tiny.en says " you", with a log-probability
-# good enough to pass the no-speech test).
-SILENCE_PEAK = 1e-4
 
 
 @dataclass
@@ -38,7 +34,10 @@ class DecodeOptions:
     compression_ratio_threshold: float | None = 2.4
     logprob_threshold: float | None = -1.0
     no_speech_threshold: float | None = 0.6
+    # faster-whisper's defaults: the previous windows' text is the next one's prompt,
+    # reset after a window decoded above this temperature
     condition_on_previous: bool = True
+    prompt_reset_on_temperature: float = 0.5
     beam_size: int = 1  # > 1: beam search at temperature 0 (openai-whisper's, patience 1)
     seed: int = 0
 
@@ -215,28 +214,40 @@ def compression_ratio(text):
     return len(raw) / len(zlib.compress(raw)) if raw else 0.0
 
 
-def decode_with_fallback(model, encoder_out, tokens, opts, text_of, prefix=(), rng=None):
+def accepted(result, opts, text_of):
+    """openai-whisper's test of one decoding: kept unless its text compresses too well
+    (repetition) or is too unlikely, except that an unlikely window whose <|nospeech|> is
+    likely is kept too (it is silence, skipped afterwards)."""
+    bad_ratio = (
+        opts.compression_ratio_threshold is not None
+        and compression_ratio(text_of(result.tokens)) > opts.compression_ratio_threshold
+    )
+    unlikely = opts.logprob_threshold is not None and result.avg_logprob < opts.logprob_threshold
+    silent = (
+        opts.no_speech_threshold is not None
+        and result.no_speech_prob > opts.no_speech_threshold
+        and unlikely
+    )
+    return silent or not (bad_ratio or unlikely)
+
+
+def decode_with_fallback(
+    model, encoder_out, tokens, opts, text_of, prefix=(), rng=None, first=None
+):
     """openai-whisper's temperature fallback over opts.temperatures; the last result is
-    kept when every temperature fails the thresholds."""
-    result = None
-    for temperature in opts.temperatures:
+    kept when every temperature fails the thresholds. `first`: the result of the first
+    temperature, already decoded (by the batched decoder)."""
+    result, temperatures = first, opts.temperatures
+    if first is not None:
+        if accepted(first, opts, text_of):
+            return first
+        temperatures = temperatures[1:]
+    for temperature in temperatures:
         if opts.beam_size > 1 and temperature == 0:
             result = beam_search(model, encoder_out, tokens, opts, prefix)
         else:
             result = greedy(model, encoder_out, tokens, opts, prefix, temperature, rng)
-        bad_ratio = (
-            opts.compression_ratio_threshold is not None
-            and compression_ratio(text_of(result.tokens)) > opts.compression_ratio_threshold
-        )
-        unlikely = (
-            opts.logprob_threshold is not None and result.avg_logprob < opts.logprob_threshold
-        )
-        silent = (
-            opts.no_speech_threshold is not None
-            and result.no_speech_prob > opts.no_speech_threshold
-            and unlikely
-        )
-        if silent or not (bad_ratio or unlikely):
+        if accepted(result, opts, text_of):
             break
     return result
 
@@ -290,55 +301,3 @@ def split_segments(sampled, tokens, offset, window_seconds):
             segments.append(Segment(offset, offset + duration, list(sampled)))
         consumed = window_seconds
     return segments, consumed
-
-
-def transcribe(model, tokenizer, tokens, samples, log_mel, opts, words=None):
-    """Segments of `samples` (16 kHz mono), yielded as each 30 s window is decoded; each
-    window starts where the previous one's last complete segment ended. `words`
-    (whisper_words.WordTimestamps) times each window's words and may move the next
-    window's start to the last word's end."""
-    from ..audio.log_mel import HOP, N_FRAMES, N_SAMPLES, SAMPLE_RATE
-
-    def text_of(ids):
-        return tokenizer.decode([t for t in ids if t < tokens.eot])
-
-    rng = np.random.default_rng(opts.seed)
-    content_frames = len(samples) // HOP
-    seek = 0  # in mel frames
-    previous = []
-    while seek < content_frames:
-        window = samples[seek * HOP : seek * HOP + N_SAMPLES]
-        frames = min(N_FRAMES, content_frames - seek)
-        if not np.any(np.abs(window[: frames * HOP]) > SILENCE_PEAK):
-            seek += frames
-            continue
-        mel = log_mel(window).unsqueeze(0)
-        if mel.dtype != model.dtype:
-            mel = mel.to(model.dtype)
-        encoder_out = model.encoder(mel)
-        prefix = []
-        if opts.condition_on_previous and previous:
-            room = model.cfg.max_target_positions // 2 - 1
-            prefix = [tokens.sot_prev] + previous[-room:]
-        result = decode_with_fallback(model, encoder_out, tokens, opts, text_of, prefix, rng)
-        if is_silence(result, opts):
-            seek += frames
-            continue
-        offset = seek * HOP / SAMPLE_RATE
-        segments, consumed = split_segments(
-            result.tokens, tokens, offset, frames * HOP / SAMPLE_RATE
-        )
-        next_seek = seek + (
-            max(1, math.floor(consumed * SAMPLE_RATE / HOP + 0.5)) if consumed else frames
-        )
-        if words is not None:
-            moved = words(encoder_out, segments, frames, offset, result.tokens)
-            next_seek = next_seek if moved is None else moved
-        for seg in segments:
-            seg.text = text_of(seg.tokens)
-            seg.avg_logprob = result.avg_logprob
-            seg.extra = {"temperature": result.temperature, "no_speech_prob": result.no_speech_prob}
-            yield seg
-        # text sampled at a high temperature is a poor prompt for the next window
-        previous = [] if result.temperature > 0.5 else previous + result.tokens
-        seek = next_seek

@@ -6,7 +6,7 @@ tokenizer.json or laid out by Whisper's scheme (text tokens, <|endoftext|>,
 
 from dataclasses import dataclass, field
 
-from ..errors import FormatError
+from ..errors import FormatError, InvalidArgument
 
 N_TIMESTAMPS = 1501
 SECONDS_PER_TIMESTAMP = 0.02
@@ -45,28 +45,35 @@ class WhisperTokens:
     def prompt(self, language=None, task="transcribe", timestamps=True):
         """The start-of-transcript sequence: sot [language task] [notimestamps]."""
         ids = [self.sot]
+        if task not in ("transcribe", "translate"):
+            raise InvalidArgument(
+                f"Whisper: task must be transcribe or translate, got {task!r}", field="task"
+            )
         if self.multilingual:
             lang = language or "en"
             if lang not in self.languages:
-                raise FormatError(
+                raise InvalidArgument(
                     f"Whisper: unknown language {lang!r}; this model knows "
                     f"{', '.join(sorted(self.languages))}",
                     field="language",
-                )
-            if task not in ("transcribe", "translate"):
-                raise FormatError(
-                    f"Whisper: task must be transcribe or translate, got {task!r}", field="task"
                 )
             ids += [
                 self.languages[lang],
                 self.transcribe if task == "transcribe" else self.translate,
             ]
         elif language not in (None, "en"):
-            raise FormatError(
-                f"Whisper: this English-only model cannot transcribe {language!r}", field="language"
+            raise InvalidArgument(
+                f"Whisper: this model is English-only: it transcribes English ('en'), not "
+                f"{language!r}; use a multilingual model (e.g. whisper-base) for other "
+                "languages, or leave the language out",
+                field="language",
             )
         elif task == "translate":
-            raise FormatError("Whisper: an English-only model cannot translate", field="task")
+            raise InvalidArgument(
+                "Whisper: this model is English-only: it cannot translate; use a multilingual "
+                "model (e.g. whisper-base)",
+                field="task",
+            )
         if not timestamps:
             ids.append(self.no_timestamps)
         return ids
