@@ -260,7 +260,7 @@ def test_tiny_en_word_timestamps_match_faster_whisper(tiny, jfk_wav, capsys):  #
         "json",
     ]
     assert main(argv) == 0
-    printed = json.loads(capsys.readouterr().out)[jfk_wav]
+    printed = json.loads(capsys.readouterr().out)[jfk_wav]["segments"]
     words = [w["word"] for s in printed for w in s["words"]]
     assert words == [w[0] for w in a]
     assert [_bare(w) for w in words[:3]] == ["and", "so", "my"]
