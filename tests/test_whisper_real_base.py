@@ -4,9 +4,13 @@ options: the language base detects and its probability, and the same tokens gree
 without fallback and then with beam 5. ember is given faster-whisper's own features (see
 whisper_peer.py), all the clips' windows through its encoder as one batch and through its
 batched greedy decoder; base on jfk.wav end to end (ember's own audio and features)
-detects English too, and reads the JFK words as faster-whisper does."""
+detects English too, and reads the JFK words as faster-whisper does; with word timestamps,
+base on two files batched through the CLI gives each file's language and the words each
+file gets alone, jfk.wav's words are faster-whisper's, and on faster-whisper's features
+their alignment is CTranslate2's."""
 
 import dataclasses
+import json
 import os
 import re
 
@@ -14,6 +18,8 @@ import numpy as np
 import pytest
 
 import ember
+from ember.cli import main
+from ember.models import whisper_words
 from ember.models.whisper_batch import finish, greedy_batch
 from ember.models.whisper_decoding import beam_search, is_silence, split_segments
 from ember.models.whisper_language import best_language, language_probs
@@ -145,4 +151,69 @@ def test_base_on_jfk_end_to_end_detects_english_and_reads_the_text(whisper_base_
     # features move (ember: "Americans ask", faster-whisper: "Americans, ask")
     assert _words(" ".join(s.text for s in segments)) == _words(
         " ".join(s.text for s in peer_segments)
+    )
+
+
+def test_base_word_timestamps_on_several_files_with_detection(
+    whisper_base_dir,  # noqa: F811
+    jfk_wav,  # noqa: F811
+    alsa_sounds_dir,  # noqa: F811
+    capsys,
+):
+    fw = require("faster_whisper")
+    paths = [jfk_wav, os.path.join(alsa_sounds_dir, "Front_Center.wav")]
+    argv = ["transcribe", *paths, "--model", whisper_base_dir, "--no-fallback"]
+    assert main([*argv, "--word-timestamps", "--output-format", "json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    for p in paths:  # each file's language detected (a given one has probability 1)
+        assert printed[p]["language"] == "en"
+        assert 0.5 < printed[p]["language_probability"] < 1.0
+    t = WhisperTranscriber.from_dir(whisper_base_dir, device=ember.Device.cpu())
+    alone = {p: list(t.transcribe(p, fallback=False, word_timestamps=True)) for p in paths}
+    for p in paths:
+        batched = [w for s in printed[p]["segments"] for w in s["words"]]
+        mine = [w for s in alone[p] for w in s.words]
+        assert [(w["word"], w["start"], w["end"]) for w in batched] == [
+            (w.word, w.start, w.end) for w in mine
+        ]
+        np.testing.assert_allclose(
+            [w["probability"] for w in batched], [w.probability for w in mine], atol=1e-4
+        )
+    # end to end the features differ by design, and so does the punctuation of the text
+    # (ember: "Americans ask", faster-whisper: "Americans, ask"), which moves the words
+    # around the pauses: the same words are compared as text only ...
+    peer = fw.WhisperModel(whisper_base_dir, device="cpu", compute_type="float32")
+    theirs, _ = peer.transcribe(
+        jfk_wav, beam_size=1, temperature=0.0, vad_filter=False, word_timestamps=True
+    )
+    mine = [w for s in alone[jfk_wav] for w in s.words]
+    assert [_words(w.word) for w in mine] == [_words(w.word) for s in theirs for w in s.words]
+    assert len(mine) == 22  # "And so my fellow Americans ask not what ..." word by word
+    # ... and on faster-whisper's own features and this text, the alignment is
+    # CTranslate2's: each word starts where its path does, with its tokens' probability
+    window, seconds = _faster_whisper_window(jfk_wav, t.model.cfg.num_mel_bins)
+    frames = round(seconds * 100)
+    text = [i for s in alone[jfk_wav] for i in s.tokens if i < t.tokens.eot]
+    sot = t.tokens.prompt("en", "transcribe", timestamps=True)
+    ours = whisper_words.align(
+        t.model,
+        t.tokenizer,
+        t.tokens,
+        t.model.encoder(ember.tensor(window[None])),
+        text,
+        frames,
+        sot,
+        whisper_words.alignment_heads(t.model),
+        "en",
+    )
+    theirs = peer.model.align(peer.encode(window[None]), sot, [text], frames, median_filter_width=7)
+    pairs = np.array(theirs[0].alignments)
+    their_time = pairs[np.unique(pairs[:, 0], return_index=True)[1], 1] / 50
+    bounds = np.cumsum([0] + [len(w["tokens"]) for w in ours[:-1]])
+    np.testing.assert_allclose([w["start"] for w in ours], their_time[bounds], atol=0.021)
+    probs = np.array(theirs[0].text_token_probs)
+    np.testing.assert_allclose(
+        [w["probability"] for w in ours],
+        [probs[a:b].mean() for a, b in zip(bounds, [*bounds[1:], len(text)], strict=True)],
+        atol=2e-3,
     )
