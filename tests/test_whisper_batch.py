@@ -95,7 +95,17 @@ def _printed(events, files, fmt="txt", paths=("a.wav", "b.wav")):
     from ember.cli.transcribe_progress import AudioProgress
 
     out, err = io.StringIO(), io.StringIO()
-    args = type("Args", (), {"output_format": fmt, "files": list(paths), "language": None})
+    args = type(
+        "Args",
+        (),
+        {
+            "output_format": fmt,
+            "files": list(paths),
+            "language": None,
+            "max_words_per_line": None,
+            "highlight_words": False,
+        },
+    )
     transcription = type("T", (), {"files": files})
     printer = _Printer(args, transcription, out, err, AudioProgress(err, 10.0))
     for i, seg, done in events:

@@ -5,7 +5,9 @@ fetched into ember's cache on first use; --model takes a Hugging Face or CTransl
 Whisper directory. Several files are decoded together (their windows batched through the
 encoder and decoder) and printed one after the other, in the order given: the first
 file's segments as they are decoded, the next ones' as soon as the files before are done.
-A multilingual model detects each file's language unless --language is given.
+A multilingual model detects each file's language unless --language is given. With
+--word-timestamps, srt and vtt cues are made from the words (transcribe_cues.py), shaped
+by --max-words-per-line and --highlight-words as openai-whisper's writers do.
 """
 
 import json
@@ -13,6 +15,7 @@ import os
 import sys
 
 from .common import add_device_argument, open_device
+from .transcribe_cues import segment_cues
 
 FORMATS = ("txt", "srt", "vtt", "json")
 DEFAULT_MODEL = "whisper-tiny.en"
@@ -67,8 +70,22 @@ def add_parser(subparsers):
     p.add_argument(
         "--word-timestamps",
         action="store_true",
-        help="time each word from the cross-attention alignment (in the json output, and "
-        "the segments' times move to their words)",
+        help="time each word from the cross-attention alignment (in the json output; srt "
+        "and vtt cues are timed by their words; the segments' times move to their words)",
+    )
+    p.add_argument(
+        "--max-words-per-line",
+        type=int,
+        default=None,
+        metavar="N",
+        help="(with --word-timestamps) srt and vtt cues of at most N words each, timed from "
+        "their first word's start to their last word's end",
+    )
+    p.add_argument(
+        "--highlight-words",
+        action="store_true",
+        help="(with --word-timestamps) srt and vtt: one cue per word, showing its line with "
+        "the word underlined (<u>...</u>) while it is spoken",
     )
     add_device_argument(p, default="cpu")
     p.set_defaults(func=run)
@@ -83,7 +100,8 @@ def _clock(seconds, sep):
 
 
 def format_segment(fmt, index, seg):
-    """The text one segment prints as in `fmt` (json is printed whole at the end)."""
+    """The text one segment (or a transcribe_cues.Cue) prints as in `fmt` (json is
+    printed whole at the end)."""
     text = seg.text.strip()
     if fmt == "srt":
         return f"{index}\n{_clock(seg.start, ',')} --> {_clock(seg.end, ',')}\n{text}\n"
@@ -111,6 +129,7 @@ class _Printer:
         self.fmt, self.paths, self.files = args.output_format, args.files, transcription.files
         self.out, self.err, self.bar = out, err, bar
         self.given = args.language is not None
+        self.max_words, self.highlight = args.max_words_per_line, args.highlight_words
         self.head = 0
         self.kept = [[] for _ in self.paths]
         self.printed = [0] * len(self.paths)
@@ -150,9 +169,17 @@ class _Printer:
         if self.kept[i] or self.files[i].done:
             self._start(i)
         for seg in self.kept[i]:
-            self.printed[i] += 1
-            self._emit(format_segment(self.fmt, self.printed[i], seg), self.out)
+            for cue in self._cues(seg):
+                self.printed[i] += 1
+                self._emit(format_segment(self.fmt, self.printed[i], cue), self.out)
         self.kept[i] = []
+
+    def _cues(self, seg):
+        """What one segment prints as: itself, or in srt and vtt with word timestamps the
+        cues of its words (transcribe_cues.py)."""
+        if self.fmt not in ("srt", "vtt") or seg.words is None:
+            return [seg]
+        return segment_cues(seg, self.max_words, self.highlight)
 
     def advance(self):
         """Moves on past the files that are done, printing what was kept for the next."""
@@ -190,6 +217,19 @@ def _json(f):
     }
 
 
+def _check_word_options(args):
+    from ..errors import InvalidArgument
+
+    for flag, given in (
+        ("--max-words-per-line", args.max_words_per_line is not None),
+        ("--highlight-words", args.highlight_words),
+    ):
+        if given and not args.word_timestamps:
+            raise InvalidArgument(f"{flag} needs --word-timestamps (its cues are timed by words)")
+    if args.max_words_per_line is not None and args.max_words_per_line < 1:
+        raise InvalidArgument(f"--max-words-per-line {args.max_words_per_line}: must be 1 or more")
+
+
 def run(args, out=None, err=None):
     from ..errors import FormatError, InvalidArgument
     from ..models.whisper_transcriber import WhisperTranscriber
@@ -198,6 +238,7 @@ def run(args, out=None, err=None):
     out, err = out or sys.stdout, err or sys.stderr
     if args.beam_size < 1:
         raise InvalidArgument(f"--beam-size {args.beam_size}: must be 1 (greedy) or more")
+    _check_word_options(args)
     for path in args.files:  # before the model loads: a typo fails at once
         if not os.path.isfile(path):
             raise FormatError(f"{path}: no such audio file", path=path, field="path")
