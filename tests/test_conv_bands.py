@@ -89,3 +89,17 @@ def test_unknown_activation_is_refused(cpu):
     x, w, b, _ = _inputs(2)
     with pytest.raises(ValueError, match="conv2d: unknown activation 'swish'"):
         ember.conv2d(ember.tensor(x), ember.tensor(w), activation="swish")
+
+
+@pytest.mark.parametrize("oh,rows,planes,threads", [
+    (40, 13, 1, 2), (20, 20, 1, 2), (80, 7, 1, 2), (7, 7, 3, 2), (5, 2, 1, 3), (1, 1, 1, 2),
+    (9, 4, 2, 1),
+])
+def test_band_edges_cover_the_rows_and_split_evenly(oh, rows, planes, threads):
+    edges = array_conv._band_edges(oh, rows, planes, threads)
+    sizes = np.diff(edges)
+    assert edges[0] == 0 and edges[-1] == oh and (sizes >= 1).all()
+    assert sizes.max() - sizes.min() <= 1  # evenly spread
+    assert sizes.max() <= rows  # never larger than asked
+    if planes * oh >= threads:  # enough rows: every thread gets as many bands
+        assert (planes * len(sizes)) % threads == 0

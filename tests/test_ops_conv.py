@@ -181,3 +181,17 @@ def test_pool_and_resize_empty_batch(device):
     check(ember.upsample_nearest2d(x, scale_factor=2.0), np.zeros((0, 2, 8, 8), np.float32), "f32")
     check(ember.interpolate(x, size=(3, 5), mode="bilinear"), np.zeros((0, 2, 3, 5), np.float32),
           "f32")
+
+
+def test_max_pool2d_propagates_nan_as_torch(device):
+    """A NaN in a window makes that window's maximum NaN (torch's max_pool2d), also when a
+    later tap of the window is larger; the padding never wins over a real value."""
+    torch = require("torch")
+    xn = np.arange(2 * 6 * 5, dtype=np.float32).reshape(1, 2, 6, 5) - 30.0
+    xn[0, 0, 2, 1] = np.nan
+    x = on_device(xn, "f32", device)
+    got = ember.max_pool2d(x, 3, stride=1, padding=1).numpy()
+    want = torch.nn.functional.max_pool2d(torch.from_numpy(xn), 3, stride=1, padding=1).numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert np.isnan(want).sum() == 9
+    np.testing.assert_array_equal(got[~np.isnan(got)], want[~np.isnan(want)])

@@ -1,0 +1,105 @@
+"""numba's bias + activation pass after each band's GEMM (backends/array_conv_jit.py):
+against float64, on strided destinations, with NaN and infinities, and conv2d through it
+equal to conv2d through numpy's ufuncs (the path without numba)."""
+import numpy as np
+import pytest
+
+import ember
+from ember.backends import array_conv
+from helpers import missing
+
+ACTIVATIONS = [None, "silu", "relu", "sigmoid"]
+
+
+@pytest.fixture
+def jit():
+    """The numba epilogue: skipped where numba is not installed, a failure under CI=true."""
+    try:
+        from ember.backends import array_conv_jit
+    except ImportError as exc:
+        missing("numba (the ember[jit] extra)", str(exc))
+    if array_conv._epilogue_kernels() is None:
+        missing("the numba epilogue", "EMBER_JIT=0 is set")
+    return array_conv_jit
+
+
+def _reference(v, activation):
+    v = v.astype(np.float64)
+    with np.errstate(over="ignore"):
+        if activation == "silu":
+            return v / (1.0 + np.exp(-v))
+        if activation == "sigmoid":
+            return 1.0 / (1.0 + np.exp(-v))
+    if activation == "relu":
+        return np.maximum(v, 0.0)
+    return v
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_bias_activation_against_float64(jit, activation):
+    rng = np.random.default_rng(3)
+    # wide values: deep in both tails of the sigmoid, and exp(-v) far past f32's range
+    y = (rng.standard_normal((5, 1003)) * np.array([[0.1], [1], [8], [40], [200]])).astype(
+        np.float32
+    )
+    bias = rng.standard_normal(5).astype(np.float32)
+    out = np.full((5, 2, 1003), np.nan, np.float32)[:, 1]  # a strided destination
+    jit.bias_activation(y, bias, out, jit.CODES[activation])
+    v = y + bias[:, None]
+    want = _reference(v, activation)
+    core = np.abs(v) <= 16  # where numpy's own f32 forms keep 1e-6
+    np.testing.assert_allclose(out[core], want[core], rtol=1e-6, atol=1e-30)
+    # the far tails: f32's rounding of -v / ln 2, amplified by exp; below v = -88, SiLU's
+    # v * 2^-127 where the true value underflows
+    np.testing.assert_allclose(out, want, rtol=4e-6, atol=1e-33)
+
+
+@pytest.mark.parametrize("activation", ["silu", "sigmoid", "relu"])
+def test_special_values(jit, activation):
+    v = np.array([[np.nan, np.inf, 0.0, -0.0, 1e-30, 88.0, -88.0, 104.0, -104.0, 3e38]],
+                 np.float32)
+    out = np.empty_like(v)
+    jit.bias_activation(v, np.zeros(1, np.float32), out, jit.CODES[activation])
+    assert np.isnan(out[0, 0])  # NaN stays NaN
+    want = _reference(v[:, 1:], activation)
+    np.testing.assert_allclose(out[:, 1:], want, rtol=1e-6, atol=1e-36)
+    assert np.isfinite(out[:, 2:]).all()
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv2d_with_and_without_numba_agree(jit, monkeypatch, activation, bias):
+    rng = np.random.default_rng(11)
+    x = ember.tensor(rng.standard_normal((2, 6, 15, 13)).astype(np.float32))
+    w = ember.tensor(rng.standard_normal((8, 3, 3, 3)).astype(np.float32))
+    b = ember.tensor(rng.standard_normal(8).astype(np.float32)) if bias else None
+    kw = dict(stride=(1, 2), padding=1, groups=2, activation=activation)
+    fused = ember.conv2d(x, w, b, **kw).numpy()
+    monkeypatch.setitem(array_conv._jit, "module", None)  # as if numba were not installed
+    monkeypatch.setitem(array_conv._jit, "tried", True)
+    plain = ember.conv2d(x, w, b, **kw).numpy()
+    np.testing.assert_allclose(fused, plain, rtol=2e-6, atol=2e-6)
+    if activation in (None, "relu"):  # no transcendental: the same bits
+        np.testing.assert_array_equal(fused, plain)
+
+
+def test_ember_jit_0_turns_the_epilogue_off(monkeypatch):
+    monkeypatch.setenv("EMBER_JIT", "0")
+    monkeypatch.setitem(array_conv._jit, "tried", False)
+    monkeypatch.setitem(array_conv._jit, "module", None)
+    assert array_conv._epilogue_kernels() is None
+
+
+def test_fused_silu_is_per_element_so_batching_keeps_the_bits(jit):
+    """The epilogue depends on each value alone: a batch of two gives each image's bits,
+    and the fused SiLU stays within 2e-6 of Tensor.silu after the convolution."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 5, 21, 17)).astype(np.float32)
+    w = ember.tensor(rng.standard_normal((7, 5, 3, 3)).astype(np.float32))
+    b = ember.tensor(rng.standard_normal(7).astype(np.float32))
+    both = ember.conv2d(ember.tensor(x), w, b, padding=1, activation="silu").numpy()
+    for i in range(2):
+        alone = ember.conv2d(ember.tensor(x[i : i + 1]), w, b, padding=1, activation="silu")
+        np.testing.assert_array_equal(both[i : i + 1], alone.numpy())
+    after = ember.conv2d(ember.tensor(x), w, b, padding=1).silu().numpy()
+    np.testing.assert_allclose(both, after, rtol=2e-6, atol=2e-6)
