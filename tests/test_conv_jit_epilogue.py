@@ -103,3 +103,27 @@ def test_fused_silu_is_per_element_so_batching_keeps_the_bits(jit):
         np.testing.assert_array_equal(both[i : i + 1], alone.numpy())
     after = ember.conv2d(ember.tensor(x), w, b, padding=1).silu().numpy()
     np.testing.assert_allclose(both, after, rtol=2e-6, atol=2e-6)
+
+
+def test_only_an_exp_activation_loads_numba():
+    """A bias add, ReLU or GELU convolution (Whisper's conv1d) never imports numba: its
+    import costs ~1 s of CPU and ~120 MB of a cold start, and numpy gives those the same
+    speed; SiLU loads it (when installed)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, ember\n"
+        "x = ember.tensor(np.ones((1, 2, 5, 5), np.float32))\n"
+        "w = ember.tensor(np.ones((3, 2, 3, 3), np.float32))\n"
+        "b = ember.tensor(np.ones(3, np.float32))\n"
+        "for act in (None, 'relu', 'gelu'):\n"
+        "    ember.conv2d(x, w, b, padding=1, activation=act)\n"
+        "print('numba' in sys.modules)\n"
+        "ember.conv2d(x, w, b, padding=1, activation='silu')\n"
+        "print('numba' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    before, after = out.stdout.split()
+    assert before == "False"
+    assert after == str(array_conv._epilogue_kernels() is not None)

@@ -38,6 +38,9 @@ BAND_BYTES = 1 << 20
 # is not streamed through the cache once per handful of columns.
 MIN_BAND_COLUMNS = 512
 
+# the activations the numba epilogue takes (array_conv_jit.CODES has the others too, for
+# its own tests)
+JIT_ACTIVATIONS = ("silu", "sigmoid")
 _jit = {"module": None, "tried": False}
 _jit_lock = threading.Lock()
 
@@ -99,8 +102,10 @@ def conv2d(xp, x, w, bias, stride, padding, dilation, groups, activation=None):
         for r0, r1 in itertools.pairwise(edges)
     ]
 
-    jit = _epilogue_kernels() if x.dtype == xp.float32 else None
-    code = None if jit is None else jit.CODES.get(activation)
+    # numba only where it pays: an exp per element (a bias add or ReLU is as fast in
+    # numpy, with the same bits, and importing numba costs ~1 s of CPU and ~120 MB)
+    jit = _epilogue_kernels() if x.dtype == xp.float32 and activation in JIT_ACTIVATIONS else None
+    code = None if jit is None else jit.CODES[activation]
     zeros = xp.zeros(o, x.dtype) if code is not None and bias is None else None
 
     def band(i, g, r0, r1):
