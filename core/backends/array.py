@@ -11,7 +11,7 @@ from ..errors import DimOutOfRange, OutOfMemory, ShapeMismatch, fmt_shape
 from ..hostdata import bf16_to_f32, f32_to_bf16
 from ..hostmem import host_memory_bytes, human_bytes
 from ..ops import BINARY, COMPARE, INT_DIV, UNARY
-from . import composites
+from . import array_attention, composites
 from .array_conv import conv2d as banded_conv2d
 from .array_fast import UNARY_INPLACE
 from .array_qmatmul import qmatmul_rows
@@ -334,6 +334,25 @@ class ArrayBackend(Backend):
         # Any dim runs as the last one (a moved view), so every path has one algorithm.
         y = softmax_last_dim(xp, xp.moveaxis(x, dim, -1) if x.ndim else x.reshape(1), log)
         return self.store(xp.moveaxis(y, -1, dim) if x.ndim else y.reshape(()), dtype)
+
+    def scaled_dot_product_attention(
+        self, q, lq, k, lk, v, lv, mask, lmask, scale, dtype, causal=False, grid_bias=None
+    ):
+        """numpy, f32, no mask, not causal (a ViT's attention, SAM's): the composite's tiles
+        with every step on all cores and BLAS on one thread (array_attention); the rest
+        takes the composite."""
+        if not (self._is_numpy and dtype is dt.f32 and mask is None and not causal):
+            return super().scaled_dot_product_attention(
+                q, lq, k, lk, v, lv, mask, lmask, scale, dtype, causal, grid_bias
+            )
+        xp = self.xp
+        q, k, v = (_blasable(xp, self.view(s, lay)) for s, lay in ((q, lq), (k, lk), (v, lv)))
+        bias = None
+        if grid_bias is not None:
+            rows, lrows, cols, lcols = grid_bias
+            bias = (self.view(rows, lrows), self.view(cols, lcols))
+        out = array_attention.attention(self, q, k, v, bias, scale, dtype)
+        return out.reshape(-1)
 
     def rope(self, storage, layout, cos, lcos, sin, lsin, dtype, interleaved=False):
         """Backend.rope in four in-place passes over the output (the composite's nine ops

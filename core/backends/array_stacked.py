@@ -12,11 +12,13 @@ each product is still the same one-thread BLAS call, so the bits do not change.
 from .row_parallel import run_rows
 
 
-def stacked_matmul(xp, x, w):
+def stacked_matmul(xp, x, w, out=None):
     """x @ w for stacks x [..., M, K] and w [..., K, N] of equal batch dims whose every
-    product is small (the caller pins BLAS to one thread): the leading batch dim (after
-    any of size 1) split over the threads."""
-    out = xp.empty(x.shape[:-1] + (w.shape[-1],), xp.result_type(x, w))
+    product is small, or while BLAS is pinned to one thread (the caller pins it): the
+    leading batch dim (after any of size 1) split over the threads. Into `out` (an array
+    of the product's shape) when given."""
+    if out is None:
+        out = xp.empty(x.shape[:-1] + (w.shape[-1],), xp.result_type(x, w))
     xs, ws, outs = x, w, out
     while xs.ndim > 3 and xs.shape[0] == 1:
         xs, ws, outs = xs[0], ws[0], outs[0]

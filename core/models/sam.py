@@ -47,10 +47,10 @@ class SamModel(Module):
             cfg.prompt, vb.pp("prompt_encoder"), self.shared_image_embedding
         )
         self.mask_decoder = SamMaskDecoder(cfg.decoder, vb.pp("mask_decoder"))
-        self._image_pe = None
+        self._image_pe = self._key_pe = None
 
     def _reset_derived(self):
-        self._image_pe = None
+        self._image_pe = self._key_pe = None
 
     def image_positional_embeddings(self):
         """The Fourier embedding of every image-embedding cell [1, 256, 64, 64]: it
@@ -59,6 +59,14 @@ class SamModel(Module):
             size = self.cfg.prompt.image_embedding_size
             self._image_pe = self.shared_image_embedding.grid(size)
         return self._image_pe
+
+    def _decoder_positional_embeddings(self):
+        """image_positional_embeddings as the mask decoder adds them, a row per cell
+        [1, 64 * 64, 256], contiguous: made once, like them."""
+        if self._key_pe is None:
+            pe = self.image_positional_embeddings()
+            self._key_pe = pe.reshape(*pe.shape[:2], -1).transpose(1, 2).contiguous()
+        return self._key_pe
 
     @property
     def device(self):
@@ -185,7 +193,7 @@ class SamModel(Module):
                     shapes=(masks.shape,),
                 )
         sparse, dense = self.prompt_encoder(points, labels, boxes, masks)
-        pe = self.image_positional_embeddings()
+        pe = self._decoder_positional_embeddings()
         return self.mask_decoder(emb, pe, sparse, dense, bool(multimask_output))
 
     # --- argument checks -------------------------------------------------------------------------

@@ -33,12 +33,11 @@ class DecoderAttention(Module):
         return x.reshape(n, t, self.heads, c // self.heads).transpose(1, 2)
 
     def forward(self, query, key, value, residual=None):
-        q, k, v = (
-            self._heads(self.q_proj(query)),
-            self._heads(self.k_proj(key)),
-            self._heads(self.v_proj(value)),
-        )
-        out = F.scaled_dot_product_attention(q, k, v)
+        return self.attend(self.q_proj(query), self.k_proj(key), self.v_proj(value), residual)
+
+    def attend(self, q, k, v, residual=None):
+        """The attention of projected q, k, v [n, t, inner] (views welcome), projected back."""
+        out = F.scaled_dot_product_attention(self._heads(q), self._heads(k), self._heads(v))
         n, _, t, c = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(n, t, self.heads * c), residual=residual)
 
@@ -70,12 +69,25 @@ class TwoWayBlock(Module):
             q = queries + query_pe
             queries = self.self_attn(q, q, queries, residual=queries)
         queries = self.layer_norm1(queries)
-        k = keys + key_pe
-        queries = self.cross_attn_token_to_image(queries + query_pe, k, keys, residual=queries)
+        to_image, to_token = self.cross_attn_token_to_image, self.cross_attn_image_to_token
+        # The image side's keys for token-to-image and its queries for image-to-token are
+        # projections of the same keys + key_pe: one GEMM over the image for both.
+        both = F.linear(
+            keys + key_pe,
+            cat([to_image.k_proj.weight, to_token.q_proj.weight], 0),
+            cat([to_image.k_proj.bias, to_token.q_proj.bias], 0),
+        )
+        inner = to_image.k_proj.out_features
+        k_image, q_image = both.narrow(-1, 0, inner), both.narrow(-1, inner, inner)
+        queries = to_image.attend(
+            to_image.q_proj(queries + query_pe), k_image, to_image.v_proj(keys), queries
+        )
         queries = self.layer_norm2(queries)
         queries = self.lin2(self.lin1(queries, activation=self.act), residual=queries)
         queries = self.layer_norm3(queries)
-        keys = self.cross_attn_image_to_token(k, queries + query_pe, queries, residual=keys)
+        keys = to_token.attend(
+            q_image, to_token.k_proj(queries + query_pe), to_token.v_proj(queries), keys
+        )
         return queries, self.layer_norm4(keys)
 
 
@@ -98,16 +110,24 @@ class FeedForward(Module):
         return self.proj_out(x)
 
 
-def upscale2x(x, weight, bias):
-    """A 2x2 stride-2 transposed convolution on channels-last x [n, h, w, Cin] with
-    weight (Cin, Cout, 2, 2): the kernel windows do not overlap, so it is one GEMM to
-    (Cout, 2, 2) per position, interleaved into [n, 2h, 2w, Cout]."""
-    n, h, w, cin = x.shape
-    cout = weight.shape[1]
-    bias4 = bias.reshape(cout, 1).expand(cout, 4).reshape(cout * 4)
-    y = F.linear(x, weight.reshape(cin, cout * 4).transpose(0, 1), bias4)
-    y = y.reshape(n, h, w, cout, 2, 2).permute(0, 1, 4, 2, 5, 3)
-    return y.reshape(n, 2 * h, 2 * w, cout)
+def upscale2x(x, weight, bias, activation=None):
+    """A 2x2 stride-2 transposed convolution on pixels x [..., Cin] (channels last, in any
+    order) with weight (Cin, Cout, 2, 2): the kernel windows do not overlap, so it is one
+    GEMM to the (2, 2, Cout) block of output pixels each input pixel makes, then
+    `activation` in its epilogue. Returns [..., 2, 2, Cout]: each pixel's block kept
+    beside it, for the caller to interleave once (upscaled pixel (2 i + a, 2 j + b) of
+    pixel (i, j) is block entry (a, b))."""
+    cin, cout = weight.shape[:2]
+    blocks = weight.permute(0, 2, 3, 1).reshape(cin, 4 * cout)  # columns (a, b, Cout)
+    bias4 = bias.reshape(1, cout).expand(4, cout).reshape(4 * cout)
+    y = F.linear(x, blocks.transpose(0, 1), bias4, activation=activation)
+    return y.reshape(*x.shape[:-1], 2, 2, cout)
+
+
+def interleave(blocks):
+    """[n, h, w, 2, 2, C] blocks of upscaled pixels -> the [n, 2 h, 2 w, C] image."""
+    n, h, w, _, _, c = blocks.shape
+    return blocks.permute(0, 1, 3, 2, 4, 5).reshape(n, 2 * h, 2 * w, c)
 
 
 class SamMaskDecoder(Module):
@@ -148,10 +168,11 @@ class SamMaskDecoder(Module):
             vb.pp("iou_prediction_head"), d, cfg.iou_head_hidden_dim, m, cfg.iou_head_depth
         )
 
-    def forward(self, image_embeddings, image_pe, sparse, dense, multimask_output):
-        """image_embeddings [B, d, S, S], image_pe [1, d, S, S], sparse [B, P, N, d] or
-        None, dense [B or 1, d, S, S] -> (masks [B, P, k, 4S, 4S], iou [B, P, k]) with
-        k = num_multimask_outputs when multimask_output, else 1."""
+    def forward(self, image_embeddings, key_pe, sparse, dense, multimask_output):
+        """image_embeddings [B, d, S, S], key_pe [1, S * S, d] (the image positional
+        embedding, a row per cell), sparse [B, P, N, d] or None, dense [B or 1, d, S, S]
+        -> (masks [B, P, k, 4S, 4S], iou [B, P, k]) with k = num_multimask_outputs when
+        multimask_output, else 1."""
         b, d, s, _ = image_embeddings.shape
         p = sparse.shape[1] if sparse is not None else 1
         out_tokens = cat([self.iou_token, self.mask_tokens], 0)  # [1 + m, d]
@@ -159,9 +180,9 @@ class SamMaskDecoder(Module):
         if sparse is not None:
             tokens = cat([tokens, sparse], 2)
         tokens = tokens.reshape(b * p, tokens.shape[2], d)
-        image = (image_embeddings + dense).reshape(b, 1, d, s * s).expand(b, p, d, s * s)
-        keys = image.reshape(b * p, d, s * s).transpose(1, 2)  # [b*p, s*s, d]
-        key_pe = image_pe.reshape(1, d, s * s).transpose(1, 2)
+        # the image side as rows of cells, contiguous once: every later op reads it so
+        image = (image_embeddings + dense).reshape(b, d, s * s).transpose(1, 2).contiguous()
+        keys = image.unsqueeze(1).expand(b, p, s * s, d).reshape(b * p, s * s, d)
         queries = tokens
         for layer in self.layers:
             queries, keys = layer(queries, keys, tokens, key_pe)
@@ -170,20 +191,25 @@ class SamMaskDecoder(Module):
         )
         queries = self.layer_norm_final_attn(queries)
         m = self.num_mask_tokens
-        iou_out = queries.select(1, 0)  # [b*p, d]
-        mask_out = queries.narrow(1, 1, m)  # [b*p, m, d]
-
-        x = keys.reshape(b * p, s, s, d)  # channels-last image side
-        x = upscale2x(x, self.upscale_conv1_weight, self.upscale_conv1_bias)
-        x = self.upscale_layer_norm(x).gelu()
-        x = upscale2x(x, self.upscale_conv2_weight, self.upscale_conv2_bias).gelu()
-        hw = 16 * s * s
-        pixels = x.reshape(b * p, hw, d // 8)
-        hyper = stack(
-            [mlp(mask_out.select(1, i)) for i, mlp in enumerate(self.output_hypernetworks_mlps)],
-            1,
-        )  # [b*p, m, d/8]
-        masks = (hyper @ pixels.transpose(1, 2)).reshape(b, p, m, 4 * s, 4 * s)
-        iou = self.iou_prediction_head(iou_out).reshape(b, p, m)
         first, count = (1, m - 1) if multimask_output else (0, 1)
-        return masks.narrow(2, first, count), iou.narrow(2, first, count)
+
+        # Upscaling: 4x4 blocks of pixels per cell. The second transposed convolution and
+        # the masks' product are per pixel, so only the first's blocks are interleaved
+        # (into the 2S x 2S image), and the masks' 2x2 blocks at the end.
+        x = upscale2x(
+            keys.reshape(b * p, s, s, d), self.upscale_conv1_weight, self.upscale_conv1_bias
+        )
+        x = interleave(self.upscale_layer_norm(x)).gelu()  # [b*p, 2S, 2S, d/4]
+        x = upscale2x(x, self.upscale_conv2_weight, self.upscale_conv2_bias, "gelu")
+        pixels = x.reshape(b * p, 16 * s * s, d // 8)  # rows (2S row, 2S column, a, b)
+        hyper = stack(
+            [
+                self.output_hypernetworks_mlps[i](queries.select(1, 1 + i))
+                for i in range(first, first + count)
+            ],
+            1,
+        )  # [b*p, k, d/8]
+        masks = (hyper @ pixels.transpose(1, 2)).reshape(b * p * count, 2 * s, 2 * s, 2, 2, 1)
+        masks = interleave(masks).reshape(b, p, count, 4 * s, 4 * s)
+        iou = self.iou_prediction_head(queries.select(1, 0)).reshape(b, p, m)
+        return masks, iou.narrow(2, first, count)
