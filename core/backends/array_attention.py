@@ -7,11 +7,12 @@ one thread and on two may.
 The composite multiplies a SAM ViT-B global tile (12 heads x 85 queries x 4096 keys) as
 12 products of about 22M multiply-adds, each a two-thread BLAS call that repacks its
 64 x 4096 keys: on a busy machine each call waits for both of its threads to get a core,
-and one global layer's attention took 27-30 s. Here the contract's tiles go one by one as in the composite, but each
-product of a tile's stack runs on one BLAS thread, the stack split over row_parallel's
-threads (array_stacked), so no call waits for a second core, and the grid bias is added in
-place, a cache-sized block at a time on every core, instead of into two fresh arrays as
-big as the scores on one: 5-8 s, interleaved with the composite on the same inputs.
+and one global layer's attention took 28-30 s at load ~7. Here the contract's tiles go
+one by one as in the composite, but each product of a tile's stack runs on one BLAS
+thread, the stack split over row_parallel's threads (array_stacked), so no call waits for
+a second core, and the grid bias is added in place, a cache-sized block at a time on
+every core, instead of into two fresh arrays as big as the scores on one: 5-6 s,
+interleaved with the composite on the same inputs in one process at that load.
 (Blocks of 256 queries of one head, each run start to end on one thread, the blocks
 shared out by row_parallel.map_tasks, measured 2-3x slower than these tiles.)
 """
