@@ -40,6 +40,13 @@ worker's seconds for the transcription (a second pass on a short clip); the in-p
 from picking the file to the first segment is printed below the table; its peak RSS is
 Chromium's processes', which this one does not see, so it is left out (nan). Only the
 models in the bundle have it (tiny.en).
+Every worker runs from compiled bytecode, as installed packages do: pip compiles a
+package's .pyc files when it installs it, but ember run from a source checkout under
+PYTHONDONTWRITEBYTECODE (set on the project's machines) compiled each of its modules
+again in every process (0.13 s of CPU, 0.27 s under load, in each cold start of ember
+alone). So the workers get PYTHONPYCACHEPREFIX in the run's temporary directory, and
+before the timed runs each engine runs once untimed on jfk.wav per model, which fills it
+(and puts the model's files in the page cache for every engine alike).
 `--engines` runs only the rows named (labels as printed, comma-separated); `--clips`
 only jfk or the long clip. `--rounds N` runs every engine N times per clip, the engines
 in turn within a round (the order reversed every other round), and prints the median of
@@ -337,12 +344,15 @@ def convert_to_hf(ct2_dir, out_dir):
     return out_dir
 
 
-def measure(engine, device, model_dir, audio, duration, threads, timeout):
+def measure(engine, device, model_dir, audio, duration, threads, timeout, pycache):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", engine, "--device", device]
     cmd += ["--model", model_dir, "--audio", audio, "--duration", str(duration)]
     cmd += ["--threads", str(threads)]
     n = str(threads)
     env = dict(os.environ, OMP_NUM_THREADS=n, OPENBLAS_NUM_THREADS=n, TOKENIZERS_PARALLELISM="0")
+    # every engine from compiled bytecode, as installed packages run (module docstring)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = pycache
     start = time.time()
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
@@ -490,6 +500,7 @@ def main():
     }
     with tempfile.TemporaryDirectory(prefix="ember-whisper-bench-") as tmp:
         jfk_s = len(read_wav16(jfk)) / SAMPLE_RATE
+        pycache = os.path.join(tmp, "pycache")
         clips = [("jfk.wav", jfk, jfk_s)] if "jfk" in chosen_clips else []
         described = [f"jfk.wav {jfk_s:.1f} s"] if clips else []
         if "long" in chosen_clips:
@@ -512,6 +523,10 @@ def main():
                     hf_dir = convert_to_hf(ct2_dir, os.path.join(tmp, f"hf-{model}"))
                 except Exception as exc:  # a benchmark reports, it does not fail
                     hf_dir = f"conversion failed: {type(exc).__name__}: {exc}"
+            for worker, device in engines.values():  # untimed: see the docstring
+                model_dir = hf_dir if worker == "torch" else ct2_dir
+                if os.path.isdir(str(model_dir)) and (worker != "page" or model in PAGE_MODELS):
+                    measure(worker, device, model_dir, jfk, jfk_s, args.threads, 600, pycache)
             for clip, path, duration in clips:
                 runs = {label: [] for label in engines}
                 for r in range(args.rounds):
@@ -526,7 +541,7 @@ def main():
                             runs[label].append({"error": f"the page's bundle has no {model}"})
                             continue
                         job = (worker, device, model_dir, path, duration, args.threads)
-                        runs[label].append(measure(*job, args.timeout))
+                        runs[label].append(measure(*job, args.timeout, pycache))
                 results = {label: medians(rs) for label, rs in runs.items()}
                 report(results, model, f"{clip}, {duration:.0f} s", "faster-whisper float32")
                 ratios(results, duration > 30)
