@@ -40,7 +40,18 @@ worker's seconds for the transcription (a second pass on a short clip); the in-p
 from picking the file to the first segment is printed below the table; its peak RSS is
 Chromium's processes', which this one does not see, so it is left out (nan). Only the
 models in the bundle have it (tiny.en).
-`--engines` runs only the rows named (labels as printed, comma-separated).
+Every worker runs from compiled bytecode, as installed packages do: pip compiles a
+package's .pyc files when it installs it, but ember run from a source checkout under
+PYTHONDONTWRITEBYTECODE (set on the project's machines) compiled each of its modules
+again in every process (0.13 s of CPU, 0.27 s under load, in each cold start of ember
+alone). So the workers get PYTHONPYCACHEPREFIX in the run's temporary directory, and
+before the timed runs each engine runs once untimed on jfk.wav per model, which fills it
+(and puts the model's files in the page cache for every engine alike).
+`--engines` runs only the rows named (labels as printed, comma-separated); `--clips`
+only jfk or the long clip. `--rounds N` runs every engine N times per clip, the engines
+in turn within a round (the order reversed every other round), and prints the median of
+each figure, with the cold-start ratio of each round: on a loaded machine one run each
+says little, and a ratio taken within one round compares engines under the same load.
 Figures, not pass/fail: on a shared machine compare the ratios, measured in one run.
 """
 
@@ -48,6 +59,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -332,12 +344,15 @@ def convert_to_hf(ct2_dir, out_dir):
     return out_dir
 
 
-def measure(engine, device, model_dir, audio, duration, threads, timeout):
+def measure(engine, device, model_dir, audio, duration, threads, timeout, pycache):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", engine, "--device", device]
     cmd += ["--model", model_dir, "--audio", audio, "--duration", str(duration)]
     cmd += ["--threads", str(threads)]
     n = str(threads)
     env = dict(os.environ, OMP_NUM_THREADS=n, OPENBLAS_NUM_THREADS=n, TOKENIZERS_PARALLELISM="0")
+    # every engine from compiled bytecode, as installed packages run (module docstring)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = pycache
     start = time.time()
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
@@ -353,6 +368,34 @@ def measure(engine, device, model_dir, audio, duration, threads, timeout):
         "text": r["text"],
         "page_first_segment_s": r.get("page_first_segment_s"),
     }
+
+
+def medians(runs):
+    """One row from an engine's runs: the median of each figure (the first run's text and
+    page figure); an error if any run failed."""
+    failed = [r for r in runs if "error" in r]
+    if failed:
+        return failed[0]
+    row = dict(runs[0])
+    for key in ("cold_s", "rtf", "rss_mb"):
+        row[key] = statistics.median(r[key] for r in runs)
+    return row
+
+
+def per_round(runs):
+    """Each engine's cold starts in round order, and ember cpu / transformers per round."""
+    for label, rs in runs.items():
+        if all("error" not in r for r in rs):
+            print(f"  {label} cold start by round: " + ", ".join(f"{r['cold_s']:.2f}" for r in rs))
+    e, t = runs.get("ember cpu", []), runs.get("transformers (torch cpu)", [])
+    pairs = [(a, b) for a, b in zip(e, t, strict=False) if "error" not in a and "error" not in b]
+    if pairs:
+        each = [a["cold_s"] / b["cold_s"] for a, b in pairs]
+        print(
+            "  ember cpu / transformers cold start by round: "
+            + ", ".join(f"{x:.3f}" for x in each)
+            + f" (median {statistics.median(each):.3f})"
+        )
 
 
 def words(text):
@@ -415,6 +458,8 @@ def main():
     p.add_argument("--skip-torch", action="store_true")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per engine and clip")
     p.add_argument("--engines", help="only these rows (comma-separated labels); default all")
+    p.add_argument("--clips", default="jfk,long", help="comma-separated: jfk, long")
+    p.add_argument("--rounds", type=int, default=1, help="runs of each engine per clip")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
@@ -429,6 +474,11 @@ def main():
     from ember import packaged
 
     models = [m.strip() for m in args.models.split(",") if m.strip()]
+    chosen_clips = {c.strip() for c in args.clips.split(",") if c.strip()}
+    if chosen_clips - {"jfk", "long"} or not chosen_clips:
+        p.error(f"--clips: choose from jfk, long (got {args.clips!r})")
+    if args.rounds < 1:
+        p.error(f"--rounds must be at least 1 (got {args.rounds})")
     unknown = [m for m in models if m not in MODELS]
     if unknown:
         p.error(f"--models: unknown {', '.join(unknown)} (choose from {', '.join(MODELS)})")
@@ -449,13 +499,21 @@ def main():
         and not (args.skip_torch and spec[0] == "torch")
     }
     with tempfile.TemporaryDirectory(prefix="ember-whisper-bench-") as tmp:
-        long_clip, long_s = write_long_clip(jfk, args.minutes, tmp)
-        clips = [("jfk.wav", jfk, len(read_wav16(jfk)) / SAMPLE_RATE)]
-        clips.append((f"{os.path.basename(long_clip)} (in {tmp})", long_clip, long_s))
+        jfk_s = len(read_wav16(jfk)) / SAMPLE_RATE
+        pycache = os.path.join(tmp, "pycache")
+        clips = [("jfk.wav", jfk, jfk_s)] if "jfk" in chosen_clips else []
+        described = [f"jfk.wav {jfk_s:.1f} s"] if clips else []
+        if "long" in chosen_clips:
+            long_clip, long_s = write_long_clip(jfk, args.minutes, tmp)
+            clips.append((f"{os.path.basename(long_clip)} (in {tmp})", long_clip, long_s))
+            described.append(
+                f"a long clip of {long_s:.0f} s (jfk.wav repeated with 2 s of silence), "
+                f"written to {tmp}"
+            )
         print(
-            f"clips: jfk.wav {clips[0][2]:.1f} s; a long clip of {long_s:.0f} s (jfk.wav "
-            f"repeated with 2 s of silence), written to {tmp}; {args.threads} threads; greedy, "
-            "temperature 0, timestamps, language en; each engine and clip in a fresh process"
+            f"clips: {'; '.join(described)}; {args.threads} threads; greedy, temperature 0, "
+            "timestamps, language en; each engine and clip in a fresh process"
+            + (f"; {args.rounds} rounds, medians" if args.rounds > 1 else "")
         )
         for model in models:
             ct2_dir = os.path.dirname(packaged.file(MODELS[model], log=lambda msg: None))
@@ -465,21 +523,30 @@ def main():
                     hf_dir = convert_to_hf(ct2_dir, os.path.join(tmp, f"hf-{model}"))
                 except Exception as exc:  # a benchmark reports, it does not fail
                     hf_dir = f"conversion failed: {type(exc).__name__}: {exc}"
+            for worker, device in engines.values():  # untimed: see the docstring
+                model_dir = hf_dir if worker == "torch" else ct2_dir
+                if os.path.isdir(str(model_dir)) and (worker != "page" or model in PAGE_MODELS):
+                    measure(worker, device, model_dir, jfk, jfk_s, args.threads, 600, pycache)
             for clip, path, duration in clips:
-                results = {}
-                for label, (worker, device) in engines.items():
-                    model_dir = hf_dir if worker == "torch" else ct2_dir
-                    if worker == "torch" and not os.path.isdir(str(model_dir)):
-                        results[label] = {"error": model_dir}
-                        continue
-                    if worker == "page" and model not in PAGE_MODELS:
-                        results[label] = {"error": f"the page's bundle has no {model}"}
-                        continue
-                    results[label] = measure(
-                        worker, device, model_dir, path, duration, args.threads, args.timeout
-                    )
+                runs = {label: [] for label in engines}
+                for r in range(args.rounds):
+                    order = list(engines) if r % 2 == 0 else list(engines)[::-1]
+                    for label in order:
+                        worker, device = engines[label]
+                        model_dir = hf_dir if worker == "torch" else ct2_dir
+                        if worker == "torch" and not os.path.isdir(str(model_dir)):
+                            runs[label].append({"error": model_dir})
+                            continue
+                        if worker == "page" and model not in PAGE_MODELS:
+                            runs[label].append({"error": f"the page's bundle has no {model}"})
+                            continue
+                        job = (worker, device, model_dir, path, duration, args.threads)
+                        runs[label].append(measure(*job, args.timeout, pycache))
+                results = {label: medians(rs) for label, rs in runs.items()}
                 report(results, model, f"{clip}, {duration:.0f} s", "faster-whisper float32")
                 ratios(results, duration > 30)
+                if args.rounds > 1:
+                    per_round(runs)
     for line in machine_report()[:1]:
         print("after: " + line)
 
