@@ -95,8 +95,8 @@ def _padded_rows(table, rows, cols, padded_rows):
 
 def device_tables(n_mels):
     """(basis_t, filters) as they go to the device: basis_t array('f') [2 * N_BINS_4 x
-    N_FFT], the cosine rows for bins 0..N_BINS_4 then the sine rows (bins past N_BINS
-    zero); filters array('f') [n_mels x N_BINS_4] (columns past N_BINS zero)."""
+    N_FFT], N_BINS_4 cosine rows then N_BINS_4 sine rows (those of bins past N_BINS zero);
+    filters array('f') [n_mels x N_BINS_4] (columns past N_BINS zero)."""
     basis = dft_basis()
     cos = array("f")
     sin = array("f")
