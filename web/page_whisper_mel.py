@@ -5,7 +5,13 @@ since that module and ember.audio import numpy, which Pyodide's core has not.
 The ops are ember.audio.log_mel.LogMel's, on the device: reflect padding by index_select,
 frames as an unfold view, the STFT as a matmul with the basis, the power spectrum through
 the filterbank as a second matmul, then Whisper's log10 clamp, 8-decade floor and
-(x + 4) / 4. tests/test_page_whisper.py holds the two equal on the CPU.
+(x + 4) / 4. tests/test_page_whisper.py holds the two equal on the CPU and on wgpu.
+
+The tables go to the device transposed, each bin count padded with zero bins to a multiple
+of 4 (N_BINS_4): so both matmuls have the weight-transposed operand and strides the
+device's tiled matmul_nt kernel takes. With the natural [400, 402] and [201, n_mels]
+tables (402 and 201 not multiples of 4) WebGPU fell back to its generic matmul kernel:
+22 of the page's 28 s of log-mel on SwiftShader. The padded bins are exact zeros.
 """
 
 import math
@@ -22,6 +28,7 @@ SAMPLE_RATE = 16000
 N_SAMPLES = 30 * SAMPLE_RATE  # every window is padded to 30 s
 N_FRAMES = N_SAMPLES // HOP
 N_BINS = N_FFT // 2 + 1
+N_BINS_4 = -(-N_BINS // 4) * 4  # 204: the bins padded with zero bins on the device
 
 # Slaney's mel scale: linear below 1 kHz, logarithmic above (as ember.audio.mel_filters)
 _F_SP = 200.0 / 3
@@ -77,6 +84,34 @@ def dft_basis():
     return out
 
 
+def _padded_rows(table, rows, cols, padded_rows):
+    """array('f') [cols x padded_rows] of the row-major [rows x cols] `table` transposed,
+    each row padded with zeros from `rows` to `padded_rows`."""
+    out = array("f", bytes(4 * cols * padded_rows))
+    for r in range(rows):
+        out[r : cols * padded_rows : padded_rows] = table[r * cols : (r + 1) * cols]
+    return out
+
+
+def device_tables(n_mels):
+    """(basis_t, filters) as they go to the device: basis_t array('f') [2 * N_BINS_4 x
+    N_FFT], N_BINS_4 cosine rows then N_BINS_4 sine rows (those of bins past N_BINS zero);
+    filters array('f') [n_mels x N_BINS_4] (columns past N_BINS zero)."""
+    basis = dft_basis()
+    cos = array("f")
+    sin = array("f")
+    for n in range(N_FFT):
+        row = n * 2 * N_BINS
+        cos.extend(basis[row : row + N_BINS])
+        sin.extend(basis[row + N_BINS : row + 2 * N_BINS])
+    basis_t = _padded_rows(cos, N_FFT, N_BINS, N_FFT)
+    basis_t.extend(array("f", bytes(4 * (N_BINS_4 - N_BINS) * N_FFT)))
+    basis_t.extend(_padded_rows(sin, N_FFT, N_BINS, N_FFT))
+    basis_t.extend(array("f", bytes(4 * (N_BINS_4 - N_BINS) * N_FFT)))
+    filters = _padded_rows(mel_filters_t(n_mels), N_BINS, n_mels, N_BINS_4)
+    return basis_t, filters
+
+
 def _upload(values, shape, device):
     storage = device.backend.from_host(values.tobytes(), dt.f32, shape)
     return Tensor(storage, Layout(shape), dt.f32, device)
@@ -89,8 +124,10 @@ class PageLogMel:
         if n_mels not in (80, 128):
             raise InvalidArgument(f"log_mel: n_mels must be 80 or 128 (Whisper's), got {n_mels}")
         self.n_mels, self.device = n_mels, device
-        self.basis = _upload(dft_basis(), (N_FFT, 2 * N_BINS), device)
-        self.filters_t = _upload(mel_filters_t(n_mels), (N_BINS, n_mels), device)
+        basis_t, filters = device_tables(n_mels)
+        # used as their transposes: the weight-transposed operand of matmul_nt
+        self.basis = _upload(basis_t, (2 * N_BINS_4, N_FFT), device).transpose(0, 1)
+        self.filters_t = _upload(filters, (n_mels, N_BINS_4), device).transpose(0, 1)
         half = N_FFT // 2
         self.left_ids = tensor(list(range(half, 0, -1)), device=device)
         self.right_ids = tensor(list(range(N_SAMPLES - 2, N_SAMPLES - 2 - half, -1)), device=device)
@@ -104,9 +141,9 @@ class PageLogMel:
         # reflect padding (the edge sample itself is not repeated), as torch.stft(center=True)
         left, right = x.index_select(0, self.left_ids), x.index_select(0, self.right_ids)
         frames = cat([left, x, right]).unfold(0, N_FFT, HOP)  # [N_FRAMES + 1, 400]
-        spec = frames.matmul(self.basis)
-        re, im = spec.narrow(1, 0, N_BINS), spec.narrow(1, N_BINS, N_BINS)
-        power = re * re + im * im
+        spec = frames.matmul(self.basis)  # [N_FRAMES + 1, 2 * N_BINS_4]
+        re, im = spec.narrow(1, 0, N_BINS_4), spec.narrow(1, N_BINS_4, N_BINS_4)
+        power = re * re + im * im  # the padded bins are 0
         mel = power.narrow(0, 0, N_FRAMES).matmul(self.filters_t)  # drops the last frame
         log = mel.clamp(min=1e-10).log() * (1.0 / math.log(10.0))
         log = log.maximum(log.max() - 8.0)
