@@ -366,8 +366,10 @@ def load_gguf_model(path, device=None, dtype=dt.f32, dequantize=False, max_len=N
     f = path if isinstance(path, GGUFFile) else GGUFFile(path)
     cfg = config_from_gguf(f)
     # The config's checks read the tokenizer's long lists (~9 MiB of Python objects for
-    # SmolLM2); the model needs none of them: let them go before its pages are touched.
+    # SmolLM2); the model needs none of them: let them go before its pages are touched,
+    # and the file's pages they were read from too.
     f.metadata.release_arrays()
+    f.release_header_pages()
     _, entry = architecture(f)
     source = GGUFSource(f, entry.layer_names, dequantize=dequantize)
     vb = VarBuilder(source, dtype=dtype, device=device)
