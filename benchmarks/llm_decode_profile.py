@@ -1,10 +1,13 @@
 """Where one decode step of a GGUF model goes on ember's CPU backend: the step's time,
 the time inside each backend method (outermost calls only, so a composite's inner calls
 count for it), Python outside the backend (the rest), a cProfile listing, and the
-quantized matmul kernels alone (GB/s of weight bytes read) on 1 and 2 threads.
+quantized matmul kernels alone (GB/s of weight bytes read) on 1 and 2 threads, and what
+a step builds (`counts`: Layouts, Tensors, the array backend's views, backend calls by
+method, nested ones included).
 
     python benchmarks/llm_decode_profile.py [--gguf FILE] [--prompt 128] [--decode 32]
-                                            [--threads 1|2] [--what steps,ops,cprofile,kernels]
+                                            [--threads 1|2]
+                                            [--what steps,ops,counts,cprofile,kernels]
 
 The default file is ember.packaged's SmolLM2-135M-Instruct Q4_1. Figures, not pass/fail;
 the machine may be shared: compare within one run.
@@ -133,6 +136,73 @@ def report_ops(model, args):
     )
 
 
+class Counter:
+    """Counts, while on, every Layout and Tensor built (their classes' __init__ wrapped)
+    and every call of the backend's public methods and its `view` (instance wrappers)."""
+
+    def __init__(self, backend):
+        from ember.layout import Layout
+        from ember.tensor import Tensor
+
+        self.counts = defaultdict(int)
+        self.active = False
+        self.classes = [(cls, cls.__init__) for cls in (Layout, Tensor)]
+        for cls, init in self.classes:
+            cls.__init__ = self._count(f"{cls.__name__} built", init)
+        self.backend = backend
+        self.wrapped = [
+            name
+            for name in dir(type(backend))
+            if (not name.startswith("_") or name == "view")
+            and callable(getattr(type(backend), name, None))
+        ]
+        for name in self.wrapped:
+            setattr(backend, name, self._count(f"backend.{name}", getattr(backend, name)))
+
+    def _count(self, key, fn):
+        def counted(*a, **k):
+            if self.active:
+                self.counts[key] += 1
+            return fn(*a, **k)
+
+        return counted
+
+    def close(self):
+        for cls, init in self.classes:
+            cls.__init__ = init
+        for name in self.wrapped:
+            delattr(self.backend, name)
+
+    def __call__(self):
+        counter = self
+
+        class _On:
+            def __enter__(self):
+                counter.active = True
+
+            def __exit__(self, *exc):
+                counter.active = False
+
+        return _On()
+
+
+def report_counts(model, args):
+    counter = Counter(model.device.backend)
+    try:
+        n = len(prompt_then(model, args.prompt, args.decode, counter))
+    finally:
+        counter.close()
+    counts = counter.counts
+    calls = sum(v for k, v in counts.items() if k.startswith("backend.") and k != "backend.view")
+    print(f"per decode step ({model.config.num_hidden_layers} layers):")
+    for key in ("Layout built", "Tensor built", "backend.view"):
+        print(f"  {key:34s} {counts[key] / n:8.1f}")
+    print(f"  {'backend calls (all methods)':34s} {calls / n:8.1f}")
+    for key in sorted(counts, key=counts.get, reverse=True):
+        if key.startswith("backend.") and key != "backend.view":
+            print(f"    {key[8:]:32s} {counts[key] / n:8.1f}")
+
+
 def report_kernels(model, args):
     """Each distinct quantized weight shape of one layer, and the head: ms and GB/s."""
     import numpy as np
@@ -169,7 +239,7 @@ def main():
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--decode", type=int, default=32)
     ap.add_argument("--threads", type=int, default=None, help="EMBER_CPU_THREADS for the steps")
-    ap.add_argument("--what", default="steps,ops,cprofile,kernels")
+    ap.add_argument("--what", default="steps,ops,counts,cprofile,kernels")
     ap.add_argument("--top", type=int, default=25)
     args = ap.parse_args()
     if args.threads:
@@ -195,6 +265,8 @@ def main():
         )
     if "ops" in what:
         report_ops(model, args)
+    if "counts" in what:
+        report_counts(model, args)
     if "cprofile" in what:
         prof = cProfile.Profile()
 

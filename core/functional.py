@@ -464,6 +464,27 @@ def linear(x, weight, bias=None, activation=None, residual=None):
     return x._new(storage, out_shape)
 
 
+def gated_activation(x, activation="silu"):
+    """activation(x[..., :n]) * x[..., n:] for x [..., 2n]: a gated MLP (SwiGLU, GeGLU)
+    over its gate and up projections made side by side by one GEMM, in one backend call
+    (Backend.gated_activation). `activation` is one of LINEAR_ACTIVATIONS."""
+    op = "gated_activation"
+    if activation not in LINEAR_ACTIVATIONS:
+        raise ValueError(
+            f"{op}: unknown activation {activation!r}; known: "
+            f"{', '.join(sorted(LINEAR_ACTIVATIONS))}"
+        )
+    x._require_kind(activation, UNARY[activation].kinds)
+    if x.ndim < 1 or x.shape[-1] % 2:
+        raise ShapeMismatch(
+            f"{op}: x must be [..., 2n] (gate and up halves), got {fmt_shape(x.shape)}",
+            op=op,
+            shapes=(x.shape,),
+        )
+    storage = x.backend.gated_activation(x.storage, x.layout, activation, x.dtype)
+    return x._new(storage, x.shape[:-1] + (x.shape[-1] // 2,))
+
+
 def rope(x, cos, sin, interleaved=False):
     """Rotary position embedding of x [..., T, D] with cos/sin tables [T, D/2], or
     [B, T, D/2] for an x [B, ..., T, D] whose batch rows have positions of their own (a
@@ -607,6 +628,7 @@ __all__ = [
     "interpolate",
     "embedding",
     "linear",
+    "gated_activation",
     "rope",
     "scaled_dot_product_attention",
     "normalize_dim",

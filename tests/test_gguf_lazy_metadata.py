@@ -73,3 +73,44 @@ def _string_at(data, text):
     raw = text.encode("utf-8")
     at = bytes(data).index(struct.pack("<Q", len(raw)) + raw)
     return at
+
+
+def _mapped_kib(path):
+    """Kilobytes of this process's memory holding pages of `path`'s mappings (smaps Rss)."""
+    total, ours = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if head and "-" in head[0] and len(head) >= 5:  # a mapping's first line
+                ours = len(head) >= 6 and head[5] == str(path)
+            elif ours and head and head[0] == "Rss:":
+                total += int(head[1])
+    return total
+
+
+def test_header_pages_released_leave_memory_and_read_back_the_same_metadata(tmp_path):
+    import os
+
+    import numpy as np
+
+    from ember.io.gguf_writer import PlannedTensor
+    from ember.io.quant import GGMLType
+
+    if not os.path.exists("/proc/self/smaps"):
+        pytest.skip("no /proc/self/smaps here to see which pages are in memory")
+    tokens = [f"token-{i:08d}" * 8 for i in range(20000)]  # ~2 MiB of header
+    w = np.arange(4096, dtype=np.float32)
+    planned = [PlannedTensor("w", w.shape, GGMLType.F32, w.tobytes)]
+    path = tmp_path / "m.gguf"
+    with open(path, "wb") as fh:
+        write_gguf(fh, dict(METADATA, **{"t.tokens": tokens}), planned)
+    g = GGUFFile(path)
+    assert g.metadata["t.tokens"] == tokens  # the header's pages are read in
+    read = _mapped_kib(path)
+    g.metadata.release_arrays()
+    g.release_header_pages()
+    assert _mapped_kib(path) <= read - g.data_offset // 2048  # at least half of it left
+    assert g.metadata["t.tokens"] == tokens and g.metadata["t.scores"] == SCORES
+    np.testing.assert_array_equal(g.dequantize("w"), w)
+    g.close()
+    g.release_header_pages()  # a closed file: nothing to release, no error

@@ -414,6 +414,25 @@ class ArrayBackend(Backend):
         )
         return self.store(y, dtype)
 
+    def gated_activation(self, storage, layout, activation, dtype):
+        """f32: the activation of the gate half into a fresh array, then its product with
+        the up half in place there: the default's unary and binary in one call, the same
+        bits. Other dtypes round between the two steps, so they take the default."""
+        if dtype is not dt.f32:
+            return super().gated_activation(storage, layout, activation, dtype)
+        xp = self.xp
+        x = self.view(storage, layout)
+        n = layout.shape[-1] // 2
+        gate, up = x[..., :n], x[..., n:]
+        fast = UNARY_INPLACE.get(activation)
+        with self._quiet():
+            if fast is not None:  # a fresh array: the product can go into it
+                y = fast(xp, gate)
+                xp.multiply(y, up, out=y)
+            else:
+                y = xp.asarray(UNARY[activation].array(xp, gate), dtype=xp.float32) * up
+        return self.store(y, dtype)
+
     def conv2d(
         self, x, lx, w, lw, bias, lbias, dtype, stride, padding, dilation, groups, activation=None
     ):
@@ -464,6 +483,22 @@ class ArrayBackend(Backend):
         out = xp.empty((x2.shape[0], n_out), xp.float32)
         qmatmul_rows(x2, qweight, out, chunk_bytes=_QMATMUL_CHUNK_BYTES)
         return self.store(out, dtype), lead + (n_out,)
+
+    def qlinear(self, x, lx, qweight, bias, lbias, dtype, residual=None, lres=None):
+        """numpy, f32: qmatmul, then the bias and the residual added in place on its fresh
+        output (array_rows.linear_epilogue): the default's additions, in its order."""
+        if not self._is_numpy or dtype is not dt.f32:
+            return super().qlinear(x, lx, qweight, bias, lbias, dtype, residual, lres)
+        storage, shape = self.qmatmul(x, lx, qweight, dtype)
+        n = shape[-1]
+        linear_epilogue(
+            self.xp,
+            storage.reshape(-1, n),
+            self.load(bias, lbias, dtype) if bias is not None else None,
+            None,
+            self.load(residual, lres, dtype).reshape(-1, n) if residual is not None else None,
+        )
+        return storage, shape
 
 
 # f32 bytes of weight rows per GEMM where numpy dequantizes (array_qmatmul.CHUNK_BYTES)

@@ -108,9 +108,12 @@ def qmatmul_rows(x2, w, out, *, path="auto", chunk_rows=None, chunk_bytes=None):
 def _fused(kernel, f16, x2, w, out):
     n_out, n_in = w.shape
     xs = x2.reshape(x2.shape[0], n_in // 16, 16).sum(-1, dtype=np.float32)
-    parts = getattr(w, "parts", None)
+    # A stack whose parts are one run of bytes (models.gguf_llama.AdjacentStack) runs as
+    # that one view: its parts' even row counts keep every row's pair.
+    joined = getattr(w, "joined", None)
+    parts = getattr(w, "parts", None) if joined is None else None
     if parts is None:
-        raw = w.raw.reshape(n_out, -1)
+        raw = (w if joined is None else joined).raw.reshape(n_out, -1)
         # The kernels release the GIL: ranges of weight rows run on row_parallel's threads.
         run_rows(
             lambda r0, r1: kernel(raw, x2, xs, out, r0, r1, f16),

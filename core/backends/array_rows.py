@@ -11,7 +11,7 @@ decided by that row alone (softmax_last_dim), so it does not either.
 """
 
 from .array_fast import apply_over
-from .row_parallel import run_rows
+from .row_parallel import MIN_PARALLEL_ELEMENTS, run_rows
 
 # Elements per block (1 MiB of f32). Each numpy call takes the GIL, so two threads making
 # many small calls wait on each other: the 1130 x 1536 GELU epilogue on two threads took
@@ -28,6 +28,12 @@ def _for_blocks(xp, rows, cols, body, scratch=0, dtype=None):
             body(0, rows, [xp.empty(rows * cols, dtype) for _ in range(scratch)])
         return
     step = max(1, BLOCK // max(cols, 1))
+    if rows <= step and rows * cols < MIN_PARALLEL_ELEMENTS:
+        # One block no thread would share (a decode step's rows): run it here, without
+        # run_rows' hand-off closures.
+        with xp.errstate(all="ignore"):
+            body(0, rows, [xp.empty(rows * cols, dtype) for _ in range(scratch)])
+        return
 
     def ranges(start, stop):
         buffers = [xp.empty(min(step, stop - start) * cols, dtype) for _ in range(scratch)]
@@ -60,6 +66,18 @@ def linear_epilogue(xp, y, bias, activation, residual):
     return y
 
 
+def _mean_last(xp, v, cols):
+    """The mean over v's last dim (kept): on numpy, np.mean's own steps without its Python
+    wrapper (a decode step's norms are short rows, where that wrapper was most of the
+    cost): the sum, then the division, which np.mean runs in f64 and rounds once to f32,
+    the same bits as this f32 division. Other array modules take their own mean."""
+    if xp.__name__ != "numpy":
+        return xp.mean(v, axis=-1, keepdims=True)
+    total = xp.add.reduce(v, axis=-1, keepdims=True)
+    total /= cols
+    return total
+
+
 def norm_last_dim(xp, x, weight, bias, eps, rms, residual=None):
     """Layer norm (or RMS norm) of x (+ residual) over its last dim, into a fresh array."""
     cols = x.shape[-1]
@@ -72,11 +90,11 @@ def norm_last_dim(xp, x, weight, bias, eps, rms, residual=None):
         if r2 is not None:
             xb = xp.add(xb, r2[r0:r1], out=y)  # the sum lives in the output block
         if rms:
-            var = xp.mean(xb * xb, axis=-1, keepdims=True)
+            var = _mean_last(xp, xb * xb, cols)
             xp.multiply(xb, 1.0 / xp.sqrt(var + eps), out=y)
         else:
-            xp.subtract(xb, xp.mean(xb, axis=-1, keepdims=True), out=y)
-            var = xp.mean(y * y, axis=-1, keepdims=True)
+            xp.subtract(xb, _mean_last(xp, xb, cols), out=y)
+            var = _mean_last(xp, y * y, cols)
             y *= 1.0 / xp.sqrt(var + eps)
         if weight is not None:
             y *= weight

@@ -223,6 +223,15 @@ class Backend:
         unary op name (functional.LINEAR_ACTIVATIONS) or None."""
         return composites.linear(self, a, la, b, lb, bias, lbias, dtype, activation, residual, lres)
 
+    def gated_activation(
+        self, storage: Storage, layout: Layout, activation: str, dtype: DType
+    ) -> Storage:
+        """activation(x[..., :n]) * x[..., n:] for x [..., 2n] (a gated MLP's gate and up
+        projections side by side, as one GEMM makes them): a new [..., n] storage.
+        `activation` is a parameterless unary op name (functional.LINEAR_ACTIVATIONS).
+        The default is that unary op, then the product."""
+        return composites.gated_activation(self, storage, layout, activation, dtype)
+
     def conv2d(
         self,
         x: Storage,
@@ -324,6 +333,22 @@ class Backend:
         if isinstance(qweight, composites.DenseWeight):
             return composites.qmatmul_dense(self, x, lx, qweight, dtype)
         return composites.qmatmul_host_weight(self, x, lx, qweight, dtype)
+
+    def qlinear(
+        self,
+        x: Storage,
+        lx: Layout,
+        qweight: Any,
+        bias: Storage | None,
+        lbias: Layout | None,
+        dtype: DType,
+        residual: Storage | None = None,
+        lres: Layout | None = None,
+    ) -> tuple[Storage, Shape]:
+        """x [..., K] @ dequantize(qweight).T + bias + residual -> (storage, shape [..., N]),
+        `qweight` as qmatmul takes it; bias (N,) and residual (laid out as [..., N]) may be
+        None. The default is qmatmul, then the additions (bias first)."""
+        return composites.qlinear(self, x, lx, qweight, bias, lbias, dtype, residual, lres)
 
     # --- device facts -----------------------------------------------------------------------
     @property

@@ -95,6 +95,14 @@ def linear(
     return y[0]
 
 
+def gated_activation(be: "Backend", storage, layout, activation, dtype):
+    """activation(gate) * up over the two halves of x's last dim: the unary op on the
+    first half, then its product with the second."""
+    n = layout.shape[-1] // 2
+    gate = _unary(be, activation, (storage, layout.narrow(-1, 0, n)), dtype)
+    return _binary(be, "mul", gate, (storage, layout.narrow(-1, n, n)), dtype)[0]
+
+
 def rope(be: "Backend", storage, layout, cos, lcos, sin, lsin, dtype, interleaved=False):
     """Rotary embedding (see Backend.rope): the pair halves a and b of every D become
     a*cos - b*sin and b*cos + a*sin, written into their places in a new storage."""
@@ -292,6 +300,17 @@ def qmatmul_host_weight(be: "Backend", x, lx, weight, dtype):
             out, Layout((rows, n_out)).narrow(1, r0, r1 - r0), part, Layout((rows, r1 - r0)), dtype
         )
     return out, lead + (n_out,)
+
+
+def qlinear(be: "Backend", x, lx, qweight, bias, lbias, dtype, residual=None, lres=None):
+    """qmatmul, then + bias, then + residual; returns (storage, shape)."""
+    storage, shape = be.qmatmul(x, lx, qweight, dtype)
+    y = (storage, Layout(shape))
+    if bias is not None:
+        y = _binary(be, "add", y, (bias, lbias), dtype)
+    if residual is not None:
+        y = _binary(be, "add", y, (residual, lres), dtype)
+    return y[0], shape
 
 
 def conv2d(

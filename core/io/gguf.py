@@ -574,6 +574,18 @@ class GGUFFile:
         info = self._info(name)
         return QTensor(self.raw(name), info.ggml_type, info.shape)
 
+    def release_header_pages(self):
+        """Take the memory map's pages before the tensor data (the metadata, mostly a
+        tokenizer's strings: 1.7 MiB of SmolLM2's file) out of this process's memory once
+        they have been read: a model over the file needs only its tensors. Reading the
+        metadata again faults them back in from the file. Does nothing where the
+        platform has no madvise."""
+        dontneed = getattr(mmap, "MADV_DONTNEED", None)
+        length = self.data_offset // mmap.PAGESIZE * mmap.PAGESIZE
+        if self._mm is None or dontneed is None or not hasattr(self._mm, "madvise") or not length:
+            return
+        self._mm.madvise(dontneed, 0, length)
+
     def close(self):
         """Release the memory map. Arrays still viewing it keep it mapped until they are
         freed; the metadata's long arrays are read first, so it stays whole."""

@@ -267,8 +267,10 @@ class QuantizedLayers(DenseLayers):
         bias = cat([b for _, b in parts], 0) if parts[0][1] is not None else None
         if all(quant) and len({w.ggml_type for w in weights}) == 1:
             # Same-type weights run as one matmul over a row stack of the file's views (no
-            # copy: the q/k/v and gate/up bytes would be a third of a small model twice).
-            return QuantLinear(StackedQTensor(weights), bias)
+            # copy: the q/k/v and gate/up bytes would be a third of a small model twice),
+            # one view where they are one run of the file's bytes (gate/up).
+            stack = adjacent_stack(weights)
+            return QuantLinear(stack if stack is not None else StackedQTensor(weights), bias)
         # Mixed types (Q4_K_M files): separate layers, their outputs concatenated.
         return ConcatLinear(
             **{name: self.from_tensors(w, b) for name, (w, b) in zip(names, parts, strict=True)}
@@ -283,6 +285,62 @@ class QuantizedLayers(DenseLayers):
 
     def tied_head(self, embedding):
         return self.from_tensors(embedding.weight, None)
+
+
+def _buffer_of(array):
+    """The object whose memory `array` views (a file's memory map), past numpy's views
+    and the memoryviews np.frombuffer makes."""
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    base = array.base
+    while isinstance(base, memoryview):
+        base = base.obj
+    return base
+
+
+class AdjacentStack(StackedQTensor):
+    """A row stack whose parts' bytes follow one another in one buffer, as llama.cpp's
+    converter writes a layer's gate and up weights: `joined` is one QTensor viewing them
+    all (no copy). The CPU's fused kernels run once over it instead of part by part (the
+    dequantize-and-GEMM paths still go part by part, so every path keeps the stack's
+    bits), and an upload reads it instead of assembling a copy."""
+
+    __slots__ = ("joined",)
+
+    def __init__(self, parts, joined):
+        super().__init__(parts)
+        self.joined = joined
+
+    @property
+    def raw(self):
+        return self.joined.raw
+
+
+def adjacent_stack(weights):
+    """An AdjacentStack of `weights` (2-D QTensors of one type and row length, in order)
+    where their bytes are one run of one buffer, else None. Every part but the last must
+    have an even row count: the fused kernels take rows in pairs, so each row keeps the
+    partner (and the bits) it has in a plain stack."""
+    if len(weights) < 2 or any(w.shape[0] % 2 for w in weights[:-1]):
+        return None
+    if len({(w.ggml_type, w.shape[1]) for w in weights}) != 1:
+        return None
+    buffer = _buffer_of(weights[0].raw)
+    if buffer is None or any(_buffer_of(w.raw) is not buffer for w in weights):
+        return None
+    start = weights[0].raw.__array_interface__["data"][0]
+    at = start
+    for w in weights:
+        if not w.raw.flags.c_contiguous or w.raw.__array_interface__["data"][0] != at:
+            return None
+        at += w.raw.nbytes
+    whole = np.frombuffer(buffer, dtype=np.uint8)
+    offset = start - whole.__array_interface__["data"][0]
+    rows = sum(w.shape[0] for w in weights)
+    joined = QTensor(
+        whole[offset : offset + (at - start)], weights[0].ggml_type, (rows, weights[0].shape[1])
+    )
+    return AdjacentStack(weights, joined)
 
 
 class ConcatLinear(Module):
@@ -308,8 +366,10 @@ def load_gguf_model(path, device=None, dtype=dt.f32, dequantize=False, max_len=N
     f = path if isinstance(path, GGUFFile) else GGUFFile(path)
     cfg = config_from_gguf(f)
     # The config's checks read the tokenizer's long lists (~9 MiB of Python objects for
-    # SmolLM2); the model needs none of them: let them go before its pages are touched.
+    # SmolLM2); the model needs none of them: let them go before its pages are touched,
+    # and the file's pages they were read from too.
     f.metadata.release_arrays()
+    f.release_header_pages()
     _, entry = architecture(f)
     source = GGUFSource(f, entry.layer_names, dequantize=dequantize)
     vb = VarBuilder(source, dtype=dtype, device=device)

@@ -39,8 +39,15 @@ class KVCache:
                 max_len=self.max_len,
             )
         keys, values = self.keys[layer], self.values[layer]
-        keys.narrow(2, self.length, t).copy_(k)
-        values.narrow(2, self.length, t).copy_(v)
+        for cache, new in ((keys, k), (values, v)):
+            dst = cache.layout.narrow(2, self.length, t)
+            same = new.shape == dst.shape and new.dtype is cache.dtype
+            if t and same and new.device == cache.device:
+                # the usual step, straight to the backend: Tensor.copy_'s checks (overlap,
+                # broadcast) hold for a cache's own slice and a tensor of its very shape
+                cache.backend.copy_into(cache.storage, dst, new.storage, new.layout, cache.dtype)
+            else:  # anything else gets copy_'s checks and errors
+                cache.narrow(2, self.length, t).copy_(new)
         return keys.narrow(2, 0, end), values.narrow(2, 0, end)
 
     def advance(self, t):

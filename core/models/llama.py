@@ -23,6 +23,7 @@ from .. import functional as F
 from ..device import as_device
 from ..errors import EmberError, ShapeMismatch, fmt_shape
 from ..nn import Embedding, Linear, Module, ModuleList, RmsNorm, VarBuilder, get_activation
+from ..nn.activations import activation_op
 from ..tensor import Tensor, cat, tensor
 from . import llama_host
 from .kv_cache import KVCache
@@ -100,7 +101,9 @@ class Attention(Module):
         self.scale = float(hd) ** -0.5
         self.rope_kind = "default"  # which of the model's rotary tables (see rope_params)
 
-    def forward(self, x, rope, tables, cache, masks):
+    def forward(self, x, rope, tables, cache, masks, residual=None):
+        """The attention block's output, plus `residual` when given (added in the output
+        projection's epilogue)."""
         b, t, _ = x.shape
         hd, nh, nkv = self.head_dim, self.n_heads, self.n_kv
         qkv = self.qkv_proj(x).reshape(b, t, nh + 2 * nkv, hd)
@@ -109,7 +112,7 @@ class Attention(Module):
         if cache is not None:
             k, v = cache.update(self.layer_idx, k, v)
         out = self.attend(q, k, v, masks.get(self.window))  # [b, nh, t, hd]
-        return self.o_proj(out.transpose(1, 2).reshape(b, t, nh * hd))
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, nh * hd), residual=residual)
 
     def rotate_qk(self, qk, rope, tables):
         """The q and k heads ([b, t, nh + nkv, hd], adjacent heads of one output) rotated
@@ -162,11 +165,20 @@ class MLP(Module):
             self.gate_up_proj = layers.fused(vb, ("gate_proj", "up_proj"), h, (i, i), cfg.mlp_bias)
         self.down_proj = layers.linear(vb.pp("down_proj"), i, h, cfg.mlp_bias)
         self._act = get_activation(cfg.hidden_act)
+        op = activation_op(cfg.hidden_act)
+        # act(gate) * up in one backend call where the activation is a fusable unary op
+        self._gated_op = op if op in F.LINEAR_ACTIVATIONS else None
 
-    def forward(self, x):
+    def forward(self, x, residual=None):
+        """The MLP's output, plus `residual` when given (added in the down projection's
+        epilogue)."""
         gu = self.gate_up_proj(x)
-        gate, up = gu.narrow(-1, 0, self.inter), gu.narrow(-1, self.inter, self.inter)
-        return self.down_proj(self._act(gate) * up)
+        if self._gated_op is not None:
+            h = F.gated_activation(gu, self._gated_op)
+        else:
+            gate, up = gu.narrow(-1, 0, self.inter), gu.narrow(-1, self.inter, self.inter)
+            h = self._act(gate) * up
+        return self.down_proj(h, residual=residual)
 
 
 class DecoderLayer(Module):
@@ -181,8 +193,9 @@ class DecoderLayer(Module):
         self.mlp = MLP(cfg, vb.pp("mlp"), layers)
 
     def forward(self, x, rope, tables, cache, masks):
-        x = x + self.self_attn(self.input_layernorm(x), rope, tables, cache, masks)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        # Each residual joins in the epilogue of its block's last projection.
+        x = self.self_attn(self.input_layernorm(x), rope, tables, cache, masks, residual=x)
+        return self.mlp(self.post_attention_layernorm(x), residual=x)
 
 
 class LlamaForCausalLM(Module):

@@ -108,7 +108,9 @@ class QuantLinear(Module):
             return 0
         return self._placed[1].nbytes
 
-    def forward(self, x):
+    def forward(self, x, residual=None):
+        """x @ dequantize(weight).T + bias, plus `residual` (the output's shape) when
+        given: one backend call (Backend.qlinear) for f32 activations."""
         if x.shape[-1] != self.in_features:
             raise ShapeMismatch(
                 f"QuantLinear: input {fmt_shape(x.shape)} has last dim {x.shape[-1]}, expected "
@@ -116,13 +118,38 @@ class QuantLinear(Module):
                 op="qmatmul",
                 shapes=(x.shape, self.qweight.shape),
             )
+        out_shape = x.shape[:-1] + (self.out_features,)
+        if residual is not None:
+            x._check_same("QuantLinear", residual)
+            if residual.shape != out_shape:
+                raise ShapeMismatch(
+                    f"QuantLinear: residual {fmt_shape(residual.shape)} must have the "
+                    f"output's shape {fmt_shape(out_shape)}",
+                    op="qmatmul",
+                    shapes=(out_shape, residual.shape),
+                )
         self.place(x.device, x.dtype)
+        bias = self.bias
+        if x.dtype is dt.f32 and (bias is None or bias.dtype is dt.f32):
+            st, shape = x.backend.qlinear(
+                x.storage,
+                x.layout,
+                self._placed[1],
+                bias.storage if bias is not None else None,
+                bias.layout if bias is not None else None,
+                dt.f32,
+                residual.storage if residual is not None else None,
+                residual.layout if residual is not None else None,
+            )
+            return Tensor(st, Layout(shape), dt.f32, x.device)
+        # Other activation dtypes: the f32 product converts before the additions.
         xf = x if x.dtype is dt.f32 else x.to(dt.f32)
         st, shape = x.backend.qmatmul(xf.storage, xf.layout, self._placed[1], dt.f32)
         y = Tensor(st, Layout(shape), dt.f32, x.device)
         if x.dtype is not dt.f32:
             y = y.to(x.dtype)
-        return y + self.bias if self.bias is not None else y
+        y = y + bias if bias is not None else y
+        return y + residual if residual is not None else y
 
     def extra_repr(self):
         return f"{self.in_features}, {self.out_features}, {self.qweight.ggml_type.name}"
