@@ -91,15 +91,33 @@ def test_unknown_activation_is_refused(cpu):
         ember.conv2d(ember.tensor(x), ember.tensor(w), activation="swish")
 
 
-@pytest.mark.parametrize("oh,rows,planes,threads", [
-    (40, 13, 1, 2), (20, 20, 1, 2), (80, 7, 1, 2), (7, 7, 3, 2), (5, 2, 1, 3), (1, 1, 1, 2),
-    (9, 4, 2, 1),
-])
-def test_band_edges_cover_the_rows_and_split_evenly(oh, rows, planes, threads):
-    edges = array_conv._band_edges(oh, rows, planes, threads)
+@pytest.mark.parametrize("oh,rows", [(40, 13), (20, 20), (80, 7), (7, 7), (5, 2), (1, 1), (9, 4)])
+def test_band_edges_cover_the_rows_and_split_evenly(oh, rows):
+    edges = array_conv._band_edges(oh, rows)
     sizes = np.diff(edges)
     assert edges[0] == 0 and edges[-1] == oh and (sizes >= 1).all()
     assert sizes.max() - sizes.min() <= 1  # evenly spread
     assert sizes.max() <= rows  # never larger than asked
-    if planes * oh >= threads:  # enough rows: every thread gets as many bands
-        assert (planes * len(sizes)) % threads == 0
+    if oh >= array_conv.BAND_MULTIPLE:  # two threads get as many bands
+        assert len(sizes) % array_conv.BAND_MULTIPLE == 0
+
+
+def test_an_image_gets_the_same_bits_alone_in_a_batch_and_on_any_threads(cpu, monkeypatch):
+    """Band edges depend on the image plane only, so a batch runs each image's GEMMs as it
+    would alone, on one thread as on three (a 20-row map is two bands every time)."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((3, 16, 20, 20)).astype(np.float32)
+    w = ember.tensor(rng.standard_normal((32, 16, 3, 3)).astype(np.float32))
+    b = ember.tensor(rng.standard_normal(32).astype(np.float32))
+    both = ember.conv2d(ember.tensor(x), w, b, padding=1, activation="silu").numpy()
+    for i in range(3):
+        alone = ember.conv2d(ember.tensor(x[i : i + 1]), w, b, padding=1, activation="silu")
+        np.testing.assert_array_equal(both[i], alone.numpy()[0])
+    for threads in (1, 3):
+        monkeypatch.setitem(row_parallel._state, "workers", threads)
+        monkeypatch.setitem(row_parallel._state, "pool", None)
+        again = ember.conv2d(ember.tensor(x), w, b, padding=1, activation="silu").numpy()
+        np.testing.assert_array_equal(again, both)
+        pool = row_parallel._state["pool"]
+        if pool is not None:
+            pool.shutdown()

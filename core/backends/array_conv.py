@@ -30,7 +30,7 @@ import threading
 
 from .array_fast import apply_over
 from .blas_threads import single_thread_below
-from .row_parallel import run_rows, workers
+from .row_parallel import run_rows
 
 # Bytes of one band's column matrix: a few bands fit the 512 KiB L2 + shared L3 here.
 BAND_BYTES = 1 << 20
@@ -60,16 +60,21 @@ def _epilogue_kernels():
     return _jit["module"]
 
 
-def _band_edges(oh, rows, planes, threads):
-    """Output-row edges of the bands of one plane (image x group): about `rows` rows each,
-    evenly spread (sizes differ by one at most), and as many bands, at least, as make the
-    bands of all `planes` split evenly over the threads. YOLOv8's 40-row maps in bands of
-    13 made 13+13 | 13+1 rows on two threads, and its 20-row maps one band on one thread
-    while the other core idled (a fifth of yolov8n's multiply-adds)."""
+# Bands per image plane come in multiples of this, so that two threads split a plane's
+# bands evenly. A fixed number, not the thread count: the edges decide each band's GEMM,
+# and the bits of a result must not depend on how many threads ran it.
+BAND_MULTIPLE = 2
+
+
+def _band_edges(oh, rows):
+    """Output-row edges of the bands of one image plane: about `rows` rows each, evenly
+    spread (sizes differ by one at most), a multiple of BAND_MULTIPLE in number where the
+    plane has the rows. YOLOv8's 40-row maps in bands of 13 made 13+13 | 13+1 rows on two
+    threads, and its 20-row maps one band on one thread while the other core idled (a
+    fifth of yolov8n's multiply-adds). The edges depend on the plane alone, never on the
+    batch or the threads: the same GEMMs, so the same bits."""
     count = -(-oh // rows)
-    if threads > 1:
-        while (planes * count) % threads and count < oh:
-            count += 1
+    count = min(oh, -(-count // BAND_MULTIPLE) * BAND_MULTIPLE)
     return [oh * j // count for j in range(count + 1)]
 
 
@@ -93,7 +98,7 @@ def conv2d(xp, x, w, bias, stride, padding, dilation, groups, activation=None):
     # A 1x1 stride-1 kernel's columns are the input rows themselves: no copy.
     pointwise = kh == kw == sh == sw == 1
     rows = max(1, BAND_BYTES // (k * ow * x.itemsize), -(-MIN_BAND_COLUMNS // ow))
-    edges = _band_edges(oh, min(oh, rows), n * groups, workers())
+    edges = _band_edges(oh, min(oh, rows))
     rows = -(-oh // (len(edges) - 1))  # the largest band
     bands = [
         (i, g, r0, r1)

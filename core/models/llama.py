@@ -101,9 +101,7 @@ class Attention(Module):
         self.scale = float(hd) ** -0.5
         self.rope_kind = "default"  # which of the model's rotary tables (see rope_params)
 
-    def forward(self, x, rope, tables, cache, masks, residual=None):
-        """The attention block's output, plus `residual` when given (added in the output
-        projection's epilogue)."""
+    def forward(self, x, rope, tables, cache, masks):
         b, t, _ = x.shape
         hd, nh, nkv = self.head_dim, self.n_heads, self.n_kv
         qkv = self.qkv_proj(x).reshape(b, t, nh + 2 * nkv, hd)
@@ -112,7 +110,7 @@ class Attention(Module):
         if cache is not None:
             k, v = cache.update(self.layer_idx, k, v)
         out = self.attend(q, k, v, masks.get(self.window))  # [b, nh, t, hd]
-        return self.o_proj(out.transpose(1, 2).reshape(b, t, nh * hd), residual=residual)
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, nh * hd))
 
     def rotate_qk(self, qk, rope, tables):
         """The q and k heads ([b, t, nh + nkv, hd], adjacent heads of one output) rotated
@@ -169,16 +167,14 @@ class MLP(Module):
         # act(gate) * up in one backend call where the activation is a fusable unary op
         self._gated_op = op if op in F.LINEAR_ACTIVATIONS else None
 
-    def forward(self, x, residual=None):
-        """The MLP's output, plus `residual` when given (added in the down projection's
-        epilogue)."""
+    def forward(self, x):
         gu = self.gate_up_proj(x)
         if self._gated_op is not None:
             h = F.gated_activation(gu, self._gated_op)
         else:
             gate, up = gu.narrow(-1, 0, self.inter), gu.narrow(-1, self.inter, self.inter)
             h = self._act(gate) * up
-        return self.down_proj(h, residual=residual)
+        return self.down_proj(h)
 
 
 class DecoderLayer(Module):
@@ -193,9 +189,11 @@ class DecoderLayer(Module):
         self.mlp = MLP(cfg, vb.pp("mlp"), layers)
 
     def forward(self, x, rope, tables, cache, masks):
-        # Each residual joins in the epilogue of its block's last projection.
-        x = self.self_attn(self.input_layernorm(x), rope, tables, cache, masks, residual=x)
-        return self.mlp(self.post_attention_layernorm(x), residual=x)
+        # The residual adds stay outside self_attn and mlp (not in their projections'
+        # epilogues): each module's output is then transformers' module output, which
+        # ember.verify compares block by block.
+        x = x + self.self_attn(self.input_layernorm(x), rope, tables, cache, masks)
+        return x + self.mlp(self.post_attention_layernorm(x))
 
 
 class LlamaForCausalLM(Module):
