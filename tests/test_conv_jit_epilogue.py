@@ -90,19 +90,16 @@ def test_ember_jit_0_turns_the_epilogue_off(monkeypatch):
     assert array_conv._epilogue_kernels() is None
 
 
-def test_fused_silu_is_per_element_so_batching_keeps_the_bits(jit):
-    """The epilogue depends on each value alone: a batch of two gives each image's bits,
-    and the fused SiLU stays within 2e-6 of Tensor.silu after the convolution."""
+def test_fused_silu_stays_close_to_silu_after_the_convolution(jit):
+    """Within 2e-6 of Tensor.silu after the convolution (the epilogue's own exp); that a
+    batch keeps each image's bits is tests/test_conv_bands.py's."""
     rng = np.random.default_rng(4)
-    x = rng.standard_normal((2, 5, 21, 17)).astype(np.float32)
+    x = ember.tensor(rng.standard_normal((2, 5, 21, 17)).astype(np.float32))
     w = ember.tensor(rng.standard_normal((7, 5, 3, 3)).astype(np.float32))
     b = ember.tensor(rng.standard_normal(7).astype(np.float32))
-    both = ember.conv2d(ember.tensor(x), w, b, padding=1, activation="silu").numpy()
-    for i in range(2):
-        alone = ember.conv2d(ember.tensor(x[i : i + 1]), w, b, padding=1, activation="silu")
-        np.testing.assert_array_equal(both[i : i + 1], alone.numpy())
-    after = ember.conv2d(ember.tensor(x), w, b, padding=1).silu().numpy()
-    np.testing.assert_allclose(both, after, rtol=2e-6, atol=2e-6)
+    fused = ember.conv2d(x, w, b, padding=1, activation="silu").numpy()
+    after = ember.conv2d(x, w, b, padding=1).silu().numpy()
+    np.testing.assert_allclose(fused, after, rtol=2e-6, atol=2e-6)
 
 
 def test_only_an_exp_activation_loads_numba():

@@ -13,12 +13,10 @@ from ember.models.whisper_decoding import DecodeOptions, greedy, split_segments
 from ember.models.whisper_load import load_whisper
 from ember.models.whisper_tokens import WhisperTokens
 from helpers import require
+from whisper_random import FRAMES, LANGS, TEXT_TOKENS, tiny_whisper_config
 
-TEXT_TOKENS = 100
-LANGS = ("en", "de", "fr")
 SUPPRESS = (3, 5, 7)
 BLANK = (9,)
-FRAMES = 60  # = 2 x max_source_positions, as the encoder requires
 
 
 def _tol(device):
@@ -32,23 +30,7 @@ def tiny(request, tmp_path_factory):
     n_mels, multilingual = request.param
     tokens = WhisperTokens.by_layout(TEXT_TOKENS, LANGS, multilingual=multilingual)
     torch.manual_seed(n_mels)
-    cfg = transformers.WhisperConfig(
-        vocab_size=tokens.timestamp_begin + 1501,
-        d_model=32,
-        encoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_layers=2,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        max_source_positions=FRAMES // 2,
-        max_target_positions=64,
-        num_mel_bins=n_mels,
-        pad_token_id=tokens.eot,
-        bos_token_id=tokens.eot,
-        eos_token_id=tokens.eot,
-        decoder_start_token_id=tokens.sot,
-    )
+    cfg = tiny_whisper_config(transformers, tokens, n_mels)
     model = transformers.WhisperForConditionalGeneration(cfg).eval()
     # an English-only model has the language tokens but is never prompted with them
     languages = {}

@@ -17,6 +17,7 @@ from ember.models.whisper_load import load_whisper
 from ember.models.whisper_tokens import WhisperTokens
 from ember.models.whisper_transcriber import WhisperTranscriber
 from helpers import require
+from whisper_random import tiny_whisper_config
 from packaged_fixtures import jfk_wav, whisper_tiny_en_dir  # noqa: F401
 
 RNG = np.random.default_rng(7)
@@ -114,24 +115,8 @@ def test_cross_attention_scores_are_transformers_attention_before_softmax(device
     transformers = require("transformers")
     tokens = WhisperTokens.by_layout(100, ("en",), multilingual=False)
     torch.manual_seed(0)
-    cfg = transformers.WhisperConfig(
-        vocab_size=tokens.timestamp_begin + 1501,
-        d_model=32,
-        encoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_layers=2,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        max_source_positions=30,
-        max_target_positions=64,
-        num_mel_bins=80,
-        pad_token_id=tokens.eot,
-        bos_token_id=tokens.eot,
-        eos_token_id=tokens.eot,
-        decoder_start_token_id=tokens.sot,
-        suppress_tokens=[],
-        begin_suppress_tokens=[tokens.eot],
+    cfg = tiny_whisper_config(
+        transformers, tokens, suppress_tokens=[], begin_suppress_tokens=[tokens.eot]
     )
     model = transformers.WhisperForConditionalGeneration(cfg).eval()
     model.set_attn_implementation("eager")  # the only one that returns attention weights

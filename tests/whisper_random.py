@@ -13,14 +13,11 @@ FRAMES = 60  # = 2 x max_source_positions, as the encoder requires
 MAX_TARGET = 64
 
 
-@pytest.fixture(scope="module")
-def random_whisper(tmp_path_factory):
-    """(transformers model, its directory, WhisperTokens, features [3, 80, 60] torch)."""
-    torch = require("torch")
-    transformers = require("transformers")
-    tokens = WhisperTokens.by_layout(TEXT_TOKENS, LANGS, multilingual=True)
-    torch.manual_seed(13)
-    cfg = transformers.WhisperConfig(
+def tiny_whisper_config(transformers, tokens, n_mels=80, **overrides):
+    """The tiny WhisperConfig the random-Whisper tests build (2+2 layers of width 32, a
+    30-position encoder, a MAX_TARGET-token decoder) over `tokens`' vocabulary, with
+    `overrides` on top."""
+    fields = dict(
         vocab_size=tokens.timestamp_begin + 1501,
         d_model=32,
         encoder_layers=2,
@@ -31,13 +28,25 @@ def random_whisper(tmp_path_factory):
         decoder_ffn_dim=64,
         max_source_positions=FRAMES // 2,
         max_target_positions=MAX_TARGET,
-        num_mel_bins=80,
+        num_mel_bins=n_mels,
         pad_token_id=tokens.eot,
         bos_token_id=tokens.eot,
         eos_token_id=tokens.eot,
         decoder_start_token_id=tokens.sot,
-        suppress_tokens=[],
-        begin_suppress_tokens=[tokens.eot],
+    )
+    fields.update(overrides)
+    return transformers.WhisperConfig(**fields)
+
+
+@pytest.fixture(scope="module")
+def random_whisper(tmp_path_factory):
+    """(transformers model, its directory, WhisperTokens, features [3, 80, 60] torch)."""
+    torch = require("torch")
+    transformers = require("transformers")
+    tokens = WhisperTokens.by_layout(TEXT_TOKENS, LANGS, multilingual=True)
+    torch.manual_seed(13)
+    cfg = tiny_whisper_config(
+        transformers, tokens, suppress_tokens=[], begin_suppress_tokens=[tokens.eot]
     )
     model = transformers.WhisperForConditionalGeneration(cfg).eval()
     path = tmp_path_factory.mktemp("whisper-random")
