@@ -352,3 +352,116 @@ def test_cli_generate_chat_flag_renders_the_template(model_dir, hf_tok, torch):
     rc, text = _run_cli(["generate", "--model", path, "--device", "cpu", "--max-new-tokens", "6",
                          "--chat", "--json", "Tell me"])
     assert rc == 0 and json.loads(text)["token_ids"] == new
+
+
+# --- a conversation's KV cache kept between turns ----------------------------------------------
+class _Counting:
+    """The model, recording how many positions each forward pass runs."""
+
+    def __init__(self, model):
+        self.model, self.fed = model, []
+        self.config, self.context_length = model.config, model.context_length
+
+    def new_cache(self, batch, max_len):
+        return self.model.new_cache(batch, max_len)
+
+    def __call__(self, ids, **kw):
+        self.fed.append(len(ids[0]))
+        return self.model(ids, **kw)
+
+
+@pytest.fixture(scope="module")
+def ember_chat_model(model_dir, tok):
+    from ember.models.causal_lm import load_causal_lm
+    return load_causal_lm(model_dir[0], device=ember.Device.cpu()), tok
+
+
+def _turn_prompts(hf_tok, turns, replies):
+    """The rendered prompt of each turn, the history holding the earlier turns' replies."""
+    ref = _reference_chat_tokenizer(hf_tok)
+    messages, prompts = [], []
+    for text, reply in zip(turns, replies, strict=True):
+        messages.append({"role": "user", "content": text})
+        prompts.append(ref.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+        messages.append({"role": "assistant", "content": reply})
+    return prompts
+
+
+def test_a_kept_cache_runs_only_each_turns_new_tokens(ember_chat_model, hf_tok, model_dir, torch):
+    from ember.generation import PromptCache
+    model, tok = ember_chat_model
+    counting = _Counting(model)
+    cache = PromptCache(counting)
+    turns, replies, previous_ids = ["Hi there", "Tell me more", "Once upon"], [], []
+    for i in range(len(turns)):
+        prompt = _turn_prompts(hf_tok, turns[: i + 1], replies + [""])[i]
+        fed_before = len(counting.fed)
+        gen = TextGeneration(counting, tok, prompt, max_new_tokens=6, add_special_tokens=False,
+                             prompt_cache=cache)
+        gen.run()
+        ids = gen.prompt_ids
+        # transformers runs the whole history each turn: the same greedy tokens
+        assert gen.token_ids == _transformers_greedy(model_dir[1], torch, ids, 6), i
+        fresh = TextGeneration(model, tok, prompt, max_new_tokens=6, add_special_tokens=False)
+        fresh.run()
+        assert gen.token_ids == fresh.token_ids
+        first_pass = counting.fed[fed_before]
+        assert first_pass == len(ids) - gen.cached_prompt_tokens
+        if i:
+            # everything of the previous prompt, at least, came from the cache
+            assert gen.cached_prompt_tokens >= len(previous_ids), (i, gen.cached_prompt_tokens)
+            assert ids[: gen.cached_prompt_tokens] == cache.held()[: gen.cached_prompt_tokens]
+        else:
+            assert gen.cached_prompt_tokens == 0
+        # what the cache holds: the prompt and every reply token fed back (not the last)
+        assert cache.held() == (ids + gen.token_ids)[: len(ids) + len(gen.token_ids) - 1]
+        previous_ids = ids
+        replies.append(gen.text)
+
+
+def test_a_kept_cache_gives_the_logits_of_a_whole_pass(ember_chat_model, hf_tok):
+    from ember.generation import PromptCache
+    model, _ = ember_chat_model
+    ids = hf_tok.encode("Once upon a time there was a tiny model. Hello world.").ids
+    cache = PromptCache(model)
+    first, start = cache.prepare(ids[:9], 12)      # a small cache: the longer prompt grows it
+    model(ids[:9], cache=first)
+    assert (start, first.length) == (0, 9)
+    cache.follow(ids[:9])
+    grown, start = cache.prepare(ids, len(ids) + 4)
+    assert start == 9 and grown is not first and grown.max_len >= len(ids) + 4
+    kept = model(ids[start:], cache=grown, last_only=True).numpy()
+    whole = model(ids, cache=model.new_cache(1, len(ids)), last_only=True).numpy()
+    np.testing.assert_allclose(kept, whole, rtol=0, atol=1e-5 * np.abs(whole).max())
+    # a prompt that parts from the held ids early keeps only the common prefix
+    cache.follow(ids)
+    edited = ids[:4] + [ids[5]] + ids[4:]
+    again, start = cache.prepare(edited, len(edited) + 1)
+    assert start == 4 and again is grown and again.length == 4
+    kept = model(edited[4:], cache=again, last_only=True).numpy()
+    whole = model(edited, cache=model.new_cache(1, len(edited)), last_only=True).numpy()
+    np.testing.assert_allclose(kept, whole, rtol=0, atol=1e-5 * np.abs(whole).max())
+    # the same prompt again still runs its last token (its logits start the reply)
+    cache.follow(edited)
+    _, start = cache.prepare(edited, len(edited) + 1)
+    assert start == len(edited) - 1
+
+
+def test_a_kept_cache_refuses_a_batch(ember_chat_model):
+    from ember.generation import PromptCache
+    model, _ = ember_chat_model
+    with pytest.raises(EmberError, match="holds one sequence, not a batch of 2"):
+        generate(model, [[5, 6, 7], [8, 9, 10]], max_new_tokens=2, prompt_cache=PromptCache(model))
+
+
+def test_cli_chat_turns_match_transformers_on_the_whole_history(model_dir, hf_tok, torch):
+    path, hf = model_dir
+    rc, out = _run_cli(["chat", "--model", path, "--device", "cpu", "--max-new-tokens", "6"],
+                       stdin="Hi there\nTell me more\n/exit\n")
+    assert rc == 0
+    eos = hf_tok.token_to_id("</s>")
+    first = hf_tok.decode([t for t in _transformers_greedy(hf, torch, _chat_prompt_ids(hf_tok, "Hi there"), 6)
+                           if t != eos])
+    second_prompt = _turn_prompts(hf_tok, ["Hi there", "Tell me more"], [first, ""])[1]
+    second = _transformers_greedy(hf, torch, hf_tok.encode(second_prompt).ids, 6)
+    assert out == first + "\n" + hf_tok.decode([t for t in second if t != eos]) + "\n"

@@ -79,7 +79,7 @@ async def load(manifest_json, name=DEFAULT_MODEL):
     async for _ in warm:
         pass
     t3 = time.perf_counter()
-    _state.update(model=model, tokenizer=tokenizer, name=name)
+    _state.update(model=model, tokenizer=tokenizer, name=name, conversation=None)
     _progress("ready", 1.0, f"{name} ready")
     return json.dumps(
         {
@@ -193,15 +193,30 @@ def render_chat(messages_json):
 
 async def chat(messages_json, max_new_tokens=64):
     """The assistant's next turn for a JSON list of messages, greedy, streamed as
-    generate() streams; the answer's "prompt" is the rendered template."""
+    generate() streams; the answer's "prompt" is the rendered template. The
+    conversation's KV cache is kept between turns: a turn runs only the tokens after what
+    it holds ("cached_prompt_tokens")."""
+    from ember.generation import PromptCache
+
     prompt = render_chat(messages_json)
-    out = json.loads(await generate(prompt, max_new_tokens))
+    if _state.get("conversation") is None and _state.get("model") is not None:
+        _state["conversation"] = PromptCache(_state["model"])
+    out = json.loads(
+        await generate(prompt, max_new_tokens, prompt_cache=_state.get("conversation"))
+    )
     out["prompt"] = prompt
     return json.dumps(out)
 
 
 async def generate(
-    prompt, max_new_tokens=32, temperature=0.0, top_k=0, top_p=1.0, seed=None, ignore_eos=False
+    prompt,
+    max_new_tokens=32,
+    temperature=0.0,
+    top_k=0,
+    top_p=1.0,
+    seed=None,
+    ignore_eos=False,
+    prompt_cache=None,
 ):
     """Stream a continuation of `prompt`: a "delta" message per piece of text as it is
     decoded; returns JSON with the prompt's and the new token ids, the text and timings
@@ -222,6 +237,7 @@ async def generate(
         top_p=float(top_p),
         seed=None if seed is None else int(seed),
         stop_token_ids=() if ignore_eos else None,
+        prompt_cache=prompt_cache,
     )
     _listen_for_stop()
     _state["stop"] = False
@@ -244,6 +260,7 @@ async def generate(
     return json.dumps(
         {
             "prompt_ids": gen.prompt_ids,
+            "cached_prompt_tokens": gen.cached_prompt_tokens,
             "token_ids": gen.token_ids,
             "text": gen.text,
             "stop_reason": stop_reason or gen.stop_reason,

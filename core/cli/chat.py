@@ -6,7 +6,8 @@
     Hi! How can I help?
 
 Type /reset to start over, /exit (or end of input) to leave. The whole conversation is
-re-rendered through the template each turn, so the prompt is what the model was trained on.
+re-rendered through the template each turn, so the prompt is what the model was trained on;
+the conversation's KV cache is kept between turns, so a turn runs only its new tokens.
 """
 
 import sys
@@ -28,7 +29,7 @@ def add_parser(subparsers):
 
 def run(args, inp=None, out=None):
     from ..errors import EmberError
-    from ..generation import TextGeneration
+    from ..generation import PromptCache, TextGeneration
 
     inp = inp or sys.stdin
     out = out or sys.stdout
@@ -43,6 +44,7 @@ def run(args, inp=None, out=None):
         )
     start = [{"role": "system", "content": args.system}] if args.system else []
     messages = list(start)
+    cache = PromptCache(model)
     interactive = inp.isatty()
     while True:
         if interactive:
@@ -56,12 +58,15 @@ def run(args, inp=None, out=None):
             break
         if text.strip() == "/reset":
             messages = list(start)
+            cache.reset()
             continue
         if not text.strip():
             continue
         messages.append({"role": "user", "content": text})
         prompt = template.render(messages, add_generation_prompt=True)
-        gen = TextGeneration(model, tokenizer, prompt, config, add_special_tokens=False)
+        gen = TextGeneration(
+            model, tokenizer, prompt, config, add_special_tokens=False, prompt_cache=cache
+        )
         for delta in gen:
             out.write(delta)
             out.flush()

@@ -3,6 +3,7 @@
 from .chat_template import ChatTemplate
 from .config import GenerationConfig
 from .generate import TextGeneration, generate, generate_steps, generate_steps_async
+from .prompt_cache import PromptCache
 from .sampling import (
     apply_repetition_penalty,
     apply_temperature,
@@ -16,6 +17,7 @@ from .streaming import IncrementalDecoder, StopStrings
 __all__ = [
     "ChatTemplate",
     "GenerationConfig",
+    "PromptCache",
     "TextGeneration",
     "generate",
     "generate_steps",

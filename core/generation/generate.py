@@ -107,7 +107,7 @@ class _Decoding:
     """One generation run's state: the padded prompt, the attention mask (host lists),
     the cache, who has finished and why."""
 
-    def __init__(self, model, prompts, config, generator):
+    def __init__(self, model, prompts, config, generator, prompt_cache=None):
         self.model, self.config = model, config
         context = int(model.context_length)
         rows = [_fit(r, context, config.truncate) for r in _as_batch(prompts)]
@@ -129,7 +129,17 @@ class _Decoding:
         self.history = [list(r) for r in rows]
         self.reasons = [None] * b
         self.new = 0
-        self.cache = model.new_cache(b, self.total) if self.total > width else None
+        self.cache, self.start = None, 0  # start: the prompt positions the cache holds
+        if self.total > width and prompt_cache is not None:
+            if b != 1:
+                raise EmberError(
+                    f"generate: a prompt_cache holds one sequence, not a batch of {b}",
+                    op="generate",
+                )
+            self.cache, self.start = prompt_cache.prepare(rows[0], self.total)
+            prompt_cache.follow(self.history[0])
+        elif self.total > width:
+            self.cache = model.new_cache(b, self.total)
         # Without a penalty the per-element work is done on the device: the argmax when
         # greedy (one id per row comes back), else the softmax weights (sampling.weights).
         self.on_device = config.repetition_penalty == 1.0
@@ -146,8 +156,9 @@ class _Decoding:
 
     def first_logits(self):
         """The prompt in one batched pass: logits [batch, 1, vocab] of its last position."""
+        ids = [r[self.start :] for r in self.ids] if self.start else self.ids
         return self.model(
-            self.ids, cache=self.cache, attention_mask=self._mask(self.width), last_only=True
+            ids, cache=self.cache, attention_mask=self._mask(self.width), last_only=True
         )
 
     def next_logits(self, nxt):
@@ -243,6 +254,7 @@ def generate(
     generator=None,
     tokenizer=None,
     return_finish_reasons=False,
+    prompt_cache=None,
     **overrides,
 ):
     """New token ids per prompt (a list of lists; one list when given one prompt of ints).
@@ -250,7 +262,8 @@ def generate(
     A row ends after a stop token (kept in its output), after max_new_tokens, when the
     sequence fills the model's context or, with a tokenizer and stop_strings, once its
     decoded text contains a stop string. With `return_finish_reasons`, also why each row
-    ended ("stop_token", "stop_string", "length", "context").
+    ended ("stop_token", "stop_string", "length", "context"). A `prompt_cache`
+    (PromptCache) keeps one sequence's KV cache from call to call (see TextGeneration).
     """
     config = _config(config, overrides)
     single = (
@@ -261,7 +274,7 @@ def generate(
             "generate: stop_strings need a tokenizer to decode the text (pass tokenizer=...)",
             op="generate",
         )
-    run = _Decoding(model, prompts, config, generator)
+    run = _Decoding(model, prompts, config, generator, prompt_cache)
     outs = [[] for _ in range(run.b)]
     reasons = [None] * run.b
     for nxt in _drive(_steps(run, _read)):
@@ -305,9 +318,11 @@ class TextGeneration:
         config=None,
         generator=None,
         add_special_tokens=True,
+        prompt_cache=None,
         **overrides,
     ):
         self.model = model
+        self.prompt_cache = prompt_cache
         self.tokenizer = tokenizer
         self.config = _config(config, overrides)
         self.generator = generator
@@ -318,6 +333,7 @@ class TextGeneration:
         self.token_ids = []
         self.text = ""
         self.stop_reason = None
+        self.cached_prompt_tokens = 0  # prompt tokens the prompt_cache already held
 
     def __iter__(self):
         return _drive(self._deltas(_read))
@@ -328,7 +344,10 @@ class TextGeneration:
         return self._deltas(_read_async)
 
     async def _deltas(self, read):
-        run = _Decoding(self.model, [self.prompt_ids], self.config, self.generator)
+        run = _Decoding(
+            self.model, [self.prompt_ids], self.config, self.generator, self.prompt_cache
+        )
+        self.cached_prompt_tokens = run.start
         decoder = IncrementalDecoder(self.tokenizer)
         watcher = StopStrings(self.config.stop_strings)
         async for nxt in _steps(run, read):

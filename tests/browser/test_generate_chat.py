@@ -92,6 +92,10 @@ def test_stop_ends_a_long_reply_early_and_the_chat_goes_on(first_answer, chat_pa
     }""", asked)
     assert stopped["stop_reason"] == "stopped"
     assert 0 < len(stopped["token_ids"]) < asked
+    # the conversation's KV cache was kept: this turn ran only what follows the first
+    # turn's prompt (and reply), not the whole history again
+    assert first_answer["cached_prompt_tokens"] == 0
+    assert stopped["cached_prompt_tokens"] >= len(first_answer["prompt_ids"])
     assert chat_page.evaluate("() => document.getElementById('stop').hidden")
     assert not chat_page.evaluate("() => document.getElementById('send').disabled")
     # The next turn carries the whole history, the stopped reply included.
@@ -100,6 +104,7 @@ def test_stop_ends_a_long_reply_early_and_the_chat_goes_on(first_answer, chat_pa
     assert again["stop_reason"] in ("length", "stop_token")
     assert len(again["history"]) == 6
     assert QUESTION in again["prompt"] and stopped["text"] in again["prompt"]
+    assert again["cached_prompt_tokens"] >= len(stopped["prompt_ids"])
 
 
 def test_a_browser_without_webgpu_gets_a_clear_message(chromium, server_url):
