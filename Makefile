@@ -19,7 +19,8 @@ test: lint web-deps
 	$(PY) -m pytest -q -m "not acceptance"
 
 # The real-model page runs too long for every commit (Whisper tiny.en's 30 s encoder window
-# takes 5-16 minutes on SwiftShader here): run before a release and on a change to the page.
+# takes 5-16 minutes on SwiftShader here), and a family's second real model (Whisper base)
+# adds minutes to what its first already checks: run before a release and on a change there.
 acceptance: lint web-deps
 	@mkdir -p $(XDG_RUNTIME_DIR) && chmod 700 $(XDG_RUNTIME_DIR)
 	$(PY) -m pytest -q -m acceptance

@@ -48,7 +48,8 @@ def clips(jfk_wav, alsa_sounds_dir):  # noqa: F811
     return [jfk_wav] + [os.path.join(alsa_sounds_dir, name) for name in ALSA]
 
 
-@pytest.fixture(scope="module", params=["tiny.en", "base"])
+# base is the family's second real model: `make acceptance` (make test keeps tiny.en)
+@pytest.fixture(scope="module", params=["tiny.en", pytest.param("base", marks=pytest.mark.acceptance)])
 def models(request):
     fw = require("faster_whisper")
     path = request.getfixturevalue(
@@ -132,6 +133,7 @@ def _words(text):
     return re.sub(r"[^a-z ]", "", text.lower()).split()
 
 
+@pytest.mark.acceptance
 def test_base_on_jfk_end_to_end_detects_english_and_reads_the_text(whisper_base_dir, jfk_wav):  # noqa: F811
     fw = require("faster_whisper")
     t = WhisperTranscriber.from_dir(whisper_base_dir, device=ember.Device.cpu())
@@ -154,6 +156,7 @@ def test_base_on_jfk_end_to_end_detects_english_and_reads_the_text(whisper_base_
     )
 
 
+@pytest.mark.acceptance
 def test_base_word_timestamps_on_several_files_with_detection(
     whisper_base_dir,  # noqa: F811
     jfk_wav,  # noqa: F811
