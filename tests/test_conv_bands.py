@@ -40,14 +40,15 @@ def small_bands(monkeypatch):
     monkeypatch.setattr(array_conv, "BAND_BYTES", 512)
     monkeypatch.setattr(array_conv, "MIN_BAND_COLUMNS", 1)
     monkeypatch.setitem(row_parallel._state, "workers", 3)
+    monkeypatch.setitem(row_parallel._state, "spin_bound", False)
     monkeypatch.setitem(row_parallel._state, "pool", None)
     monkeypatch.setattr(row_parallel, "MIN_PARALLEL_ELEMENTS", 1)
     counts = []
     real = array_conv.run_rows
 
-    def counting(fn, rows, per_row):
+    def counting(fn, rows, per_row, **kw):
         counts.append(rows)
-        real(fn, rows, per_row)
+        real(fn, rows, per_row, **kw)
 
     monkeypatch.setattr(array_conv, "run_rows", counting)
     yield counts
@@ -113,6 +114,7 @@ def test_an_image_gets_the_same_bits_alone_in_a_batch_and_on_any_threads(cpu, mo
     for i in range(3):
         alone = ember.conv2d(ember.tensor(x[i : i + 1]), w, b, padding=1, activation="silu")
         np.testing.assert_array_equal(both[i], alone.numpy()[0])
+    monkeypatch.setitem(row_parallel._state, "spin_bound", False)
     for threads in (1, 3):
         monkeypatch.setitem(row_parallel._state, "workers", threads)
         monkeypatch.setitem(row_parallel._state, "pool", None)
@@ -121,3 +123,68 @@ def test_an_image_gets_the_same_bits_alone_in_a_batch_and_on_any_threads(cpu, mo
         pool = row_parallel._state["pool"]
         if pool is not None:
             pool.shutdown()
+
+
+def test_bands_split_over_threads_where_blas_workers_spin(cpu, monkeypatch):
+    """numpy imported before ember leaves OpenBLAS's spin timeout long, which turns the
+    row split off (workers() == 1); the conv's GEMMs run on one BLAS thread, so its bands
+    still go to several threads, with the bits of one."""
+    import threading
+
+    rng = np.random.default_rng(9)
+    x = ember.tensor(rng.standard_normal((1, 16, 24, 24)).astype(np.float32))
+    w = ember.tensor(rng.standard_normal((32, 16, 3, 3)).astype(np.float32))
+    b = ember.tensor(rng.standard_normal(32).astype(np.float32))
+    monkeypatch.setattr(array_conv, "BAND_BYTES", 4096)
+    monkeypatch.setattr(row_parallel, "MIN_PARALLEL_ELEMENTS", 1)
+    monkeypatch.setattr(row_parallel, "_cpu_count", lambda: 3)
+    monkeypatch.setitem(row_parallel._state, "workers", 1)
+    monkeypatch.setitem(row_parallel._state, "pool", None)
+    monkeypatch.setitem(row_parallel._state, "spin_bound", False)
+    one = ember.conv2d(x, w, b, padding=1, activation="silu").numpy()
+    threads, real = set(), array_conv.run_rows
+
+    def recording(fn, rows, per_row, **kw):
+        def marked(start, stop):
+            threads.add(threading.get_ident())
+            fn(start, stop)
+
+        real(marked, rows, per_row, **kw)
+
+    monkeypatch.setattr(array_conv, "run_rows", recording)
+    monkeypatch.setitem(row_parallel._state, "spin_bound", True)
+    assert row_parallel.workers() == 1 and row_parallel.workers(blas_free=True) == 3
+    split = ember.conv2d(x, w, b, padding=1, activation="silu").numpy()
+    pool = row_parallel._state["pool"]
+    if pool is not None:
+        pool.shutdown()
+    assert len(threads) > 1
+    np.testing.assert_array_equal(split, one)
+
+
+def test_spin_bound_only_when_the_timeout_came_too_late():
+    """A fresh process that imports numpy first: workers() is 1 (the BLAS spin check), the
+    conv's count is the cores'; EMBER_CPU_THREADS wins over both."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import json, numpy, ember\n"
+        "from ember.backends import row_parallel as r\n"
+        "print(json.dumps([r.workers(), r.workers(blas_free=True), r._cpu_count()]))\n"
+    )
+    unset = ("OPENBLAS_THREAD_TIMEOUT", "EMBER_CPU_THREADS")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+
+    def counts():
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    n, free, cores = counts()
+    assert n == 1 and free == min(cores, 8)
+    env["EMBER_CPU_THREADS"] = "1"
+    assert counts()[:2] == [1, 1]

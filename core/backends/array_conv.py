@@ -151,7 +151,8 @@ def conv2d(xp, x, w, bias, stride, padding, dilation, groups, activation=None):
             band(*args)
 
     # Each band's GEMM is small (about og * 2^18 multiply-adds): BLAS on one thread per
-    # band, the bands spread over row_parallel's threads.
+    # band, the bands spread over row_parallel's threads (blas_free: BLAS's own pool
+    # stays asleep, so the bands split even where its workers would spin).
     with single_thread_below(0):
-        run_rows(some, len(bands), og * k * rows * ow)
+        run_rows(some, len(bands), og * k * rows * ow, blas_free=True)
     return out

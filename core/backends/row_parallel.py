@@ -27,7 +27,8 @@ MIN_PARALLEL_ELEMENTS = 1 << 16
 # 18, 2.76 ms at 20, 3.6 ms at 22 (no better than one thread).
 MAX_SPIN_EXPONENT = 20
 
-_state = {"pool": None, "workers": None}
+# spin_bound: workers() chose 1 only because OpenBLAS's idle workers spin long
+_state = {"pool": None, "workers": None, "spin_bound": False}
 _lock = threading.Lock()
 _in_worker = threading.local()
 
@@ -47,8 +48,13 @@ def _blas_workers_sleep_soon():
         return False
 
 
-def workers():
-    """How many threads share row-parallel work (1: the caller alone)."""
+def workers(blas_free=False):
+    """How many threads share row-parallel work (1: the caller alone).
+
+    blas_free: for work whose GEMMs run on one BLAS thread (the numpy conv): OpenBLAS's
+    pool then never wakes, so its spinning cannot take the cores, and the split is on even
+    where OPENBLAS_THREAD_TIMEOUT was not set in time (numpy imported before ember, as most
+    scripts do: yolov8n's forward ran on one core, 290 ms against 157 for torch)."""
     n = _state["workers"]
     if n is None:
         wanted = os.environ.get("EMBER_CPU_THREADS", "").strip()
@@ -61,7 +67,10 @@ def workers():
                 ) from None
         else:
             n = min(_cpu_count(), 8) if _blas_workers_sleep_soon() else 1
+            _state["spin_bound"] = n == 1 and _cpu_count() > 1
         _state["workers"] = n
+    if blas_free and _state["spin_bound"]:
+        return min(_cpu_count(), 8)
     return n
 
 
@@ -75,7 +84,7 @@ def set_workers(n):
         if _state["pool"] is not None and n != _state["workers"]:
             _state["pool"].shutdown()
             _state["pool"] = None
-        _state["workers"] = n
+        _state["workers"], _state["spin_bound"] = n, False
 
 
 def _pool():
@@ -83,7 +92,8 @@ def _pool():
         if _state["pool"] is None:
             from concurrent.futures import ThreadPoolExecutor
 
-            _state["pool"] = ThreadPoolExecutor(workers() - 1, thread_name_prefix="ember-rows")
+            size = max(workers(), workers(blas_free=True)) - 1
+            _state["pool"] = ThreadPoolExecutor(size, thread_name_prefix="ember-rows")
         return _state["pool"]
 
 
@@ -95,7 +105,7 @@ def _run_marked(fn, start, stop):
         _in_worker.active = False
 
 
-def run_rows(fn, rows, elements_per_row, align=1, take_back=False):
+def run_rows(fn, rows, elements_per_row, align=1, take_back=False, blas_free=False):
     """Call fn(start, stop) over [0, rows) in contiguous ranges, on up to `workers()`
     threads when the work is large enough; the caller's thread takes the first range.
     Range ends are multiples of `align`. Exceptions reach the caller.
@@ -103,8 +113,9 @@ def run_rows(fn, rows, elements_per_row, align=1, take_back=False):
     With `take_back`, a range no worker has started by the time the caller is done with
     its own is run by the caller instead of waited for: on a busy machine a sleeping
     worker may wait milliseconds for a core, which would cost a sub-millisecond kernel
-    (a decode step's matrix-vector product) many times its own time."""
-    n = workers()
+    (a decode step's matrix-vector product) many times its own time. `blas_free`: fn's
+    GEMMs run on one BLAS thread (see workers)."""
+    n = workers(blas_free)
     if n > 1 and not getattr(_in_worker, "active", False):
         n = min(n, rows * elements_per_row // MIN_PARALLEL_ELEMENTS, ceil_div(rows, align))
     else:
