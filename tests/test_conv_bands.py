@@ -12,6 +12,9 @@ CASES = [  # (input, weight, kwargs): YOLO's 3x3 s2 and s1 and 1x1, then groups 
     ((2, 8, 13, 11), (6, 8, 3, 3), dict(padding=1)),
     ((1, 8, 9, 10), (12, 8, 1, 1), {}),
     ((1, 8, 12, 9), (6, 4, 3, 2), dict(groups=2, dilation=(2, 1), padding=(2, 0), stride=(1, 2))),
+    # taps that fall wholly in the padding (the columns hold zeros there, nothing is read)
+    ((1, 4, 5, 6), (3, 4, 3, 3), dict(padding=(4, 3), stride=2)),
+    ((1, 4, 5, 6), (3, 4, 1, 1), dict(padding=2)),
 ]
 
 
