@@ -107,8 +107,12 @@ class SPPF:
 
     def __call__(self, x):
         y = [self.cv1(x)]
+        k, p = self.k, self.k // 2
         for _ in range(3):
-            y.append(F.max_pool2d(y[-1], self.k, 1, self.k // 2))
+            # the k x k maximum as a 1 x k then a k x 1 one: the same numbers (a max of
+            # maxima, -inf padding either way), 2(k - 1) elementwise maxima for (k^2 - 1)
+            rows = F.max_pool2d(y[-1], (1, k), 1, (0, p))
+            y.append(F.max_pool2d(rows, (k, 1), 1, (p, 0)))
         return self.cv2(cat(y, 1))
 
 
