@@ -19,6 +19,12 @@ whole yolov8n forward: 3.7 s -> 0.45-0.7 s. Band size, ms of CPU for yolov8n: 25
 500, 512 KiB 390-440, 1 MiB 360-410, 2-4 MiB 365-445; at least MIN_BAND_COLUMNS pixels
 per band took 256->512 3x3 s2 at 40^2 from 18.7 to 15.3 ms of CPU.
 
+Banding costs the GEMMs nothing: yolov8n's 63 products on one thread ran at 59 GFLOP/s
+banded as whole (8.74 GFLOP, 149 vs 148 ms of CPU). Its forward is ~290 ms of CPU, and
+it took as long on the clock wherever numpy was imported before ember (row_parallel then
+splits nothing, for fear of OpenBLAS's spinning workers), so the bands split regardless
+(blas_free): their GEMMs run on one BLAS thread and never wake that pool.
+
 With numba installed (the `ember[jit]` extra), bias and activation are one numba pass
 from the band's product into the output (array_conv_jit): numpy's f32 exp/tanh on an
 AVX2-only host cost 2.4-3.8 ns an element, and SiLU follows every YOLOv8 convolution
