@@ -3,12 +3,17 @@ spends its time: ember cpu and transformers' SamModel on torch CPU in ONE proces
 interleaved, with a per-part breakdown of both and ember's backend calls per prompt.
 
     python benchmarks/sam_decoder_parts.py --model DIR [--rounds 5] [--threads 2]
+                                           [--only torch|ember] [--no-parts]
 
 DIR is a model benchmarks/sam.py built (its --work folder's vit-b-1024). The image
 embedding is random (the decoder's cost does not depend on its values). Figures are the
-median over rounds of process CPU time (time.process_time: all threads) and wall time;
-parts are timed by wrapping the modules' forwards (ember) and forward hooks (torch), so
-a part's figure includes its children, and "rest" is the pass minus the parts listed.
+median over rounds of process CPU time (time.process_time: all threads), the calling
+thread's CPU time (time.thread_time) and wall time;
+parts are timed by wrapping the modules' forwards and functions (ember) and forward hooks
+(torch), so a part's figure includes its children (ember's image-side GEMMs are also
+inside its two-way blocks; its final attention's keys GEMM is outside "final attention").
+Under load, prefer the main-thread CPU column: on a quiet machine the wall time is about
+it, while process CPU adds what the other threads spent, spinning included.
 """
 
 import argparse
@@ -62,7 +67,6 @@ def ember_parts(model, clock):
     pairs = [("prompt encoder", model.prompt_encoder)]
     pairs += [(f"two-way block {i}", layer) for i, layer in enumerate(md.layers)]
     pairs += [
-        ("final attention", md.final_attn_token_to_image),
         ("final layer norm", md.layer_norm_final_attn),
         ("upscale layer norm", md.upscale_layer_norm),
         ("iou head", md.iou_prediction_head),
@@ -70,6 +74,9 @@ def ember_parts(model, clock):
     pairs += [("hypernetwork mlps", mlp) for mlp in md.output_hypernetworks_mlps]
     for label, mod in pairs:
         mod.forward = clock.wrap(label, mod.forward)
+    final = md.final_attn_token_to_image  # its keys' GEMM (project_image) runs before attend
+    final.attend = clock.wrap("final attention", final.attend)
+    smd.project_image = clock.wrap("image-side keys/queries GEMMs", smd.project_image)
     smd.upscale2x = clock.wrap("upscale convtranspose (+gelu 2)", smd.upscale2x)
     smd.interleave = clock.wrap("interleave", smd.interleave)
 
