@@ -407,3 +407,26 @@ def test_embeddings_of_another_size_are_refused(grid4):
         model.predict_masks(ember.zeros(1, 16, 7, 7), input_points=[[[[1.0, 1.0]]]])
     with pytest.raises(ShapeMismatch, match="pixel_values"):
         model.image_embeddings(ember.zeros(1, 3, 32, 32))
+
+
+def test_reloaded_weights_reach_the_decoders_cached_projections(grid4):
+    """The mask decoder keeps key_pe's projections (and the model key_pe itself) between
+    calls; loading other weights must drop them: a model that predicted before the load
+    gives the bits of one that never ran with the old weights."""
+    from ember.nn import VarBuilder
+    from ember.nn.sources import DictSource
+
+    emb = ember.tensor(grid4["embeddings"].numpy())
+    prompts = _prompts(grid4["size"], "both")
+    used = SamModel.from_pretrained(grid4["path"])
+    before = used.predict_masks(emb, **prompts)[0].numpy()  # fills the caches
+    weights = {k: v.numpy() for k, v in used.state_dict().items()}
+    for name in weights:  # the positional embedding and every projection of the image side
+        if name.endswith("positional_embedding") or re.search(r"\.(k|q)_proj\.weight$", name):
+            weights[name] = weights[name] * np.float32(0.5)
+    fresh = SamModel.from_pretrained(grid4["path"])
+    for model in (used, fresh):
+        model.load(VarBuilder(DictSource({k: ember.tensor(v) for k, v in weights.items()})))
+    after = used.predict_masks(emb, **prompts)[0].numpy()
+    assert np.abs(after - before).max() > 1e-2
+    np.testing.assert_array_equal(after, fresh.predict_masks(emb, **prompts)[0].numpy())

@@ -61,6 +61,10 @@ class TwoWayBlock(Module):
         self.cross_attn_image_to_token = DecoderAttention(
             cfg, vb.pp("cross_attn_image_to_token"), rate
         )
+        self._projection = None  # (key_pe, image_projection(...)) made for that key_pe
+
+    def _reset_derived(self):
+        self._projection = None
 
     def forward(self, queries, keys, query_pe, key_pe):
         if self.skip_first_layer_pe:  # the first block's queries are the tokens themselves
@@ -71,14 +75,14 @@ class TwoWayBlock(Module):
         queries = self.layer_norm1(queries)
         to_image, to_token = self.cross_attn_token_to_image, self.cross_attn_image_to_token
         # The image side's keys for token-to-image and its queries for image-to-token are
-        # projections of the same keys + key_pe: one GEMM over the image for both.
-        both = F.linear(
-            keys + key_pe,
-            cat([to_image.k_proj.weight, to_token.q_proj.weight], 0),
-            cat([to_image.k_proj.bias, to_token.q_proj.bias], 0),
-        )
-        inner = to_image.k_proj.out_features
-        k_image, q_image = both.narrow(-1, 0, inner), both.narrow(-1, inner, inner)
+        # projections of the same keys + key_pe: one GEMM over the image for both, the
+        # positional part made once (image_projection). The values stay a GEMM of their
+        # own: side by side with the keys (a wider row stride) the attention reads them
+        # slower than the extra call costs.
+        if self._projection is None or self._projection[0] is not key_pe:
+            linears = (to_image.k_proj, to_token.q_proj)
+            self._projection = (key_pe, *image_projection(key_pe, linears))
+        k_image, q_image = project_image(keys, *self._projection[1:])
         queries = to_image.attend(
             to_image.q_proj(queries + query_pe), k_image, to_image.v_proj(keys), queries
         )
@@ -89,6 +93,31 @@ class TwoWayBlock(Module):
             q_image, to_token.k_proj(queries + query_pe), to_token.v_proj(queries), keys
         )
         return queries, self.layer_norm4(keys)
+
+
+def image_projection(key_pe, linears):
+    """(weight, residual, widths) that make project_image's one GEMM over the image keys
+    [n, S*S, d] equal to each of `linears` applied to keys + key_pe, side by side: weight
+    = their weights stacked, residual [1, S*S, out] = key_pe's projections plus the
+    biases. (keys + key_pe) @ W + b is computed as keys @ W + (key_pe @ W + b): the sum,
+    an image-sized pass per attention, left out, key_pe's product made once, as it
+    depends on the weights only."""
+    weight = cat([lin.weight for lin in linears], 0).contiguous()
+    residual = F.linear(key_pe, weight, cat([lin.bias for lin in linears], 0))
+    return weight, residual, [lin.out_features for lin in linears]
+
+
+def project_image(keys, weight, residual, widths):
+    """image_projection's projections of keys [n, S*S, d]: views of one GEMM's output."""
+    n = keys.shape[0]
+    if n != residual.shape[0]:
+        residual = residual.expand(n, *residual.shape[1:])
+    both = F.linear(keys, weight, residual=residual)
+    parts, start = [], 0
+    for width in widths:
+        parts.append(both.narrow(-1, start, width))
+        start += width
+    return parts
 
 
 class FeedForward(Module):
@@ -167,6 +196,10 @@ class SamMaskDecoder(Module):
         self.iou_prediction_head = FeedForward(
             vb.pp("iou_prediction_head"), d, cfg.iou_head_hidden_dim, m, cfg.iou_head_depth
         )
+        self._projection = None  # the final attention's image_projection, as TwoWayBlock's
+
+    def _reset_derived(self):
+        self._projection = None
 
     def forward(self, image_embeddings, key_pe, sparse, dense, multimask_output):
         """image_embeddings [B, d, S, S], key_pe [1, S * S, d] (the image positional
@@ -180,15 +213,19 @@ class SamMaskDecoder(Module):
         if sparse is not None:
             tokens = cat([tokens, sparse], 2)
         tokens = tokens.reshape(b * p, tokens.shape[2], d)
-        # the image side as rows of cells, contiguous once: every later op reads it so
-        image = (image_embeddings + dense).reshape(b, d, s * s).transpose(1, 2).contiguous()
+        # the image side as rows of cells, contiguous once: every later op reads it so (the
+        # dense prompt added on the way, one pass; [1, d, 1, 1] without a mask prompt)
+        rows = image_embeddings.reshape(b, d, s * s).transpose(1, 2)
+        image = (rows + dense.reshape(dense.shape[0], d, -1).transpose(1, 2)).contiguous()
         keys = image.unsqueeze(1).expand(b, p, s * s, d).reshape(b * p, s * s, d)
         queries = tokens
         for layer in self.layers:
             queries, keys = layer(queries, keys, tokens, key_pe)
-        queries = self.final_attn_token_to_image(
-            queries + tokens, keys + key_pe, keys, residual=queries
-        )
+        final = self.final_attn_token_to_image
+        if self._projection is None or self._projection[0] is not key_pe:
+            self._projection = (key_pe, *image_projection(key_pe, (final.k_proj,)))
+        (k_image,) = project_image(keys, *self._projection[1:])
+        queries = final.attend(final.q_proj(queries + tokens), k_image, final.v_proj(keys), queries)
         queries = self.layer_norm_final_attn(queries)
         m = self.num_mask_tokens
         first, count = (1, m - 1) if multimask_output else (0, 1)
