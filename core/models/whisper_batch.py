@@ -72,7 +72,11 @@ class _Rows:
         x = dec.embed_tokens(tensor(ids, device=dev))
         pos = dec.embed_positions.weight.index_select(0, tensor(positions.reshape(-1), device=dev))
         x = x + pos.reshape(n, t, model.cfg.d_model)
-        mask = tensor(np.where(allowed, 0.0, NEG_INF)[:, None], dtype=x.dtype, device=dev)
+        # a step of rows without pads sees every key: no mask (its additions of 0 change
+        # nothing, and the backend's unmasked attention is the cheaper one: 0.2 ms a layer)
+        mask = None
+        if not (t == 1 and allowed.all()):
+            mask = tensor(np.where(allowed, 0.0, NEG_INF)[:, None], dtype=x.dtype, device=dev)
         for layer in dec.layers:
             x = _layer(layer, x, self.cache, mask)
         self.cache.self_kv.advance(t)

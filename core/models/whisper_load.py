@@ -48,15 +48,24 @@ def model_format(path):
     )
 
 
-def _open_ct2(path):
+def _open_ct2(path, device, dtype):
+    """(config, VarBuilder) of a CTranslate2 directory; f16 weights that load as f32 are
+    widened here by half_widen (exact, faster than the cast VarBuilder would make)."""
     from ..io.ctranslate2 import CTranslate2File, whisper_hf_tensors
 
-    f = CTranslate2File(os.path.join(path, "model.bin"))
+    label = os.path.join(path, "model.bin")
+    f = CTranslate2File(label)
     tensors = whisper_hf_tensors(f)
     cfg_path = os.path.join(path, "config.json")
     ct2_config = _json(cfg_path) if os.path.isfile(cfg_path) else {}
     cfg = whisper_config.from_ct2(f, tensors, ct2_config, path)
-    return cfg, VarBuilder.from_tensors(tensors, label=os.path.join(path, "model.bin"))
+    vb = VarBuilder.from_tensors(tensors, label=label)
+    chosen = dt.as_dtype(dtype) if dtype is not None else choose_dtype(vb, device)
+    if chosen is dt.f32:
+        from ..io.half_widen import widen_all_f16
+
+        vb = VarBuilder.from_tensors(widen_all_f16(tensors), label=label)
+    return cfg, vb
 
 
 def _open_hf(path):
@@ -84,7 +93,7 @@ def load_whisper(path, device=None, dtype=None):
     (dtype None: see choose_dtype)."""
     path = os.path.expanduser(os.fspath(path))
     fmt = model_format(path)
-    cfg, vb = _open_ct2(path) if fmt == "ctranslate2" else _open_hf(path)
+    cfg, vb = _open_ct2(path, device, dtype) if fmt == "ctranslate2" else _open_hf(path)
     if dtype is None:
         dtype = choose_dtype(vb, device)
     vb = vb.with_dtype(dtype).with_device(device)
