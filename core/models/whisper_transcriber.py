@@ -52,7 +52,8 @@ class WhisperTranscriber:
             raise FormatError(
                 f"{path}: no tokenizer.json beside the model", path=path, field="tokenizer.json"
             )
-        tokenizer = Tokenizer.from_file(tok_path)
+        # decoding needs no merges: they are built at the first encode (an initial prompt)
+        tokenizer = Tokenizer.from_file(tok_path, defer_merges=True)
         tokens = WhisperTokens.from_tokenizer(
             tokenizer, _is_multilingual(path, model.cfg), tok_path
         )

@@ -28,43 +28,15 @@ class BPE(DictVocab, WordCache):
         self.byte_fallback = byte_fallback
         self.ignore_merges = ignore_merges
         self.dropout = dropout  # accepted, not applied: encoding is deterministic
-        prefix_len = len(continuing_subword_prefix or "")
-        table = {}
-        for rank, (a, b) in enumerate(merges):
-            try:
-                a_id = self.vocab[a]
-                b_id = self.vocab[b]
-            except KeyError as exc:
-                raise KeyError(
-                    "BPE merge %d (%r, %r): %r is not in the vocabulary" % (rank, a, b, exc.args[0])
-                ) from None
-            new = a + b[prefix_len:]
-            new_id = self.vocab.get(new)
-            if new_id is None:
-                raise KeyError(
-                    "BPE merge %d (%r, %r): the result %r is not in the vocabulary"
-                    % (rank, a, b, new)
-                )
-            table[(a_id, b_id)] = (rank, new_id)  # a repeated pair: the last one wins
-        self.merges = table
+        self._merges = _merge_table(self.vocab, merges, len(continuing_subword_prefix or ""))
+        self._pending = None
         self._cache = {}
 
     @classmethod
     def from_dict(cls, d, ctx):
         vocab = ctx.vocab(d)
-        raw = ctx.get(d, "merges", [], list)
         mctx = ctx.field("merges")
-        merges = []
-        for i, m in enumerate(raw):
-            if isinstance(m, str):
-                parts = m.split(" ")
-                if len(parts) != 2:
-                    raise mctx.item(i).error("%r is not 'left right'" % m)
-                merges.append((parts[0], parts[1]))
-            elif isinstance(m, list) and len(m) == 2 and all(isinstance(x, str) for x in m):
-                merges.append((m[0], m[1]))
-            else:
-                raise mctx.item(i).error("must be 'left right' or [left, right]")
+        merges = _merge_pairs(ctx.get(d, "merges", [], list), mctx)
         dropout = ctx.get(d, "dropout", None, (int, float))
         if dropout is not None and not 0.0 <= ctx.field("dropout").finite(dropout) <= 1.0:
             raise ctx.field("dropout").error("is %r, outside [0, 1]" % dropout)
@@ -82,6 +54,32 @@ class BPE(DictVocab, WordCache):
             )
         except KeyError as exc:
             raise mctx.error("is inconsistent with the vocabulary: %s" % exc.args[0]) from None
+
+    # -- the merge table, built now or at the first encode ---------------------------
+    def defer_merges(self, raw, mctx):
+        """Take tokenizer.json's merges `raw` (field `mctx`) in place of the current ones,
+        parsed and checked only when the first word is encoded: a tokenizer that only
+        decodes (Whisper's, 50k merges: 0.15-0.2 s of a cold start) never builds them. A
+        bad merge is then the same FormatError at that first encode."""
+        self._pending = (raw, mctx)
+
+    @property
+    def merges(self):
+        """{(left_id, right_id): (rank, merged_id)}."""
+        if self._pending is not None:
+            raw, mctx = self._pending
+            try:
+                table = _merge_table(
+                    self.vocab, _merge_pairs(raw, mctx), len(self.continuing_subword_prefix or "")
+                )
+            except KeyError as exc:
+                raise mctx.error("is inconsistent with the vocabulary: %s" % exc.args[0]) from None
+            self._merges, self._pending = table, None
+        return self._merges
+
+    @merges.setter
+    def merges(self, table):
+        self._merges, self._pending = table, None
 
     # -- encoding -------------------------------------------------------------------
     def _initial_symbols(self, word):
@@ -133,3 +131,41 @@ class BPE(DictVocab, WordCache):
         vocab_r = self.vocab_r
         syms = merge_symbols(self._initial_symbols(word), self.merges)
         return [(tid, vocab_r[tid], s, e) for tid, s, e in syms]
+
+
+def _merge_pairs(raw, mctx):
+    """tokenizer.json's merges ("left right" strings or [left, right] lists) as pairs."""
+    merges = []
+    for i, m in enumerate(raw):
+        if isinstance(m, str):
+            parts = m.split(" ")
+            if len(parts) != 2:
+                raise mctx.item(i).error("%r is not 'left right'" % m)
+            merges.append((parts[0], parts[1]))
+        elif isinstance(m, list) and len(m) == 2 and all(isinstance(x, str) for x in m):
+            merges.append((m[0], m[1]))
+        else:
+            raise mctx.item(i).error("must be 'left right' or [left, right]")
+    return merges
+
+
+def _merge_table(vocab, merges, prefix_len):
+    """{(left_id, right_id): (rank, merged_id)}; a KeyError names a merge whose part or
+    result is not in the vocabulary."""
+    table = {}
+    for rank, (a, b) in enumerate(merges):
+        try:
+            a_id = vocab[a]
+            b_id = vocab[b]
+        except KeyError as exc:
+            raise KeyError(
+                "BPE merge %d (%r, %r): %r is not in the vocabulary" % (rank, a, b, exc.args[0])
+            ) from None
+        new = a + b[prefix_len:]
+        new_id = vocab.get(new)
+        if new_id is None:
+            raise KeyError(
+                "BPE merge %d (%r, %r): the result %r is not in the vocabulary" % (rank, a, b, new)
+            )
+        table[(a_id, b_id)] = (rank, new_id)  # a repeated pair: the last one wins
+    return table

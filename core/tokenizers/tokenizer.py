@@ -28,6 +28,16 @@ _DIRECTIONS = {"Right": "right", "Left": "left"}
 _MAX_PAD = 1 << 20  # a padded length from the file: beyond any model's context, and bounded memory
 
 
+def _deferrable(model):
+    """A BPE model section (named, or told by its merges) with a list of merges."""
+    return (
+        isinstance(model, dict)
+        and model.get("type", "BPE") == "BPE"
+        and isinstance(model.get("merges"), list)
+        and len(model["merges"]) > 0
+    )
+
+
 class Tokenizer:
     def __init__(self, model):
         self.model = model
@@ -41,8 +51,9 @@ class Tokenizer:
 
     # -- loading ----------------------------------------------------------------------
     @classmethod
-    def from_file(cls, path):
-        """Read a tokenizer.json file."""
+    def from_file(cls, path, defer_merges=False):
+        """Read a tokenizer.json file. With `defer_merges`, a BPE model's merges are parsed
+        and checked at the first encode (BPE.defer_merges): for a tokenizer that decodes."""
         try:
             if not stat.S_ISREG(os.stat(path).st_mode):  # a directory, or a FIFO that would block
                 raise Ctx(str(path), "(file)").error("is not a regular file")
@@ -50,10 +61,10 @@ class Tokenizer:
                 text = f.read()
         except (OSError, UnicodeDecodeError) as exc:
             raise Ctx(str(path), "(file)").error("cannot be read: %s" % exc) from None
-        return cls.from_str(text, source=str(path))
+        return cls.from_str(text, source=str(path), defer_merges=defer_merges)
 
     @classmethod
-    def from_str(cls, json_text, source="tokenizer.json"):
+    def from_str(cls, json_text, source="tokenizer.json", defer_merges=False):
         """Parse tokenizer.json text (floats are read exactly as the reference reads them)."""
         try:
             d = _json.loads(json_text)
@@ -63,20 +74,25 @@ class Tokenizer:
             ) from None
         except ValueError as exc:
             raise Ctx(source, "").error("is not valid JSON: %s" % exc) from None
-        return cls.from_dict(d, source=source)
+        return cls.from_dict(d, source=source, defer_merges=defer_merges)
 
     @classmethod
     def from_buffer(cls, data, source="tokenizer.json"):
         return cls.from_str(bytes(data).decode("utf-8"), source=source)
 
     @classmethod
-    def from_dict(cls, d, source="tokenizer.json"):
+    def from_dict(cls, d, source="tokenizer.json", defer_merges=False):
         root = Ctx(source, "")
         if not isinstance(d, dict):
             raise Ctx(source, "(top level)").error("must be a JSON object")
         if "model" not in d or d["model"] is None:
             raise root.field("model").error("is missing")
-        tok = cls(_models.from_dict(d["model"], root.field("model")))
+        model, deferred = d["model"], None
+        if defer_merges and _deferrable(model):
+            model, deferred = dict(model, merges=[]), model["merges"]
+        tok = cls(_models.from_dict(model, root.field("model")))
+        if deferred is not None:
+            tok.model.defer_merges(deferred, root.field("model").field("merges"))
         tok._normalizer = _normalizers.from_dict(d.get("normalizer"), root.field("normalizer"))
         tok.pre_tokenizer = _pre.from_dict(d.get("pre_tokenizer"), root.field("pre_tokenizer"))
         tok.post_processor = _post.from_dict(d.get("post_processor"), root.field("post_processor"))
