@@ -30,7 +30,11 @@ def test_deferred_merges_encode_as_the_eager_load():
 
 @pytest.mark.parametrize(
     "merges, message",
-    [(["a d"], "model.merges is inconsistent"), (["a b c"], "model.merges[0]"), ([7], "model.merges[0]")],
+    [
+        (["a d"], "model.merges is inconsistent"),
+        (["a b c"], "model.merges[0]"),
+        ([7], "model.merges[0]"),
+    ],
 )
 def test_a_bad_merge_fails_at_load_eagerly_and_at_the_first_encode_deferred(merges, message):
     text = _bpe(merges)

@@ -33,8 +33,9 @@ def _layer(layer, x, cache, mask):
     """DecoderLayer.forward with a self-attention mask instead of `is_causal`."""
     h = layer.self_attn_layer_norm(x)
     a = layer.self_attn
-    k, v = cache.self_kv.update(layer.index, *a.keys_values(h))
-    x = _attend(a, a.heads(a.q_proj(h)), k, v, x, mask)
+    q, k, v = a.qkv_heads(h)
+    k, v = cache.self_kv.update(layer.index, k, v)
+    x = _attend(a, q, k, v, x, mask)
     h = layer.encoder_attn_layer_norm(x)
     c = layer.encoder_attn
     ck, cv = cache.cross[layer.index]
