@@ -90,6 +90,7 @@ class EncoderLayer(Module):
         d, eps = cfg.d_model, cfg.layer_norm_eps
         self.self_attn_layer_norm = LayerNorm(d, eps, vb=vb.pp("self_attn_layer_norm"))
         self.self_attn = Attention(vb.pp("self_attn"), d, cfg.encoder_attention_heads)
+        self.self_attn.fuse_qkv()
         self.final_layer_norm = LayerNorm(d, eps, vb=vb.pp("final_layer_norm"))
         self.fc1 = Linear(d, cfg.encoder_ffn_dim, vb=vb.pp("fc1"))
         self.fc2 = Linear(cfg.encoder_ffn_dim, d, vb=vb.pp("fc2"))
@@ -97,8 +98,7 @@ class EncoderLayer(Module):
     def forward(self, x):
         h = self.self_attn_layer_norm(x)
         a = self.self_attn
-        k, v = a.keys_values(h)
-        x = a.attend(a.heads(a.q_proj(h)), k, v, residual=x)
+        x = a.attend(*a.qkv_heads(h), residual=x)
         h = self.final_layer_norm(x)
         return self.fc2(self.fc1(h, activation="gelu"), residual=x)
 
