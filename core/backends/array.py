@@ -11,7 +11,7 @@ from ..errors import DimOutOfRange, OutOfMemory, ShapeMismatch, fmt_shape
 from ..hostdata import bf16_to_f32, f32_to_bf16
 from ..hostmem import host_memory_bytes, human_bytes
 from ..ops import BINARY, COMPARE, INT_DIV, UNARY
-from . import array_attention, composites
+from . import array_attention, array_small_attention, composites
 from .array_conv import conv2d as banded_conv2d
 from .array_fast import UNARY_INPLACE
 from .array_qmatmul import qmatmul_rows
@@ -347,6 +347,8 @@ class ArrayBackend(Backend):
             )
         xp = self.xp
         q, k, v = (_blasable(xp, self.view(s, lay)) for s, lay in ((q, lq), (k, lk), (v, lv)))
+        if grid_bias is None and array_small_attention.is_small(q, k):  # a decode step's
+            return array_small_attention.attention(xp, q, k, v, scale).reshape(-1)
         bias = None
         if grid_bias is not None:
             rows, lrows, cols, lcols = grid_bias
