@@ -198,16 +198,14 @@ def worker_llamacpp(path, n_prompt, n_decode, threads):
 def worker_ember(path, device, n_prompt, n_decode, gguf):
     import ember
     import numpy as np
+    from ember.models.causal_lm import load_causal_lm
     from ember.models.gguf_llama import load_gguf_model
-    from ember.models.llama import LlamaForCausalLM
 
     dev = ember.Device.parse(device)
     t0 = time.perf_counter()
-    model = (
-        load_gguf_model(path, device=dev)
-        if gguf
-        else LlamaForCausalLM.from_pretrained(path, device=dev)
-    )
+    # load_causal_lm: the directory's model_type picks the family (Gemma 3's f32 copy is
+    # gemma3_text, not a Llama config)
+    model = load_gguf_model(path, device=dev) if gguf else load_causal_lm(path, device=dev)
     load = time.perf_counter() - t0
     # The weights on the device right after load (None where the backend keeps no count).
     on_device = dev.memory_stats().get("bytes_in_use")
@@ -333,7 +331,17 @@ def main():
     if args.layers:
         CONFIG["num_hidden_layers"] = args.layers
 
-    work = args.keep or tempfile.mkdtemp(prefix="ember-llm-bench-")
+    if args.keep:
+        measure(args, args.keep)
+        return
+    # the models' copies (f32 ones of hundreds of MB) in a folder of the run's own making,
+    # removed when it ends, however it ends
+    with tempfile.TemporaryDirectory(prefix="ember-llm-bench-") as work:
+        measure(args, work)
+
+
+def measure(args, work):
+    """Every engine of every section, interleaved; the tables and the JSON."""
     try:
         from common import machine_report
 
