@@ -12,6 +12,7 @@ import ember
 from ember.models.whisper_decoding import DecodeOptions, greedy, split_segments
 from ember.models.whisper_load import load_whisper
 from ember.models.whisper_tokens import WhisperTokens
+from ember.nn import VarBuilder
 from helpers import require
 from whisper_random import FRAMES, LANGS, TEXT_TOKENS, tiny_whisper_config
 
@@ -217,3 +218,28 @@ def test_suppress_lists_null_empty_or_bad(tiny, tmp_path):
         from_hf(dict(cfg), str(path), {"suppress_tokens": [1, "x"]})
     with pytest.raises(ember.FormatError, match=f"begin_suppress_tokens holds token {cfg['vocab_size']}, outside"):
         from_hf(dict(cfg), str(path), {"begin_suppress_tokens": [cfg["vocab_size"]]})
+
+
+def test_fused_projections_follow_load_and_to(cpu, tiny, tmp_path):
+    """The self-attention's fused q/k/v is derived from the three weights: after `load` of
+    another model's weights (and after `to`) the outputs are that model's, not stale."""
+    torch = require("torch")
+    transformers = require("transformers")
+    model, path, _, features = tiny
+    torch.manual_seed(99)
+    other = transformers.WhisperForConditionalGeneration(model.config).eval()
+    other.save_pretrained(tmp_path)
+    ids = torch.randint(0, TEXT_TOKENS, (2, 5), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        enc = other.model.encoder(features).last_hidden_state.numpy()
+        logits = other(input_features=features, decoder_input_ids=ids).logits.numpy()
+    em = load_whisper(path, device=cpu)
+    x = ember.tensor(features.numpy())
+    em.encoder(x)  # the fused weights in use before the load
+    em.load(VarBuilder.from_dir(str(tmp_path)).pp("model"))
+    for _ in range(2):  # after load, then after a move
+        e = em.encoder(x)
+        np.testing.assert_allclose(e.numpy(), enc, rtol=0, atol=1e-4)
+        got = em.decoder(ember.tensor(ids.numpy()), em.decoder.new_cache(e), False)
+        np.testing.assert_allclose(got.numpy(), logits, rtol=0, atol=1e-4)
+        em.to(cpu)

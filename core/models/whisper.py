@@ -15,7 +15,7 @@ import math
 from .. import dtype as dt
 from .. import functional as F
 from ..errors import ShapeMismatch, fmt_shape
-from ..nn import Conv1d, Embedding, LayerNorm, Linear, Module
+from ..nn import Conv1d, Embedding, LayerNorm, Linear, Module, ModuleList
 from ..tensor import cat, tensor
 from .kv_cache import KVCache
 
@@ -29,12 +29,21 @@ class Attention(Module):
         self.k_proj = Linear(d_model, d_model, bias=False, vb=vb.pp("k_proj"))
         self.v_proj = Linear(d_model, d_model, vb=vb.pp("v_proj"))
         self.out_proj = Linear(d_model, d_model, vb=vb.pp("out_proj"))
+        self._fuse, self._qkv = False, None  # see fuse_qkv
 
     def fuse_qkv(self):
-        """q, k and v as one Linear (private: verify's hooks stay on the parts), its
-        weight the three stacked, the parts' weights views of it (no second copy); k's
-        missing bias is zeros there (x + 0 is x). A decode step's projections are then
-        one GEMV: 0.5 -> 0.2 ms a layer, the same bits as the three."""
+        """Run q, k and v as one Linear from now on (private: verify's hooks stay on the
+        parts): a decode step's projections are then one GEMV, 0.5 -> 0.2 ms a layer, the
+        same bits as the three. It is derived from the parts' weights, made at first use
+        and again after `load` or `to` (_reset_derived)."""
+        self._fuse = True
+
+    def _reset_derived(self):
+        self._qkv = None
+
+    def _fused(self):
+        """The one Linear of the three stacked; the parts' weights become views of its
+        weight (no second copy); k's missing bias is zeros there (x + 0 is x)."""
         from ..tensor import zeros
 
         parts = (self.q_proj, self.k_proj, self.v_proj)
@@ -57,15 +66,15 @@ class Attention(Module):
                 p.bias = b.narrow(0, start, n)
             start += n
         self._qkv = Linear.from_tensors(w, b)
+        return self._qkv
 
     def qkv_heads(self, x):
         """(q, k, v) [b, heads, t, head_dim] of x: through the fused Linear, or the three
         parts while a hook watches one of them (ember.verify)."""
         parts = (self.q_proj, self.k_proj, self.v_proj)
-        fused = getattr(self, "_qkv", None)
-        if fused is None or any(p._forward_hooks for p in parts):
+        if not self._fuse or any(p._forward_hooks for p in parts):
             return tuple(self.heads(p(x)) for p in parts)
-        y = fused(x)
+        y = (self._qkv or self._fused())(x)
         d = self.n_heads * self.head_dim
         return tuple(self.heads(y.narrow(-1, i * d, d)) for i in range(3))
 
@@ -111,7 +120,9 @@ class Encoder(Module):
         self.conv1 = Conv1d(cfg.num_mel_bins, d, 3, padding=1, vb=vb.pp("conv1"))
         self.conv2 = Conv1d(d, d, 3, stride=2, padding=1, vb=vb.pp("conv2"))
         self.embed_positions = Embedding(cfg.max_source_positions, d, vb=vb.pp("embed_positions"))
-        self.layers = [EncoderLayer(cfg, vb.pp(f"layers.{i}")) for i in range(cfg.encoder_layers)]
+        self.layers = ModuleList(
+            *[EncoderLayer(cfg, vb.pp(f"layers.{i}")) for i in range(cfg.encoder_layers)]
+        )
         self.layer_norm = LayerNorm(d, cfg.layer_norm_eps, vb=vb.pp("layer_norm"))
 
     def forward(self, features):
@@ -191,9 +202,9 @@ class Decoder(Module):
         d = cfg.d_model
         self.embed_tokens = Embedding(cfg.vocab_size, d, vb=vb.pp("embed_tokens"))
         self.embed_positions = Embedding(cfg.max_target_positions, d, vb=vb.pp("embed_positions"))
-        self.layers = [
-            DecoderLayer(cfg, vb.pp(f"layers.{i}"), i) for i in range(cfg.decoder_layers)
-        ]
+        self.layers = ModuleList(
+            *[DecoderLayer(cfg, vb.pp(f"layers.{i}"), i) for i in range(cfg.decoder_layers)]
+        )
         self.layer_norm = LayerNorm(d, cfg.layer_norm_eps, vb=vb.pp("layer_norm"))
 
     def new_cache(self, encoder_out):
