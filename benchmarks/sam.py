@@ -190,9 +190,13 @@ def timed(fn, *a):
 
 
 def run_worker(args):
+    os.environ["EMBER_CPU_THREADS"] = str(args.threads)
+    if args.worker != "torch":
+        # ember before numpy, as the README's Devices section says: ember sets
+        # OPENBLAS_THREAD_TIMEOUT before OpenBLAS loads (numpy first: ~5% slower decoder)
+        import ember  # noqa: F401
     import numpy as np
 
-    os.environ["EMBER_CPU_THREADS"] = str(args.threads)
     start = time.perf_counter()
     encode, decode = (engine_torch if args.worker == "torch" else engine_ember)(args)
     load_s = time.perf_counter() - start
