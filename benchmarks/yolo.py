@@ -35,6 +35,9 @@ import os
 import sys
 import tempfile
 
+# ember before numpy, as the README's Devices section tells a script to: ember sets
+# OPENBLAS_THREAD_TIMEOUT before OpenBLAS loads, so its elementwise work splits over the cores
+import ember
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -79,7 +82,6 @@ def export_onnx(model, x, path):
 
 def engines(name, ref, ember_dir, onnx, x, threads, wgpu):
     """name of engine -> a callable running one image."""
-    import ember
     import onnxruntime as ort
     import torch
     from ember.device import Device
