@@ -3,6 +3,7 @@
 step by step through the caches), greedy tokens and segments against `generate`, and the
 same weights converted to CTranslate2's model.bin by ctranslate2's own converter."""
 
+import copy
 import json
 
 import numpy as np
@@ -137,6 +138,32 @@ def test_ctranslate2_model_bin_loads_the_same_weights(cpu, tiny, tmp_path):
     ids = torch.randint(0, TEXT_TOKENS, (2, 5), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         logits = model(input_features=features, decoder_input_ids=ids).logits.numpy()
+    e = em.encoder(ember.tensor(features.numpy()))
+    got = em.decoder(ember.tensor(ids.numpy()), em.decoder.new_cache(e), False).numpy()
+    np.testing.assert_allclose(got, logits, rtol=0, atol=1e-4)
+
+
+def test_ctranslate2_f16_model_bin_widens_exactly(cpu, tiny, tmp_path):
+    """An f16 model.bin (as the packaged tiny.en and base are) loads on the CPU as the f16
+    values exactly: the logits are transformers' with every weight rounded to f16, the
+    decoder's tied embedding held transposed (its storage [d, vocab]: see whisper_load)."""
+    ctranslate2 = require("ctranslate2")
+    torch = require("torch")
+    model, path, _, features = tiny
+    out = tmp_path / "ct2-f16"
+    ctranslate2.converters.TransformersConverter(str(path)).convert(
+        str(out), quantization="float16"
+    )
+    rounded = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in rounded.parameters():
+            p.copy_(p.half().float())
+    ids = torch.randint(0, TEXT_TOKENS, (2, 5), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        logits = rounded(input_features=features, decoder_input_ids=ids).logits.numpy()
+    em = load_whisper(out, device=cpu)
+    w = em.decoder.embed_tokens.weight
+    assert w.dtype == ember.f32 and w.layout.strides == (1, w.shape[0])
     e = em.encoder(ember.tensor(features.numpy()))
     got = em.decoder(ember.tensor(ids.numpy()), em.decoder.new_cache(e), False).numpy()
     np.testing.assert_allclose(got, logits, rtol=0, atol=1e-4)

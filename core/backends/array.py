@@ -302,7 +302,9 @@ class ArrayBackend(Backend):
         x = self.view(storage, layout)
         idx = self.view(ids, lids)
         self._check_ids(idx, layout.shape[dim], "index_select", dim)
-        return self.store(self.xp.take(x, idx, axis=dim), dtype)
+        # indexing, not xp.take: take copies a strided view whole before it gathers (a
+        # token lookup in a transposed 51,864 x 384 embedding: 67 ms against 4 us)
+        return self.store(x[(slice(None),) * dim + (idx,)], dtype)
 
     def gather(self, storage, layout, ids, lids, dim, dtype):
         x = self.view(storage, layout)

@@ -62,10 +62,32 @@ def _open_ct2(path, device, dtype):
     vb = VarBuilder.from_tensors(tensors, label=label)
     chosen = dt.as_dtype(dtype) if dtype is not None else choose_dtype(vb, device)
     if chosen is dt.f32:
-        from ..io.half_widen import widen_all_f16
-
-        vb = VarBuilder.from_tensors(widen_all_f16(tensors), label=label)
+        vb = VarBuilder.from_tensors(_widened(tensors, device), label=label)
     return cfg, vb
+
+
+# The tied embedding [vocab, d] is the decoder's output projection too: every decode step
+# reads all of it as x @ W.T, which OpenBLAS runs 2.3x faster from W stored transposed
+# ([d, vocab] in memory: tiny.en's 51,864 x 384, 6.1 -> 2.6 ms on two threads, a quarter
+# of a step). Widened straight into that order, it costs no second copy; the token lookup
+# then gathers strided columns, a few hundred floats a token.
+_TIED_EMBEDDING = "model.decoder.embed_tokens.weight"
+
+
+def _widened(tensors, device):
+    """The CTranslate2 tensors with f16 widened to f32 (half_widen: exact, faster than
+    the cast VarBuilder would make); on the CPU the tied embedding stored transposed."""
+    from ..device import as_device
+    from ..io.half_widen import widen_all_f16, widen_f16_transposed
+    from ..tensor import from_numpy
+
+    embedding = tensors.get(_TIED_EMBEDDING)
+    on_cpu = device is None or as_device(device).kind == "cpu"
+    if not (on_cpu and embedding is not None and embedding.dtype.name == "float16"):
+        return widen_all_f16(tensors)
+    out = widen_all_f16({k: v for k, v in tensors.items() if k != _TIED_EMBEDDING})
+    out[_TIED_EMBEDDING] = from_numpy(widen_f16_transposed(embedding)).t()
+    return out
 
 
 def _open_hf(path):
