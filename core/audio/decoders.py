@@ -6,7 +6,6 @@ on PATH. None is a dependency of ember; the error names all three when none is t
 import importlib
 import os
 import shutil
-import subprocess
 
 import numpy as np
 
@@ -48,6 +47,8 @@ def _ffmpeg(path, program):
     # ffmpeg resamples itself here: mono float32 at 16 kHz on stdout, no file written
     cmd = [program, "-nostdin", "-v", "error", "-i", path, "-f", "f32le", "-ac", "1"]
     cmd += ["-ar", "16000", "-"]
+    import subprocess  # here: its import is 19 ms of a cold start that reads a WAV
+
     done = subprocess.run(cmd, capture_output=True, check=False)
     if done.returncode != 0:
         why = done.stderr.decode("utf-8", "replace").strip().splitlines()

@@ -66,12 +66,21 @@ class _File:
         self.content_frames = len(samples) // hop
         self.seek = 0  # in mel frames
         self.previous = list(prompt_tokens)  # the initial prompt, then the text so far
-        self.rng = np.random.default_rng(seed)
+        self._seed, self._rng = seed, None
         self.out = transcript
         self.frames = 0  # the current window's content frames
         self.shown = []  # the current window's segments already given, in split order
         self.reported = 0.0
         self.words = None  # its WordTimestamps, made for its language at its first window
+
+    @property
+    def rng(self):
+        """Its sampling rng, made at the first temperature-above-0 decode (the same draws as
+        one made up front; greedy decoding never needs it, nor numpy.random's 26 ms import
+        in a cold start)."""
+        if self._rng is None:
+            self._rng = np.random.default_rng(self._seed)
+        return self._rng
 
     @property
     def done(self):
@@ -230,8 +239,9 @@ class Transcription:
             )
         for i, w in enumerate(windows):
             row = encoder_out.narrow(0, i, 1) if len(windows) > 1 else encoder_out
+            rng = w.file.rng if max(w.opts.temperatures) > 0 else None  # only sampling draws
             results[i] = decode_with_fallback(
-                model, row, tokens, w.opts, self.text_of, w.prefix, w.file.rng, first=results[i]
+                model, row, tokens, w.opts, self.text_of, w.prefix, rng, first=results[i]
             )
         return results
 
