@@ -28,13 +28,17 @@ splits nothing, for fear of OpenBLAS's spinning workers), so the bands split reg
 With numba installed (the `ember[jit]` extra), bias and activation are one numba pass
 from the band's product into the output (array_conv_jit): numpy's f32 exp/tanh on an
 AVX2-only host cost 2.4-3.8 ns an element, and SiLU follows every YOLOv8 convolution
-(yolov8n at 640, AMD EPYC, quiet: conv2d 319 -> 237 ms of a forward).
+(yolov8n at 640, AMD EPYC, quiet: conv2d 319 -> 237 ms of a forward). There too, a
+stride-1 3x3 convolution of 16+ channels on a 40x40+ map goes through Winograd
+F(2x2, 3x3) (array_winograd: 2.25x fewer multiplies, no im2col; yolov8s-fall forward on
+one core 588-669 -> 464-543 ms of CPU, interleaved in one process under load).
 """
 
 import itertools
 import os
 import threading
 
+from . import array_winograd
 from .array_fast import apply_over
 from .blas_threads import single_thread_below
 from .row_parallel import run_rows
@@ -44,6 +48,8 @@ BAND_BYTES = 1 << 20
 # At least this many output pixels per band, so a deep layer's weight (up to 512 x 4608)
 # is not streamed through the cache once per handful of columns.
 MIN_BAND_COLUMNS = 512
+# stride-1 3x3 convolutions through Winograd F(2x2, 3x3) (array_winograd)
+WINOGRAD = True
 
 # the activations the numba epilogue takes (array_conv_jit.CODES has the others too, for
 # its own tests)
@@ -65,6 +71,13 @@ def _epilogue_kernels():
                 _jit["module"] = module
             _jit["tried"] = True
     return _jit["module"]
+
+
+def _winograd_kernels():
+    """array_winograd_jit, imported with the epilogue's numba (only then is it asked for)"""
+    from . import array_winograd_jit
+
+    return array_winograd_jit
 
 
 # Bands per image plane come in multiples of this, so that two threads split a plane's
@@ -112,52 +125,31 @@ def conv2d(xp, x, w, bias, stride, padding, dilation, groups, activation=None):
     # thread alone.
     row_taps = [_covered(h, oh, sh, a * dh - ph) for a in range(kh)]
     col_taps = [_covered(width, ow, sw, b * dw - pw) for b in range(kw)]
-    rows = max(1, BAND_BYTES // (k * ow * x.itemsize), -(-MIN_BAND_COLUMNS // ow))
-    edges = _band_edges(oh, min(oh, rows))
-    rows = -(-oh // (len(edges) - 1))  # the largest band
-    bands = [
-        (i, g, r0, r1)
-        for i in range(n)
-        for g in range(groups)
-        for r0, r1 in itertools.pairwise(edges)
-    ]
-
     # numba only where it pays: an exp per element (a bias add or ReLU is as fast in
     # numpy, with the same bits, and importing numba costs ~1 s of CPU and ~120 MB)
     jit = _epilogue_kernels() if x.dtype == xp.float32 and activation in JIT_ACTIVATIONS else None
     code = None if jit is None else jit.CODES[activation]
     zeros = xp.zeros(o, x.dtype) if code is not None and bias is None else None
+    # Winograd where numba already runs the epilogue: its transforms are numba loops too
+    winograd = (
+        WINOGRAD
+        and jit is not None
+        and array_winograd.eligible(x, w, stride, padding, dilation, groups)
+    )
+    if winograd:
+        spans, tiles_high, tiles_wide = array_winograd.band_plan(
+            oh, ow, cg, o, x.itemsize, BAND_BYTES, _band_edges
+        )
+        per_band = 16 * o * cg * tiles_wide * -(-tiles_high // len(spans))
+    else:
+        rows = max(1, BAND_BYTES // (k * ow * x.itemsize), -(-MIN_BAND_COLUMNS // ow))
+        edges = _band_edges(oh, min(oh, rows))
+        spans = list(itertools.pairwise(edges))
+        per_band = og * k * ow * -(-oh // len(spans))  # the largest band's multiply-adds
+    bands = [(i, g, r0, r1) for i in range(n) for g in range(groups) for r0, r1 in spans]
 
-    def band(i, g, r0, r1):
-        src = x[i, g * cg : (g + 1) * cg]
-        if pointwise:
-            cols = src[:, r0:r1].reshape(cg, -1)
-        else:
-            cols = xp.empty((cg, kh, kw, r1 - r0, ow), x.dtype)
-            for a, (ra, rb, top) in enumerate(row_taps):
-                ra, rb = min(max(ra, r0), r1) - r0, max(min(rb, r1), r0) - r0  # in the band
-                for b, (ca, cb, left) in enumerate(col_taps):
-                    tap, i0, i1 = cols[:, a, b], ra, rb
-                    if i0 < i1 and ca < cb:
-                        tap[:, i0:i1, ca:cb] = src[
-                            :,
-                            top + (r0 + i0) * sh : top + (r0 + i1 - 1) * sh + 1 : sh,
-                            left + ca * sw : left + (cb - 1) * sw + 1 : sw,
-                        ]
-                    else:
-                        i0 = i1 = 0  # the whole tap is padding
-                    # the padding's zeros: rows above and below, then columns either side
-                    if i0 > 0:
-                        tap[:, :i0] = 0
-                    if i1 < r1 - r0:
-                        tap[:, i1:] = 0
-                    if ca > 0:
-                        tap[:, i0:i1, :ca] = 0
-                    if cb < ow:
-                        tap[:, i0:i1, cb:] = 0
-            cols = cols.reshape(k, -1)
-        y = (wmat[g] @ cols).reshape(og, r1 - r0, ow)
-        dst = out[i, g * og : (g + 1) * og, r0:r1]
+    def finish(y, dst, g):
+        """bias and activation of group g's band product y (og, rows, ow) into dst"""
         if code is not None:
             b = (zeros if bias is None else bias)[g * og : (g + 1) * og]
             jit.bias_activation(y.reshape(og, -1), b, dst.reshape(og, -1), code)
@@ -172,6 +164,52 @@ def conv2d(xp, x, w, bias, stride, padding, dilation, groups, activation=None):
             with xp.errstate(all="ignore"):  # numpy's error state is per thread
                 apply_over(xp, activation, y.reshape(-1), scratch)
         dst[...] = y
+
+    if winograd:
+        kernels = _winograd_kernels()
+        with single_thread_below(0):  # a small GEMM: BLAS's pool stays asleep
+            u = array_winograd.kernel_transform(xp, w)
+
+        def band(i, g, t0, t1):
+            y = array_winograd.band(xp, kernels, x[i], u, t0, t1, tiles_wide, h, width)
+            r0, r1 = 2 * t0, min(2 * t1, oh)
+            y = y[:, : r1 - r0, :ow]
+            if not y.flags.c_contiguous:  # an odd height or width: the last tile cropped
+                y = xp.ascontiguousarray(y)
+            finish(y, out[i, :, r0:r1], 0)
+
+    else:
+
+        def band(i, g, r0, r1):
+            src = x[i, g * cg : (g + 1) * cg]
+            if pointwise:
+                cols = src[:, r0:r1].reshape(cg, -1)
+            else:
+                cols = xp.empty((cg, kh, kw, r1 - r0, ow), x.dtype)
+                for a, (ra, rb, top) in enumerate(row_taps):
+                    ra, rb = min(max(ra, r0), r1) - r0, max(min(rb, r1), r0) - r0  # in band
+                    for b, (ca, cb, left) in enumerate(col_taps):
+                        tap, i0, i1 = cols[:, a, b], ra, rb
+                        if i0 < i1 and ca < cb:
+                            tap[:, i0:i1, ca:cb] = src[
+                                :,
+                                top + (r0 + i0) * sh : top + (r0 + i1 - 1) * sh + 1 : sh,
+                                left + ca * sw : left + (cb - 1) * sw + 1 : sw,
+                            ]
+                        else:
+                            i0 = i1 = 0  # the whole tap is padding
+                        # the padding's zeros: rows above and below, then columns either side
+                        if i0 > 0:
+                            tap[:, :i0] = 0
+                        if i1 < r1 - r0:
+                            tap[:, i1:] = 0
+                        if ca > 0:
+                            tap[:, i0:i1, :ca] = 0
+                        if cb < ow:
+                            tap[:, i0:i1, cb:] = 0
+                cols = cols.reshape(k, -1)
+            y = (wmat[g] @ cols).reshape(og, r1 - r0, ow)
+            finish(y, out[i, g * og : (g + 1) * og, r0:r1], g)
 
     taken = iter(range(len(bands)))
     lock = threading.Lock()
@@ -192,5 +230,5 @@ def conv2d(xp, x, w, bias, stride, padding, dilation, groups, activation=None):
     # band, the bands spread over row_parallel's threads (blas_free: BLAS's own pool
     # stays asleep, so the bands split even where its workers would spin).
     with single_thread_below(0):
-        run_rows(drain, len(bands), og * k * rows * ow, take_back=True, blas_free=True)
+        run_rows(drain, len(bands), per_band, take_back=True, blas_free=True)
     return out
