@@ -23,7 +23,7 @@ from ..nn import Module, VarBuilder
 from ..nn.sources import DictSource, SafetensorsSource, source_for_dir
 from ..tensor import Tensor, tensor
 from . import sam_config, sam_names
-from .sam_mask_decoder import SamMaskDecoder
+from .sam_mask_decoder import PreparedImage, SamMaskDecoder
 from .sam_prompt import PADDING_LABEL, FourierEmbedding, SamPromptEncoder
 from .sam_vision import SamVisionEncoder
 
@@ -143,6 +143,12 @@ class SamModel(Module):
         SamProcessor makes them) -> image embeddings [B, 256, 64, 64] (for ViT-B..H)."""
         return self.vision_encoder(self._as_tensor(pixel_values, "pixel_values"))
 
+    def prepare_image(self, image_embeddings):
+        """image_embeddings (from image_embeddings) as a PreparedImage: given to
+        predict_masks in their place, the mask decoder's work that depends on the image
+        alone is done once for all of its prompts without input_masks, not per call."""
+        return PreparedImage(self._as_tensor(image_embeddings, "image_embeddings"))
+
     def predict_masks(
         self,
         image_embeddings,
@@ -159,8 +165,12 @@ class SamModel(Module):
         input_points [B, P, N, 2] (x, y), input_labels [B, P, N] (1 positive, 0 negative,
         -1 background, -10 padding; all 1 when omitted), input_boxes [B, P, 4] (x0, y0,
         x1, y1), all in input pixels; input_masks [B, 1, 4 S, 4 S] mask logits (e.g. an
-        earlier pred_masks). Points and boxes together must have the same P."""
+        earlier pred_masks). Points and boxes together must have the same P.
+        image_embeddings may be a PreparedImage of them (prepare_image)."""
         cfg = self.cfg.prompt
+        prepared = image_embeddings if isinstance(image_embeddings, PreparedImage) else None
+        if prepared is not None:
+            image_embeddings = prepared.embeddings
         emb = self._as_tensor(image_embeddings, "image_embeddings")
         s = cfg.image_embedding_size
         want = (cfg.hidden_size, s, s)
@@ -194,7 +204,11 @@ class SamModel(Module):
                 )
         sparse, dense = self.prompt_encoder(points, labels, boxes, masks)
         pe = self._decoder_positional_embeddings()
-        return self.mask_decoder(emb, pe, sparse, dense, bool(multimask_output))
+        state = None
+        if prepared is not None and masks is None:
+            no_mask = self.prompt_encoder.no_mask_embed
+            state = self.mask_decoder.prepare(prepared, emb, pe, dense, no_mask)
+        return self.mask_decoder(emb, pe, sparse, dense, bool(multimask_output), state)
 
     # --- argument checks -------------------------------------------------------------------------
     def _as_tensor(self, value, name):

@@ -66,7 +66,25 @@ class TwoWayBlock(Module):
     def _reset_derived(self):
         self._projection = None
 
-    def forward(self, queries, keys, query_pe, key_pe):
+    def image_side(self, keys, key_pe):
+        """The projections of the image side that do not depend on the tokens: (keys of
+        token-to-image, its values, queries of image-to-token) for keys [n, S*S, d].
+
+        The keys for token-to-image and the queries for image-to-token are projections
+        of the same keys + key_pe: one GEMM over the image for both, the positional part
+        made once (image_projection). The values stay a GEMM of their own: side by side
+        with the keys (a wider row stride) the attention reads them slower than the extra
+        call costs."""
+        to_image, to_token = self.cross_attn_token_to_image, self.cross_attn_image_to_token
+        if self._projection is None or self._projection[0] is not key_pe:
+            linears = (to_image.k_proj, to_token.q_proj)
+            self._projection = (key_pe, *image_projection(key_pe, linears))
+        k_image, q_image = project_image(keys, *self._projection[1:])
+        return k_image, to_image.v_proj(keys), q_image
+
+    def forward(self, queries, keys, query_pe, key_pe, image_side=None):
+        """image_side: what image_side(keys, key_pe) returns, when it was made before
+        (the first block's, once per image: see SamMaskDecoder.prepare)."""
         if self.skip_first_layer_pe:  # the first block's queries are the tokens themselves
             queries = self.self_attn(queries, queries, queries)
         else:
@@ -74,18 +92,8 @@ class TwoWayBlock(Module):
             queries = self.self_attn(q, q, queries, residual=queries)
         queries = self.layer_norm1(queries)
         to_image, to_token = self.cross_attn_token_to_image, self.cross_attn_image_to_token
-        # The image side's keys for token-to-image and its queries for image-to-token are
-        # projections of the same keys + key_pe: one GEMM over the image for both, the
-        # positional part made once (image_projection). The values stay a GEMM of their
-        # own: side by side with the keys (a wider row stride) the attention reads them
-        # slower than the extra call costs.
-        if self._projection is None or self._projection[0] is not key_pe:
-            linears = (to_image.k_proj, to_token.q_proj)
-            self._projection = (key_pe, *image_projection(key_pe, linears))
-        k_image, q_image = project_image(keys, *self._projection[1:])
-        queries = to_image.attend(
-            to_image.q_proj(queries + query_pe), k_image, to_image.v_proj(keys), queries
-        )
+        k_image, v_image, q_image = image_side or self.image_side(keys, key_pe)
+        queries = to_image.attend(to_image.q_proj(queries + query_pe), k_image, v_image, queries)
         queries = self.layer_norm2(queries)
         queries = self.lin2(self.lin1(queries, activation=self.act), residual=queries)
         queries = self.layer_norm3(queries)
@@ -118,6 +126,24 @@ def project_image(keys, weight, residual, widths):
         parts.append(both.narrow(-1, start, width))
         start += width
     return parts
+
+
+def expand_rows(x, b, p):
+    """x [b, T, C], one per image -> [b * p, T, C], one per (image, prompt set) row."""
+    return x.unsqueeze(1).expand(b, p, *x.shape[1:]).reshape(b * p, *x.shape[1:])
+
+
+class PreparedImage:
+    """An image embedding with the mask decoder's work that depends on it alone, done
+    once for every prompt on it that has no mask prompt (SamModel.prepare_image): the
+    image side as rows of cells with the no-mask dense embedding added, and the first
+    two-way block's projections of them (its keys are those rows, the same for every
+    such prompt). Made at the first prompt, and again when the weights it was made with
+    are no longer the model's (after load or to)."""
+
+    def __init__(self, embeddings):
+        self.embeddings = embeddings
+        self._state = None  # (what it was made for, rows, first block's image_side)
 
 
 class FeedForward(Module):
@@ -197,15 +223,39 @@ class SamMaskDecoder(Module):
             vb.pp("iou_prediction_head"), d, cfg.iou_head_hidden_dim, m, cfg.iou_head_depth
         )
         self._projection = None  # the final attention's image_projection, as TwoWayBlock's
+        self._weights = object()  # renewed when the weights change: PreparedImage's check
 
     def _reset_derived(self):
         self._projection = None
+        self._weights = object()
 
-    def forward(self, image_embeddings, key_pe, sparse, dense, multimask_output):
+    def image_rows(self, image_embeddings, dense):
+        """The image side as rows of cells [B, S*S, d], contiguous once: every later op
+        reads it so (the dense prompt added on the way, one pass; [1, d, 1, 1] without a
+        mask prompt)."""
+        b, d, s, _ = image_embeddings.shape
+        rows = image_embeddings.reshape(b, d, s * s).transpose(1, 2)
+        return (rows + dense.reshape(dense.shape[0], d, -1).transpose(1, 2)).contiguous()
+
+    def prepare(self, prepared, image_embeddings, key_pe, dense, dense_weight):
+        """(rows, first block's image_side) of a PreparedImage whose embeddings are
+        image_embeddings, for prompts without a mask (dense: the no-mask embedding, made
+        from the prompt encoder's dense_weight), made at its first use and kept while
+        these weights, key_pe and dense_weight stay the model's."""
+        made_for = (self._weights, image_embeddings, key_pe, dense_weight)
+        state = prepared._state
+        if state is None or any(a is not b for a, b in zip(state[0], made_for, strict=True)):
+            rows = self.image_rows(image_embeddings, dense)
+            state = (made_for, rows, self.layers[0].image_side(rows, key_pe))
+            prepared._state = state
+        return state[1:]
+
+    def forward(self, image_embeddings, key_pe, sparse, dense, multimask_output, prepared=None):
         """image_embeddings [B, d, S, S], key_pe [1, S * S, d] (the image positional
         embedding, a row per cell), sparse [B, P, N, d] or None, dense [B or 1, d, S, S]
         -> (masks [B, P, k, 4S, 4S], iou [B, P, k]) with k = num_multimask_outputs when
-        multimask_output, else 1."""
+        multimask_output, else 1. prepared: what prepare returned for these embeddings
+        and this dense, in place of computing it."""
         b, d, s, _ = image_embeddings.shape
         p = sparse.shape[1] if sparse is not None else 1
         out_tokens = cat([self.iou_token, self.mask_tokens], 0)  # [1 + m, d]
@@ -213,14 +263,15 @@ class SamMaskDecoder(Module):
         if sparse is not None:
             tokens = cat([tokens, sparse], 2)
         tokens = tokens.reshape(b * p, tokens.shape[2], d)
-        # the image side as rows of cells, contiguous once: every later op reads it so (the
-        # dense prompt added on the way, one pass; [1, d, 1, 1] without a mask prompt)
-        rows = image_embeddings.reshape(b, d, s * s).transpose(1, 2)
-        image = (rows + dense.reshape(dense.shape[0], d, -1).transpose(1, 2)).contiguous()
-        keys = image.unsqueeze(1).expand(b, p, s * s, d).reshape(b * p, s * s, d)
+        if prepared is None:
+            rows, side = self.image_rows(image_embeddings, dense), None
+        else:
+            rows, side = prepared
+            side = [expand_rows(t, b, p) for t in side]
+        keys = expand_rows(rows, b, p)
         queries = tokens
-        for layer in self.layers:
-            queries, keys = layer(queries, keys, tokens, key_pe)
+        for i, layer in enumerate(self.layers):
+            queries, keys = layer(queries, keys, tokens, key_pe, side if i == 0 else None)
         final = self.final_attn_token_to_image
         if self._projection is None or self._projection[0] is not key_pe:
             self._projection = (key_pe, *image_projection(key_pe, (final.k_proj,)))

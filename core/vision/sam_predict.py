@@ -11,7 +11,9 @@ The model is whatever has `image_embeddings(pixel_values)` and `predict_masks(
 image_embeddings, input_points, input_labels, input_boxes, multimask_output)` taking
 and returning ember tensors shaped as transformers' SamModel takes them (labels
 may be nested lists) (ember.models.sam.SamModel); see sam_processing for the coordinate
-frames.
+frames. A model that also has `prepare_image(image_embeddings)` gets it called once per
+embedding, and what it returns given to predict_masks in the embeddings' place: the
+decoder's work that depends on the image alone is then done once for all its prompts.
 """
 
 import math
@@ -38,6 +40,13 @@ class ImageEmbedding:
 
     embeddings: object  # ember Tensor (1, C, 64, 64)
     frame: SamFrame
+    prepared: object = None  # the model's prepare_image(embeddings), where it has one
+
+    @property
+    def model_input(self):
+        """What predict_masks takes for this image: the prepared embedding, else the
+        embedding."""
+        return self.embeddings if self.prepared is None else self.prepared
 
     def check_image(self, image, name="image"):
         """Refuse an image (array) of another size than the one embedded."""
@@ -71,7 +80,9 @@ def embed_image(model, image):
     """ImageEmbedding of an image (a path, an (H, W, 3) uint8 array or a tensor of one)."""
     image = as_image(image, "image")
     pixel_values, frame = preprocess(image)
-    return ImageEmbedding(model.image_embeddings(tensor(pixel_values, device=model.device)), frame)
+    embeddings = model.image_embeddings(tensor(pixel_values, device=model.device))
+    prepare = getattr(model, "prepare_image", None)  # optional: see the module's docstring
+    return ImageEmbedding(embeddings, frame, None if prepare is None else prepare(embeddings))
 
 
 def _number(name, value):
@@ -155,7 +166,7 @@ def predict(
     if box is not None:
         kwargs["input_boxes"] = tensor([[list(frame.box_to_input(box))]], dtype=f32, device=device)
     low_res, iou = model.predict_masks(
-        embedding.embeddings, multimask_output=multimask_output, **kwargs
+        embedding.model_input, multimask_output=multimask_output, **kwargs
     )
     masks = post_process_masks(low_res.numpy()[0, 0], frame, mask_threshold)
     scores = [float(s) for s in iou.numpy()[0, 0]]
