@@ -18,6 +18,8 @@ program:
   decoder      seconds per prompt for the prompt encoder + mask decoder on those
                embeddings, multimask output (3 masks and their IoU scores, read back):
                one positive point at the centre, and one box around the middle half
+               (ember: on the embedding prepared once, SamModel.prepare_image, as its
+               predictor does; the first prompt on an image makes that state)
   peak RSS     VmHWM from /proc/self/status at the end of the subprocess (weights, one
                image's activations, the outputs)
   load         importing the engine and loading the weights, in the worker
@@ -143,10 +145,10 @@ def engine_ember(args):
 
     def encode():
         emb = model.image_embeddings(ember.tensor(x, device=dev))
-        return emb, emb.numpy()
+        return model.prepare_image(emb), emb.numpy()
 
-    def decode(emb, prompt):
-        masks, iou = model.predict_masks(emb, **prompt)
+    def decode(prepared, prompt):
+        masks, iou = model.predict_masks(prepared, **prompt)
         return masks.numpy(), iou.numpy()
 
     return encode, decode

@@ -6,12 +6,14 @@ interleaved, with a per-part breakdown of both and ember's backend calls per pro
                                            [--only torch|ember] [--no-parts]
 
 DIR is a model benchmarks/sam.py built (its --work folder's vit-b-1024). The image
-embedding is random (the decoder's cost does not depend on its values). Figures are the
+embedding is random (the decoder's cost does not depend on its values); ember gets it
+prepared once (SamModel.prepare_image, as sam.py and the predictor use it;
+SAM_PARTS_UNPREPARED=1: the plain embedding). Figures are the
 median over rounds of process CPU time (time.process_time: all threads), the calling
 thread's CPU time (time.thread_time) and wall time;
 parts are timed by wrapping the modules' forwards and functions (ember) and forward hooks
-(torch), so a part's figure includes its children (ember's image-side GEMMs are also
-inside its two-way blocks; its final attention's keys GEMM is outside "final attention").
+(torch), so a part's figure includes its children (ember's attentions are also inside
+its two-way blocks).
 Under load, prefer the main-thread CPU column: on a quiet machine the wall time is about
 it, while process CPU adds what the other threads spent, spinning included.
 """
@@ -74,8 +76,15 @@ def ember_parts(model, clock):
     pairs += [("hypernetwork mlps", mlp) for mlp in md.output_hypernetworks_mlps]
     for label, mod in pairs:
         mod.forward = clock.wrap(label, mod.forward)
-    final = md.final_attn_token_to_image  # its keys' GEMM (project_image) runs before attend
-    final.attend = clock.wrap("final attention", final.attend)
+    final = md.final_attn_token_to_image
+    final.attend_to_image = clock.wrap("final attention", final.attend_to_image)
+    for layer in md.layers:  # inside the blocks' figures
+        to_image, to_token = layer.cross_attn_token_to_image, layer.cross_attn_image_to_token
+        to_image.attend_to_image = clock.wrap("token-to-image attention", to_image.attend_to_image)
+        to_token.attend_from_image = clock.wrap(
+            "image-to-token attention", to_token.attend_from_image
+        )
+    # the first block's image projections: made once per image (the first pass, a warm-up)
     smd.project_image = clock.wrap("image-side keys/queries GEMMs", smd.project_image)
     smd.upscale2x = clock.wrap("upscale convtranspose (+gelu 2)", smd.upscale2x)
     smd.interleave = clock.wrap("interleave", smd.interleave)
@@ -146,6 +155,8 @@ def main():
     rng = np.random.default_rng(0)
     emb_host = rng.standard_normal((1, 256, 64, 64), dtype=np.float32)
     temb, eemb = torch.from_numpy(emb_host), ember.tensor(emb_host)
+    if os.environ.get("SAM_PARTS_UNPREPARED") != "1":  # as the predictor and sam.py run it
+        eemb = emodel.prepare_image(eemb)
 
     def run_torch(prompt):
         with torch.inference_mode():
@@ -172,7 +183,8 @@ def main():
             f"{name}: max |masks diff| {np.abs(mt - me).max():.1e}, |iou diff| "
             f"{np.abs(it - ie).max():.1e}"
         )
-        calls = count_backend_calls(eemb.device.backend) if name == "point" else None
+        backend = emodel.device.backend
+        calls = count_backend_calls(backend) if name == "point" else None
         if calls is not None:
             run_ember(prompt)
             total = sum(calls.values())

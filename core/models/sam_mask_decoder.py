@@ -41,6 +41,48 @@ class DecoderAttention(Module):
         n, _, t, c = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(n, t, self.heads * c), residual=residual)
 
+    def attend_to_image(self, q, keys, keys_pe, residual=None):
+        """attend(q, k_proj(keys_pe), v_proj(keys), residual) for a few token queries q
+        [n, T, inner] (projected) over image keys [n, S*S, d], keys_pe = keys + the
+        positional embedding, without projecting the image. Head h's scores are
+        (q_h W_k,h) keys_pe^T plus q_h . b_k,h, a constant of each score row, which the
+        softmax takes out; as each row of weights sums to 1, its output is
+        (weights keys) W_v,h^T + b_v,h. So it is one attention of heads * T queries
+        q_h W_k,h (d wide, scale 1) over keys_pe with values keys: ViT-B's keys and
+        values GEMMs over the image (2 x 4096 x 256 x 128) become products of
+        56 x 4096 x 256 for a point's 7 tokens."""
+        n, t, inner = q.shape
+        h, d = self.heads, keys.shape[-1]
+        dh = inner // h
+        qh = self._heads(q * dh**-0.5)  # [n, h, T, dh], scaled as the attention scales q
+        a = (qh @ self.k_proj.weight.reshape(h, dh, d)).reshape(n, 1, h * t, d)
+        z = F.scaled_dot_product_attention(a, keys_pe.unsqueeze(1), keys.unsqueeze(1), scale=1.0)
+        wv = self.v_proj.weight.reshape(h, dh, d).transpose(1, 2)  # [h, d, dh]
+        out = z.reshape(n, h, t, d) @ wv + self.v_proj.bias.reshape(h, 1, dh)  # [n, h, T, dh]
+        return self.out_proj(out.transpose(1, 2).reshape(n, t, inner), residual=residual)
+
+
+    def attend_from_image(self, keys_pe, k, v, residual):
+        """residual + attend(q_proj(keys_pe), k, v) for image queries keys_pe [n, S*S, d]
+        over a few projected token keys and values k, v [n, T, inner], without
+        projecting the image: head h's scores are keys_pe (W_q,h^T k_h^T) plus
+        b_q,h k_h^T (scaled), a softmax over each head's T columns, and its share of
+        out_proj is weights_h (v_h W_o,h^T); out_proj's bias, split evenly over the heads'
+        rows, comes out whole since each head's weights sum to 1. ViT-B's image-sized
+        GEMMs (4096 x 256 x 128 for the queries, 4096 x 128 x 256 out) become
+        4096 x 256 x 56 and 4096 x 56 x 256 for a point's 7 tokens."""
+        n, t, inner = k.shape
+        h, d = self.heads, keys_pe.shape[-1]
+        dh = inner // h
+        kh = self._heads(k * dh**-0.5)  # [n, h, T, dh], the scale moved from the queries
+        qk = (kh @ self.q_proj.weight.reshape(h, dh, d)).reshape(n, h * t, d)
+        qk_bias = (kh @ self.q_proj.bias.reshape(h, dh, 1)).reshape(n, 1, h * t)
+        scores = keys_pe @ qk.transpose(1, 2) + qk_bias  # [n, S*S, h * T]
+        weights = scores.reshape(n, -1, h, t).softmax(-1).reshape(n, -1, h * t)
+        w_out = self.out_proj.weight.reshape(d, h, dh).permute(1, 2, 0)  # [h, dh, d]
+        vo = self._heads(v) @ w_out + self.out_proj.bias * (1.0 / h)  # [n, h, T, d]
+        return residual + weights @ vo.reshape(n, h * t, d)
+
 
 class TwoWayBlock(Module):
     def __init__(self, cfg, vb, skip_first_layer_pe):
@@ -92,14 +134,21 @@ class TwoWayBlock(Module):
             queries = self.self_attn(q, q, queries, residual=queries)
         queries = self.layer_norm1(queries)
         to_image, to_token = self.cross_attn_token_to_image, self.cross_attn_image_to_token
-        k_image, v_image, q_image = image_side or self.image_side(keys, key_pe)
-        queries = to_image.attend(to_image.q_proj(queries + query_pe), k_image, v_image, queries)
+        q = to_image.q_proj(queries + query_pe)
+        if image_side is None:  # a prompt's keys: attended without their projections
+            keys_pe = keys + key_pe
+            queries = to_image.attend_to_image(q, keys, keys_pe, queries)
+        else:  # one image's keys for every prompt: projected once
+            k_image, v_image, q_image = image_side
+            queries = to_image.attend(q, k_image, v_image, queries)
         queries = self.layer_norm2(queries)
         queries = self.lin2(self.lin1(queries, activation=self.act), residual=queries)
         queries = self.layer_norm3(queries)
-        keys = to_token.attend(
-            q_image, to_token.k_proj(queries + query_pe), to_token.v_proj(queries), keys
-        )
+        k, v = to_token.k_proj(queries + query_pe), to_token.v_proj(queries)
+        if image_side is None:
+            keys = to_token.attend_from_image(keys_pe, k, v, keys)
+        else:
+            keys = to_token.attend(q_image, k, v, keys)
         return queries, self.layer_norm4(keys)
 
 
@@ -222,11 +271,9 @@ class SamMaskDecoder(Module):
         self.iou_prediction_head = FeedForward(
             vb.pp("iou_prediction_head"), d, cfg.iou_head_hidden_dim, m, cfg.iou_head_depth
         )
-        self._projection = None  # the final attention's image_projection, as TwoWayBlock's
         self._weights = object()  # renewed when the weights change: PreparedImage's check
 
     def _reset_derived(self):
-        self._projection = None
         self._weights = object()
 
     def image_rows(self, image_embeddings, dense):
@@ -273,10 +320,7 @@ class SamMaskDecoder(Module):
         for i, layer in enumerate(self.layers):
             queries, keys = layer(queries, keys, tokens, key_pe, side if i == 0 else None)
         final = self.final_attn_token_to_image
-        if self._projection is None or self._projection[0] is not key_pe:
-            self._projection = (key_pe, *image_projection(key_pe, (final.k_proj,)))
-        (k_image,) = project_image(keys, *self._projection[1:])
-        queries = final.attend(final.q_proj(queries + tokens), k_image, final.v_proj(keys), queries)
+        queries = final.attend_to_image(final.q_proj(queries + tokens), keys, keys + key_pe, queries)
         queries = self.layer_norm_final_attn(queries)
         m = self.num_mask_tokens
         first, count = (1, m - 1) if multimask_output else (0, 1)
