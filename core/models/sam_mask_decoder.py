@@ -229,9 +229,11 @@ def upscale2x(x, weight, bias, activation=None):
 
 
 def interleave(blocks):
-    """[n, h, w, 2, 2, C] blocks of upscaled pixels -> the [n, 2 h, 2 w, C] image."""
-    n, h, w, _, _, c = blocks.shape
-    return blocks.permute(0, 1, 3, 2, 4, 5).reshape(n, 2 * h, 2 * w, c)
+    """[n, S, S, 2, 2, 2, 2] pixel blocks of two 2x upscalings (the first's block entry
+    (a, b), then the second's (a2, b2)) -> the [n, 4S, 4S] image: cell (i, j)'s pixel
+    is (4 i + 2 a + a2, 4 j + 2 b + b2)."""
+    n, s = blocks.shape[:2]
+    return blocks.permute(0, 1, 3, 5, 2, 4, 6).reshape(n, 4 * s, 4 * s)
 
 
 class SamMaskDecoder(Module):
@@ -325,15 +327,15 @@ class SamMaskDecoder(Module):
         m = self.num_mask_tokens
         first, count = (1, m - 1) if multimask_output else (0, 1)
 
-        # Upscaling: 4x4 blocks of pixels per cell. The second transposed convolution and
-        # the masks' product are per pixel, so only the first's blocks are interleaved
-        # (into the 2S x 2S image), and the masks' 2x2 blocks at the end.
+        # Upscaling: 4x4 blocks of pixels per cell. The layer norm, the second transposed
+        # convolution and the masks' product are per pixel, so the pixels stay in their
+        # cells' blocks throughout, and only the masks are interleaved, at the end.
         x = upscale2x(
             keys.reshape(b * p, s, s, d), self.upscale_conv1_weight, self.upscale_conv1_bias
         )
-        x = interleave(self.upscale_layer_norm(x)).gelu()  # [b*p, 2S, 2S, d/4]
+        x = self.upscale_layer_norm(x).gelu()  # [b*p, S, S, 2, 2, d/4]
         x = upscale2x(x, self.upscale_conv2_weight, self.upscale_conv2_bias, "gelu")
-        pixels = x.reshape(b * p, 16 * s * s, d // 8)  # rows (2S row, 2S column, a, b)
+        pixels = x.reshape(b * p, 16 * s * s, d // 8)  # rows (S row, S column, a, b, a2, b2)
         hyper = stack(
             [
                 self.output_hypernetworks_mlps[i](queries.select(1, 1 + i))
@@ -341,7 +343,7 @@ class SamMaskDecoder(Module):
             ],
             1,
         )  # [b*p, k, d/8]
-        masks = (hyper @ pixels.transpose(1, 2)).reshape(b * p * count, 2 * s, 2 * s, 2, 2, 1)
+        masks = (hyper @ pixels.transpose(1, 2)).reshape(b * p * count, s, s, 2, 2, 2, 2)
         masks = interleave(masks).reshape(b, p, count, 4 * s, 4 * s)
         iou = self.iou_prediction_head(queries.select(1, 0)).reshape(b, p, m)
         return masks, iou.narrow(2, first, count)
