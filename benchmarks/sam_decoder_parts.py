@@ -84,8 +84,6 @@ def ember_parts(model, clock):
         to_token.attend_from_image = clock.wrap(
             "image-to-token attention", to_token.attend_from_image
         )
-    # the first block's image projections: made once per image (the first pass, a warm-up)
-    smd.project_image = clock.wrap("image-side keys/queries GEMMs", smd.project_image)
     smd.upscale2x = clock.wrap("upscale convtranspose (+gelu 2)", smd.upscale2x)
     smd.interleave = clock.wrap("interleave", smd.interleave)
 

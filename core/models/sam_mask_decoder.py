@@ -61,9 +61,8 @@ class DecoderAttention(Module):
         out = z.reshape(n, h, t, d) @ wv + self.v_proj.bias.reshape(h, 1, dh)  # [n, h, T, dh]
         return self.out_proj(out.transpose(1, 2).reshape(n, t, inner), residual=residual)
 
-
-    def attend_from_image(self, keys_pe, k, v, residual):
-        """residual + attend(q_proj(keys_pe), k, v) for image queries keys_pe [n, S*S, d]
+    def attend_from_image(self, keys_pe, k, v):
+        """attend(q_proj(keys_pe), k, v) for image queries keys_pe [n, S*S, d]
         over a few projected token keys and values k, v [n, T, inner], without
         projecting the image: head h's scores are keys_pe (W_q,h^T k_h^T) plus
         b_q,h k_h^T (scaled), a softmax over each head's T columns, and its share of
@@ -81,7 +80,7 @@ class DecoderAttention(Module):
         weights = scores.reshape(n, -1, h, t).softmax(-1).reshape(n, -1, h * t)
         w_out = self.out_proj.weight.reshape(d, h, dh).permute(1, 2, 0)  # [h, dh, d]
         vo = self._heads(v) @ w_out + self.out_proj.bias * (1.0 / h)  # [n, h, T, d]
-        return residual + weights @ vo.reshape(n, h * t, d)
+        return weights @ vo.reshape(n, h * t, d)
 
 
 class TwoWayBlock(Module):
@@ -103,26 +102,16 @@ class TwoWayBlock(Module):
         self.cross_attn_image_to_token = DecoderAttention(
             cfg, vb.pp("cross_attn_image_to_token"), rate
         )
-        self._projection = None  # (key_pe, image_projection(...)) made for that key_pe
-
-    def _reset_derived(self):
-        self._projection = None
 
     def image_side(self, keys, key_pe):
-        """The projections of the image side that do not depend on the tokens: (keys of
-        token-to-image, its values, queries of image-to-token) for keys [n, S*S, d].
-
-        The keys for token-to-image and the queries for image-to-token are projections
-        of the same keys + key_pe: one GEMM over the image for both, the positional part
-        made once (image_projection). The values stay a GEMM of their own: side by side
-        with the keys (a wider row stride) the attention reads them slower than the extra
-        call costs."""
-        to_image, to_token = self.cross_attn_token_to_image, self.cross_attn_image_to_token
-        if self._projection is None or self._projection[0] is not key_pe:
-            linears = (to_image.k_proj, to_token.q_proj)
-            self._projection = (key_pe, *image_projection(key_pe, linears))
-        k_image, q_image = project_image(keys, *self._projection[1:])
-        return k_image, to_image.v_proj(keys), q_image
+        """What the block's attentions read of an image whose keys [n, S*S, d] are the
+        same for every prompt (the first block's): token-to-image's projected keys and
+        values, and keys + key_pe for image-to-token (attend_from_image), made once.
+        Projected, token-to-image costs less than attend_to_image: its products are
+        over the inner width (128), not d (256)."""
+        to_image = self.cross_attn_token_to_image
+        keys_pe = keys + key_pe
+        return to_image.k_proj(keys_pe), to_image.v_proj(keys), keys_pe
 
     def forward(self, queries, keys, query_pe, key_pe, image_side=None):
         """image_side: what image_side(keys, key_pe) returns, when it was made before
@@ -139,42 +128,14 @@ class TwoWayBlock(Module):
             keys_pe = keys + key_pe
             queries = to_image.attend_to_image(q, keys, keys_pe, queries)
         else:  # one image's keys for every prompt: projected once
-            k_image, v_image, q_image = image_side
+            k_image, v_image, keys_pe = image_side
             queries = to_image.attend(q, k_image, v_image, queries)
         queries = self.layer_norm2(queries)
         queries = self.lin2(self.lin1(queries, activation=self.act), residual=queries)
         queries = self.layer_norm3(queries)
         k, v = to_token.k_proj(queries + query_pe), to_token.v_proj(queries)
-        if image_side is None:
-            keys = to_token.attend_from_image(keys_pe, k, v, keys)
-        else:
-            keys = to_token.attend(q_image, k, v, keys)
-        return queries, self.layer_norm4(keys)
-
-
-def image_projection(key_pe, linears):
-    """(weight, residual, widths) that make project_image's one GEMM over the image keys
-    [n, S*S, d] equal to each of `linears` applied to keys + key_pe, side by side: weight
-    = their weights stacked, residual [1, S*S, out] = key_pe's projections plus the
-    biases. (keys + key_pe) @ W + b is computed as keys @ W + (key_pe @ W + b): the sum,
-    an image-sized pass per attention, left out, key_pe's product made once, as it
-    depends on the weights only."""
-    weight = cat([lin.weight for lin in linears], 0).contiguous()
-    residual = F.linear(key_pe, weight, cat([lin.bias for lin in linears], 0))
-    return weight, residual, [lin.out_features for lin in linears]
-
-
-def project_image(keys, weight, residual, widths):
-    """image_projection's projections of keys [n, S*S, d]: views of one GEMM's output."""
-    n = keys.shape[0]
-    if n != residual.shape[0]:
-        residual = residual.expand(n, *residual.shape[1:])
-    both = F.linear(keys, weight, residual=residual)
-    parts, start = [], 0
-    for width in widths:
-        parts.append(both.narrow(-1, start, width))
-        start += width
-    return parts
+        # the residual added in the layer norm's pass
+        return queries, self.layer_norm4(to_token.attend_from_image(keys_pe, k, v), keys)
 
 
 def expand_rows(x, b, p):
@@ -185,9 +146,9 @@ def expand_rows(x, b, p):
 class PreparedImage:
     """An image embedding with the mask decoder's work that depends on it alone, done
     once for every prompt on it that has no mask prompt (SamModel.prepare_image): the
-    image side as rows of cells with the no-mask dense embedding added, and the first
-    two-way block's projections of them (its keys are those rows, the same for every
-    such prompt). Made at the first prompt, and again when the weights it was made with
+    image side as rows of cells with the no-mask dense embedding added, and what the
+    first two-way block reads of them (TwoWayBlock.image_side: its keys are those rows,
+    the same for every such prompt). Made at the first prompt, and again when the weights it was made with
     are no longer the model's (after load or to)."""
 
     def __init__(self, embeddings):
@@ -322,7 +283,9 @@ class SamMaskDecoder(Module):
         for i, layer in enumerate(self.layers):
             queries, keys = layer(queries, keys, tokens, key_pe, side if i == 0 else None)
         final = self.final_attn_token_to_image
-        queries = final.attend_to_image(final.q_proj(queries + tokens), keys, keys + key_pe, queries)
+        queries = final.attend_to_image(
+            final.q_proj(queries + tokens), keys, keys + key_pe, queries
+        )
         queries = self.layer_norm_final_attn(queries)
         m = self.num_mask_tokens
         first, count = (1, m - 1) if multimask_output else (0, 1)
