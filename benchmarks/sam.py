@@ -19,7 +19,7 @@ program:
                embeddings, multimask output (3 masks and their IoU scores, read back):
                one positive point at the centre, and one box around the middle half
                (ember: on the embedding prepared once, SamModel.prepare_image, as its
-               predictor does; the first prompt on an image makes that state)
+               predictor does; that per-image work is timed in ember's encoder figure)
   peak RSS     VmHWM from /proc/self/status at the end of the subprocess (weights, one
                image's activations, the outputs)
   load         importing the engine and loading the weights, in the worker

@@ -146,8 +146,19 @@ class SamModel(Module):
     def prepare_image(self, image_embeddings):
         """image_embeddings (from image_embeddings) as a PreparedImage: given to
         predict_masks in their place, the mask decoder's work that depends on the image
-        alone is done once for all of its prompts without input_masks, not per call."""
-        return PreparedImage(self._as_tensor(image_embeddings, "image_embeddings"))
+        alone is done once for all of its prompts without input_masks, not per call. It is
+        done here, with the image's other work (and again at a prompt after load or to)."""
+        emb = self._as_tensor(image_embeddings, "image_embeddings")
+        prepared = PreparedImage(emb)
+        _, no_mask = self.prompt_encoder()
+        self.mask_decoder.prepare(
+            prepared,
+            emb,
+            self._decoder_positional_embeddings(),
+            no_mask,
+            self.prompt_encoder.no_mask_embed,
+        )
+        return prepared
 
     def predict_masks(
         self,

@@ -148,8 +148,8 @@ class PreparedImage:
     once for every prompt on it that has no mask prompt (SamModel.prepare_image): the
     image side as rows of cells with the no-mask dense embedding added, and what the
     first two-way block reads of them (TwoWayBlock.image_side: its keys are those rows,
-    the same for every such prompt). Made at the first prompt, and again when the weights it was made with
-    are no longer the model's (after load or to)."""
+    the same for every such prompt). Made by SamModel.prepare_image, and again at a prompt
+    when the weights it was made with are no longer the model's (after load or to)."""
 
     def __init__(self, embeddings):
         self.embeddings = embeddings
