@@ -32,6 +32,13 @@ AVX2-only host cost 2.4-3.8 ns an element, and SiLU follows every YOLOv8 convolu
 stride-1 3x3 convolution of 16+ channels on a 40x40+ map goes through Winograd
 F(2x2, 3x3) (array_winograd: 2.25x fewer multiplies, no im2col; yolov8s-fall forward on
 one core 588-669 -> 464-543 ms of CPU, interleaved in one process under load).
+
+Stride-2 3x3 convolutions stay im2col: their tap copies are 10-30% of a band's time
+(the GEMM the rest), and splitting a band's input into its four even/odd phases first,
+so that each tap is a contiguous copy, saved at most 12% of those copies (one core, ms
+of CPU a band, taps -> phases: 32->64 at 320^2 0.137 -> 0.145, 64->128 at 160^2 0.280 ->
+0.251, 128->256 at 80^2 0.461 -> 0.406, 256->512 at 40^2 0.728 -> 0.672 against a GEMM
+of 12.0).
 """
 
 import itertools
