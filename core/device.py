@@ -68,7 +68,9 @@ class Device:
                     device="cpu",
                 ) from None
             from .backends.array import ArrayBackend
+            from .backends.host_malloc import keep_freed_memory
 
+            keep_freed_memory()
             return ArrayBackend(numpy, "cpu")
 
         return cls._get("cpu", 0, make)
