@@ -25,13 +25,6 @@ def test_every_f16_pattern_widens_as_numpy_casts(monkeypatch, block):
         np.testing.assert_array_equal(_bits(got), _bits(a.astype(np.float32)))
 
 
-def test_widen_all_leaves_other_dtypes_alone():
-    ints = np.arange(4, dtype=np.int32)
-    f32 = np.ones(3, np.float32)
-    out = half_widen.widen_all_f16({"h": ALL[:5], "i": ints, "f": f32})
-    assert out["i"] is ints and out["f"] is f32 and out["h"].dtype == np.float32
-
-
 @pytest.fixture
 def three_threads(monkeypatch):
     """ember's CPU threads at three, whatever this machine has: the blocks and bands of a

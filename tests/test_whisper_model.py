@@ -5,6 +5,7 @@ same weights converted to CTranslate2's model.bin by ctranslate2's own converter
 
 import copy
 import json
+import os
 
 import numpy as np
 import pytest
@@ -167,6 +168,44 @@ def test_ctranslate2_f16_model_bin_widens_exactly(cpu, tiny, tmp_path):
     e = em.encoder(ember.tensor(features.numpy()))
     got = em.decoder(ember.tensor(ids.numpy()), em.decoder.new_cache(e), False).numpy()
     np.testing.assert_allclose(got, logits, rtol=0, atol=1e-4)
+
+
+def _resident_kib(path):
+    """KiB of this process's memory maps of `path` now resident (Linux's smaps)."""
+    total, mine = 0, False
+    with open("/proc/self/smaps", encoding="utf-8") as fh:
+        for line in fh:
+            head = line.split()
+            if "-" in head[0] and len(head) >= 5:  # a mapping's first line
+                mine = len(head) >= 6 and head[5] == str(path)
+            elif mine and head[0] == "Rss:":
+                total += int(head[1])
+    return total
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux's smaps")
+def test_a_widened_tensors_file_pages_leave_the_process(tiny, tmp_path):
+    """After widening, load_whisper hands each f16 tensor's pages of model.bin back
+    (CTranslate2File.release_view), so the file and the f32 model are not resident
+    together; the view still reads the same values (the pages fault back in)."""
+    ctranslate2 = require("ctranslate2")
+    from ember.io.ctranslate2 import CTranslate2File
+
+    _, path, _, _ = tiny
+    out = tmp_path / "ct2-f16"
+    ctranslate2.converters.TransformersConverter(str(path)).convert(
+        str(out), quantization="float16"
+    )
+    bin_path = (out / "model.bin").resolve()
+    with CTranslate2File(bin_path) as f:
+        a = f.array("decoder/embeddings/weight")
+        values = a.copy()  # every page of it resident now
+        held = _resident_kib(bin_path)
+        f.release_view(a)
+        assert held - _resident_kib(bin_path) >= a.nbytes // 1024 - 8  # all but 2 edge pages
+        np.testing.assert_array_equal(a, values)
+        f.release_view(values)  # not a view of the file: nothing happens
+        np.testing.assert_array_equal(a, values)
 
 
 def test_bad_model_directories_name_what_is_wrong(tiny, tmp_path):

@@ -170,6 +170,16 @@ class CTranslate2File:
         v = self.variables[self.aliases.get(name, name)]
         _drop_pages(self._mm, v.offset, v.offset + v.nbytes)
 
+    def release_view(self, array):
+        """Hand the pages under `array` back to the OS: a C-contiguous view of this file
+        (array() or a row block of one) whose values were copied. Reading it again faults
+        them back in from the page cache; anything else is left alone."""
+        if self._mm.closed or not array.flags.c_contiguous:
+            return
+        start = array.ctypes.data - np.frombuffer(self._mm, np.uint8, count=1).ctypes.data
+        if start >= 0 and start + array.nbytes <= self.size:
+            _drop_pages(self._mm, start, start + array.nbytes)
+
     def close(self):
         with contextlib.suppress(BufferError):
             self._mm.close()

@@ -78,8 +78,3 @@ def widen_f16_transposed(a):
 
     run_rows(bands, ceil_div(r, band), band * c)
     return out
-
-
-def widen_all_f16(arrays):
-    """{name: array} with every float16 array widened to f32 (others as they are)."""
-    return {k: widen_f16(v) if v.dtype == np.float16 else v for k, v in arrays.items()}

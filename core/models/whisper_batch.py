@@ -17,7 +17,7 @@ from .. import functional as F
 from ..tensor import tensor
 from .kv_cache import KVCache
 from .whisper import DecoderCache
-from .whisper_decoding import DecodeResult, LogitRules, _log_softmax
+from .whisper_decoding import DecodeResult, LogitRules, _log_softmax, _logsumexp
 
 NEG_INF = -np.inf
 
@@ -141,10 +141,9 @@ def greedy_batch(model, encoder_out, tokens, opts, prompts, sot_at, on_token=Non
     while alive:
         going, step = [], []
         for j, i in enumerate(alive):
-            masked = rules.apply(logits[j], sampled[i])
-            logprobs = _log_softmax(masked.astype(np.float64))
+            masked = rules.apply(logits[j], sampled[i]).astype(np.float64)
             token = int(np.argmax(masked))
-            totals[i] += float(logprobs[token])
+            totals[i] += float(masked[token] - _logsumexp(masked))  # its log-probability
             if token == tokens.eot:
                 ended[i] = True
                 continue

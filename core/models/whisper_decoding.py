@@ -51,9 +51,13 @@ class DecodeResult:
     temperature: float = 0.0
 
 
-def _log_softmax(x):
+def _logsumexp(x):
     m = np.max(x)
-    return x - (m + np.log(np.sum(np.exp(x - m))))
+    return m + np.log(np.sum(np.exp(x - m)))
+
+
+def _log_softmax(x):
+    return x - _logsumexp(x)
 
 
 class LogitRules:
@@ -96,11 +100,12 @@ class LogitRules:
             if self.opts.max_initial_timestamp is not None:
                 last_allowed = tb + round(self.opts.max_initial_timestamp / SECONDS_PER_TIMESTAMP)
                 logits[last_allowed + 1 :] = NEG_INF
-        logprobs = _log_softmax(logits.astype(np.float64))
-        ts = logprobs[tb:]
-        top = np.max(ts)
-        ts_logprob = top + np.log(np.sum(np.exp(ts - top))) if np.isfinite(top) else NEG_INF
-        if ts_logprob > np.max(logprobs[:tb]):  # timestamps together outweigh any text token
+        # timestamps together outweigh any text token: openai-whisper compares their
+        # log-probabilities, which is comparing the logits' (both sides less the same
+        # normalizer), without a log-softmax over the whole vocabulary each step
+        ts = logits[tb:].astype(np.float64)
+        ts_total = _logsumexp(ts) if np.isfinite(np.max(ts)) else NEG_INF
+        if ts_total > np.max(logits[:tb]):
             logits[:tb] = NEG_INF
 
 
@@ -123,7 +128,7 @@ def greedy(model, encoder_out, tokens, opts, prefix=(), temperature=0.0, rng=Non
     ended = False
     while len(sampled) < limit:
         logits = rules.apply(logits, sampled)
-        logprobs = _log_softmax(logits.astype(np.float64))
+        logprobs = _log_softmax(logits.astype(np.float64))  # all of it: sampling reads it
         if temperature > 0:
             p = np.exp(logprobs / temperature - np.max(logprobs / temperature))
             token = int(rng.choice(len(p), p=p / p.sum()))
