@@ -175,11 +175,17 @@ def test_labels_default_to_positive(grid4):
     np.testing.assert_allclose(iou.numpy(), want_iou, atol=1e-4, rtol=0)
 
 
-def test_mask_prompt_matches_transformers(grid4):
+@pytest.mark.parametrize("prepared", [False, True], ids=["embedding", "prepared-image"])
+def test_mask_prompt_matches_transformers(grid4, prepared):
+    """A mask prompt, on the embedding and on a PreparedImage whose no-mask state was made
+    first (a mask prompt must not take it)."""
     torch = require("torch")
     model = SamModel.from_pretrained(grid4["path"])
     emb = ember.tensor(grid4["embeddings"].numpy())
     prompts = _prompts(grid4["size"], "points")
+    if prepared:
+        emb = model.prepare_image(emb)
+        model.predict_masks(emb, **prompts)
     s = 4 * (grid4["size"] // 16)
     gen = torch.Generator().manual_seed(3)
     mask_in = torch.randn(2, 1, s, s, generator=gen)

@@ -59,26 +59,6 @@ def test_one_prompt_set_on_one_image_matches_transformers(grid4):
     np.testing.assert_allclose(iou.numpy(), out.iou_scores.numpy(), atol=1e-4, rtol=0)
 
 
-def test_a_mask_prompt_on_a_prepared_image_matches_transformers(grid4):
-    torch = require("torch")
-    model = SamModel.from_pretrained(grid4["path"])
-    emb = ember.tensor(grid4["embeddings"].numpy())
-    prepared = model.prepare_image(emb)
-    prompts = _prompts(grid4["size"], "points")
-    model.predict_masks(prepared, **prompts)  # the no-mask state made first
-    s = 4 * (grid4["size"] // 16)
-    mask_in = torch.randn(2, 1, s, s, generator=torch.Generator().manual_seed(3))
-    masks, iou = model.predict_masks(prepared, input_masks=mask_in.numpy().tolist(), **prompts)
-    with torch.no_grad():
-        out = grid4["model"](
-            image_embeddings=grid4["embeddings"],
-            input_masks=mask_in,
-            **{k: torch.tensor(v) for k, v in prompts.items()},
-        )
-    np.testing.assert_allclose(masks.numpy(), out.pred_masks.numpy(), atol=1e-4, rtol=0)
-    np.testing.assert_allclose(iou.numpy(), out.iou_scores.numpy(), atol=1e-4, rtol=0)
-
-
 def test_a_prepared_image_follows_reloaded_weights(grid4):
     from ember.nn import VarBuilder
     from ember.nn.sources import DictSource
