@@ -7,7 +7,7 @@ import pytest
 
 import ember
 import ember.functional as F
-from ember.backends import composites
+from ember.backends import array_attention, composites
 from ember.errors import InvalidArgument, ShapeMismatch
 
 
@@ -41,16 +41,25 @@ def test_grid_bias_matches_the_whole_matrix(device, monkeypatch, tile):
 def test_windows_go_in_tiles_of_whole_windows(device, monkeypatch):
     """Attention over many small windows (a ViT's windowed layers: batch dims windows x
     heads) is tiled by windows, every tile holding all of its windows' queries, and
-    gives the whole-matrix result."""
+    gives the whole-matrix result. (The numpy backend's own tiles, array_attention's,
+    are stacks of whole matrices: windows x heads flattened.)"""
     windows, heads, kh, kw, d = 5, 2, 3, 3, 4
     t = kh * kw
     budget = 2 * heads * t * t  # two whole windows of scores per tile
     for name in ("ATTENTION_TILE_ELEMENTS", "CPU_ATTENTION_TILE_ELEMENTS"):
         monkeypatch.setattr(composites, name, budget)
+    monkeypatch.setattr(array_attention, "FUSED_TILE_ELEMENTS", budget)
     calls = []
-    real = device.backend.softmax
-    monkeypatch.setattr(device.backend, "softmax",
-                        lambda *a, **kw: calls.append(a[1].shape) or real(*a, **kw))
+    if device.kind == "cpu":
+        real_tile = array_attention.tile
+        monkeypatch.setattr(array_attention, "tile",
+                            lambda xp, qs, *a: calls.append(qs.shape) or real_tile(xp, qs, *a))
+        want_calls = [(2 * heads, t, d), (2 * heads, t, d), (heads, t, d)]
+    else:
+        real = device.backend.softmax
+        monkeypatch.setattr(device.backend, "softmax",
+                            lambda *a, **kw: calls.append(a[1].shape) or real(*a, **kw))
+        want_calls = [(2, heads, t, t), (2, heads, t, t), (1, heads, t, t)]
     rng = np.random.default_rng(4)
     q, k, v = (rng.standard_normal((windows, heads, t, d)).astype(np.float32) for _ in range(3))
     rows = rng.standard_normal((windows, heads, t, kh)).astype(np.float32)
@@ -61,7 +70,7 @@ def test_windows_go_in_tiles_of_whole_windows(device, monkeypatch):
     ).numpy()
     np.testing.assert_allclose(got, _numpy_attention(q, k, v, rows, cols, d**-0.5),
                                atol=1e-5 if device.kind == "cpu" else 1e-4)
-    assert calls == [(2, heads, t, t), (2, heads, t, t), (1, heads, t, t)]
+    assert calls == want_calls
 
 
 def test_attention_tiles_cover_every_score_once():

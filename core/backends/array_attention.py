@@ -1,91 +1,124 @@
-"""The numpy backend's attention without a mask or causal hiding (a ViT's, SAM's
-decoder's), computed as the composite computes it (scaled q, the products, the grid bias
-added row bias first, be.softmax) with no multi-threaded BLAS call and every step on all
-cores; the products' bits may differ from the composite's in the last place, as BLAS on
-one thread and on two may.
+"""The numpy backend's attention without a mask or causal hiding (Whisper's encoder, a
+ViT's, SAM's decoder's): scaled q, the products, the grid bias added row bias first and
+an unshifted softmax with softmax_last_dim's safeguard, in tiles of about
+FUSED_TILE_ELEMENTS scores, each tile taken start to end (its scores, their
+exponentials, the product with v) by one thread with BLAS on one thread, the tiles
+shared out over row_parallel's threads. Results agree with the composite's to a few
+units in the last place: each row's sum divides the row's output instead of its weights.
 
-The composite multiplies a SAM ViT-B global tile (12 heads x 85 queries x 4096 keys) as
-12 products of about 22M multiply-adds, each a two-thread BLAS call that repacks its
-64 x 4096 keys: on a busy machine each call waits for both of its threads to get a core,
-and one global layer's attention took 28-30 s at load ~7. Here the contract's tiles go
-one by one as in the composite, but each product of a tile's stack runs on one BLAS
-thread, the stack split over row_parallel's threads (array_stacked), so no call waits for
-a second core, and the grid bias is added in place, a cache-sized block at a time on
-every core, instead of into two fresh arrays as big as the scores on one: 5-6 s,
-interleaved with the composite on the same inputs in one process at that load.
-(Blocks of 256 queries of one head, each run start to end on one thread, the blocks
-shared out by row_parallel.map_tasks, measured 2-3x slower than these tiles.)
+Why tiles a thread runs start to end: a tile's scores are still in that core's cache
+when its exponentials and its second product read them. The earlier form ran each step
+on every core over tiles of 4M scores (16 MiB, composites.CPU_ATTENTION_TILE_ELEMENTS),
+so the scores went to memory and back several times. Measured in one process, 2 cores,
+a layer's attention, earlier form -> this one: Whisper tiny's encoder (6 heads x 1500 x
+1500) 38-53 -> 24-26 ms, base's (8 heads) 47-49 -> 36 ms, a SAM ViT-B windowed layer
+(25 windows x 12 heads x 196 x 196, grid bias) 50 -> 36 ms, a global one (12 x 4096 x
+4096) 800-920 -> 540-610 ms. Small matrices go several to a tile, as a stack, so the
+calls per tile stay few.
+
+Each call pins BLAS to one thread for its whole duration (one_thread_throughout): on a
+busy machine a two-thread BLAS call waits for both of its threads to get a core (a SAM
+ViT-B global layer took 28-30 s at load ~7 that way).
 """
 
-from ..layout import Layout
-from . import composites
-from .array_stacked import stacked_matmul
+from ..intmath import ceil_div
+from .array_rows import SHIFT_FLOOR, softmax_rows
 from .blas_threads import one_thread_throughout
 from .row_parallel import run_rows
 
-# Scores per block of the in-place grid-bias addition (256 KiB of f32, in a core's cache).
-BIAS_BLOCK = 1 << 16
+# Scores per tile (2 MiB of f32, in a core's share of the cache; 2^17-2^20 measured
+# within 10% of each other on Whisper's and SAM's shapes).
+FUSED_TILE_ELEMENTS = 1 << 19
 
 
 def attention(be, q, k, v, grid_bias, scale, dtype):
     """softmax((q * scale) @ k^T + grid bias) @ v (see Backend.scaled_dot_product_attention)
     for the f32 array views q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv] of equal batch
     dims, each matrix BLAS-ready, and grid_bias None or the views (rows [..., Tq, Kh],
-    cols [..., Tq, Kw]). Returns the output, a contiguous array [..., Tq, Dv]. The tiles
-    are the composite's (composites.attention_tiles), the softmax be.softmax on each."""
+    cols [..., Tq, Kw]). Returns the output, a contiguous array [..., Tq, Dv]."""
     xp = be.xp
-    batch, tq, tk = q.shape[:-2], q.shape[-2], k.shape[-2]
-    out = xp.empty(batch + (tq, v.shape[-1]), q.dtype)
+    batch, tq, tk, dv = q.shape[:-2], q.shape[-2], k.shape[-2], v.shape[-1]
+    out = xp.empty(batch + (tq, dv), q.dtype)
     if out.size == 0:
         return out
-    kt = xp.swapaxes(k, -1, -2)
+    # every operand as a stack of matrices [m, ., .] (a copy only where a view's batch
+    # dims cannot merge, or a grid bias broadcast over heads: the size of an input)
+    qs = (q * scale).reshape(-1, tq, q.shape[-1])
+    kt = xp.swapaxes(k.reshape(-1, tk, k.shape[-1]), -1, -2)
+    vs = v.reshape(-1, tk, dv)
+    out3 = out.reshape(-1, tq, dv)
+    bias = None
+    if grid_bias is not None:
+        rows, cols = (
+            xp.broadcast_to(g, batch + (tq, g.shape[-1])).reshape(-1, tq, g.shape[-1])
+            for g in grid_bias
+        )
+        bias = (rows, cols)
+    tiles = fused_tiles(qs.shape[0], tq, tk, FUSED_TILE_ELEMENTS)
+
+    def run(start, stop):
+        for m0, m1, q0, q1 in tiles[start:stop]:
+            part = None if bias is None else tuple(g[m0:m1, q0:q1] for g in bias)
+            tile(xp, qs[m0:m1, q0:q1], kt[m0:m1], vs[m0:m1], out3[m0:m1, q0:q1], part)
+
+    # run_rows weighs work in numpy elementwise steps: a tile's are its scores' few passes
+    # plus its products (a BLAS multiply-add is ~1/16 of a step)
+    per_tile = min(tq * tk * qs.shape[0], FUSED_TILE_ELEMENTS) * (4 + (q.shape[-1] + dv) // 16)
     with one_thread_throughout():
-        for b0, nb, q0, n in composites.attention_tiles(batch, tq, tk, be.attention_tile_elements):
-            lead = (slice(b0, b0 + nb),) if batch else ()
-            rows = lead + (slice(None),) * max(0, len(batch) - 1) + (slice(q0, q0 + n),)
-            shape = out[rows].shape[:-1] + (tk,)
-            scores = xp.empty(shape, q.dtype)
-            # q scaled before the product, as the composite does (n x D, not n x Tk)
-            product(xp, q[rows] * scale, kt[lead], scores)
-            if grid_bias is not None:
-                add_grid_bias(xp, scores, grid_bias[0][rows], grid_bias[1][rows])
-            weights = be.softmax(scores.reshape(-1), Layout(shape), len(shape) - 1, dtype)
-            product(xp, weights.reshape(shape), v[lead], out[rows])
+        run_rows(run, len(tiles), per_tile, take_back=True, blas_free=True)
     return out
 
 
-def product(xp, x, w, out):
-    """x @ w into out with BLAS on one thread: a stack's products split over the threads,
-    a lone product's rows."""
-    while x.ndim > 2 and x.shape[0] == 1:
-        x, w, out = x[0], w[0], out[0]
-    if x.ndim > 2:
-        stacked_matmul(xp, x, w, out=out)
-        return
+def tile(xp, qs, kt, v, out, bias=None):
+    """out [m, n, Dv] = softmax(qs @ kt + bias) @ v for the stacks qs [m, n, D] (q already
+    scaled), kt [m, D, Tk], v [m, Tk, Dv], on the calling thread. The exponentials are
+    taken in place and each row's sum divides its output row, not its Tk weights (a pass
+    over n x Dv values instead of n x Tk). Unshifted, as softmax_last_dim: a row whose sum
+    overflows, is not finite or falls under its floor has its scores computed again and
+    is softmaxed shifted by its own maximum (array_rows.softmax_rows)."""
+    scores = scores_of(xp, qs, kt, bias)
+    flat = scores.reshape(-1, scores.shape[-1])
+    with xp.errstate(over="ignore", under="ignore", invalid="ignore"):  # such rows are redone
+        xp.exp(flat, out=flat)
+        total = xp.sum(flat, axis=-1)
+    redo = ~(total >= SHIFT_FLOOR) | ~xp.isfinite(total)
+    if redo.any():
+        rows = xp.nonzero(redo)[0]
+        again = scores_of(xp, qs, kt, bias).reshape(flat.shape)[rows]
+        part = xp.empty_like(again)
+        with xp.errstate(all="ignore"):  # as softmax_last_dim's blocks run
+            softmax_rows(xp, again, part)
+        flat[rows] = part
+        total[rows] = 1.0
+    xp.matmul(scores, v, out=out)
+    out /= total.reshape(out.shape[:-1] + (1,))
 
-    def rows(start, stop):
-        xp.matmul(x[start:stop], w, out=out[start:stop])
 
-    # run_rows weighs work in numpy elementwise steps; a BLAS multiply-add takes ~1/16 of one
-    run_rows(rows, x.shape[0], x.shape[1] * w.shape[1] // 16, take_back=True)
+def scores_of(xp, qs, kt, bias):
+    """qs @ kt [m, n, Tk], plus the grid bias (rows [m, n, Kh], cols [m, n, Kw]) if any."""
+    scores = xp.matmul(qs, kt)
+    if bias is not None:
+        add_grid_bias(scores, *bias)
+    return scores
 
 
-def add_grid_bias(xp, scores, rows, cols):
-    """scores [..., n, Kh * Kw] += rows [..., n, Kh] (over each key row) + cols [..., n, Kw]
-    (over each key column), in place, in that order (the composite's two additions), a
-    block of query rows at a time on every core."""
+def fused_tiles(m, tq, tk, budget):
+    """[(m0, m1, q0, q1)]: tiles of about `budget` scores over m matrices of tq x tk
+    scores, matrices m0:m1 by query rows q0:q1: several whole matrices to a tile where
+    they fit, else one matrix's rows in near-equal runs."""
+    per_matrix = tq * tk
+    if per_matrix <= budget:
+        step = max(1, budget // per_matrix)
+        return [(m0, min(m0 + step, m), 0, tq) for m0 in range(0, m, step)]
+    n_runs = ceil_div(per_matrix, budget)
+    rows = ceil_div(tq, n_runs)
+    return [(i, i + 1, q0, min(q0 + rows, tq)) for i in range(m) for q0 in range(0, tq, rows)]
+
+
+def add_grid_bias(scores, rows, cols):
+    """scores [m, n, Kh * Kw] += rows [m, n, Kh] (over each key row) + cols [m, n, Kw]
+    (over each key column), in place, in that order (the composite's two additions)."""
     kh, kw = rows.shape[-1], cols.shape[-1]
-    lead = scores.shape[:-1]
-    grid = scores.reshape(-1, kh, kw)
-    r = xp.broadcast_to(rows, lead + (kh,)).reshape(-1, kh, 1)  # a copy only if broadcast
-    c = xp.broadcast_to(cols, lead + (kw,)).reshape(-1, 1, kw)
-    step = max(1, BIAS_BLOCK // (kh * kw))
-
-    def blocks(start, stop):
-        for s in range(start, stop, step):
-            e = min(s + step, stop)
-            block = grid[s:e]
-            block += r[s:e]
-            block += c[s:e]
-
-    run_rows(blocks, grid.shape[0], kh * kw)
+    grid = scores.reshape(scores.shape[:-1] + (kh, kw))
+    grid += rows[..., None]
+    grid += cols[..., None, :]

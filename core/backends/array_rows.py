@@ -107,7 +107,7 @@ def norm_last_dim(xp, x, weight, bias, eps, rms, residual=None):
 
 # Rows whose exponentials, unshifted, sum below this (e^-60: each row keeps ~26 orders of
 # magnitude above f32's denormals) or overflow are redone shifted by their own maximum.
-_SHIFT_FLOOR = 8.7e-27
+SHIFT_FLOOR = 8.7e-27
 
 
 def softmax_last_dim(xp, x, log):
@@ -117,7 +117,7 @@ def softmax_last_dim(xp, x, log):
     a maximum over short rows (attention scores: a few dozen columns) is numpy's slowest
     reduction (~2 ns/element, 5x a full-block max). So rows are not shifted where their
     exponentials stay in range (attention scores and logits nearly always do): only rows
-    whose sum overflows, is not finite or falls under _SHIFT_FLOOR are redone shifted by
+    whose sum overflows, is not finite or falls under SHIFT_FLOOR are redone shifted by
     their own maximum. Either way a row's result depends on that row alone, so the same
     values give the same bits in any tensor, block or thread split. Log-softmax keeps
     the row maximum: x - log(sum) would cancel digits for a row far from 0, and
@@ -126,31 +126,38 @@ def softmax_last_dim(xp, x, log):
     x2 = x.reshape(-1, cols)
     out = xp.empty(x2.shape, x.dtype)
 
-    def shifted(xb, y):
-        xp.subtract(xb, xp.max(xb, axis=-1, keepdims=True), out=y)
-        if log:
-            y -= xp.log(xp.sum(xp.exp(y), axis=-1, keepdims=True))
-        else:
-            xp.exp(y, out=y)
-            y /= xp.sum(y, axis=-1, keepdims=True)
-
     def body(r0, r1, scratch):
-        xb, y = x2[r0:r1], out[r0:r1]
-        if log:
-            shifted(xb, y)
-            return
-        xp.exp(xb, out=y)
-        total = xp.sum(y, axis=-1, keepdims=True)
-        redo = ~(total[:, 0] >= _SHIFT_FLOOR) | ~xp.isfinite(total[:, 0])
-        again = bool(redo.any())
-        if again:
-            total[redo] = 1.0  # those rows are redone below
-        y /= total
-        if again:
-            rows = xp.nonzero(redo)[0]
-            part = xp.empty((rows.size, cols), x.dtype)
-            shifted(xb[rows], part)
-            y[rows] = part
+        softmax_rows(xp, x2[r0:r1], out[r0:r1], log)
 
     _for_blocks(xp, x2.shape[0], cols, body)
     return out.reshape(x.shape)
+
+
+def softmax_rows(xp, x, y, log=False):
+    """Softmax (or log-softmax) of the rows of the 2-D array x into y, an array of its
+    shape that is not x, on the calling thread: softmax_last_dim's arithmetic for one
+    block (see there), for a caller that runs its own blocks (array_attention's tiles)."""
+
+    def shifted(xb, yb):
+        xp.subtract(xb, xp.max(xb, axis=-1, keepdims=True), out=yb)
+        if log:
+            yb -= xp.log(xp.sum(xp.exp(yb), axis=-1, keepdims=True))
+        else:
+            xp.exp(yb, out=yb)
+            yb /= xp.sum(yb, axis=-1, keepdims=True)
+
+    if log:
+        shifted(x, y)
+        return
+    xp.exp(x, out=y)
+    total = xp.sum(y, axis=-1, keepdims=True)
+    redo = ~(total[:, 0] >= SHIFT_FLOOR) | ~xp.isfinite(total[:, 0])
+    again = bool(redo.any())
+    if again:
+        total[redo] = 1.0  # those rows are redone below
+    y /= total
+    if again:
+        rows = xp.nonzero(redo)[0]
+        part = xp.empty((rows.size, x.shape[-1]), x.dtype)
+        shifted(x[rows], part)
+        y[rows] = part

@@ -1,5 +1,5 @@
 """The numpy backend's attention for a few queries against a short cache (a decode step):
-the same products and softmax as array_attention, called directly.
+array_attention's tile arithmetic on the whole, on the calling thread.
 
 A decode step of SmolLM2-135M attends 30 times, each 3 kv heads x 3 query rows against
 ~150 keys: a few thousand scores. array_attention's machinery for large attention (tiles,
@@ -7,10 +7,11 @@ BLAS pinned to one thread and restored, the stack offered to row_parallel's thre
 softmax through the backend's load/store) cost 0.42 ms CPU per call there against
 0.09 ms for the three numpy calls alone, ~10 ms of a ~90 ms step. Below SMALL_SCORES
 scores there is one tile, no stack is split and OpenBLAS runs such small products on one
-thread anyway, so these are the same calls on the same operands: the same bits.
+thread anyway, so these are the same calls on the same operands as array_attention's
+one tile: the same bits.
 """
 
-from .array_rows import softmax_last_dim
+from .array_attention import tile
 
 # Query rows per matrix (a decode step's grouped heads: 3 for SmolLM2, up to 8 in common
 # GQA models) and scores in all (batch x queries x keys) up to which attention takes this
@@ -28,6 +29,6 @@ def is_small(q, k):
 def attention(xp, q, k, v, scale):
     """softmax((q * scale) @ k^T) @ v for the f32 views q [..., Tq, D], k [..., Tk, D],
     v [..., Tk, Dv] (each matrix BLAS-ready): a contiguous array [..., Tq, Dv]."""
-    scores = xp.matmul(q * scale, xp.swapaxes(k, -1, -2))
-    weights = softmax_last_dim(xp, scores, False).reshape(scores.shape)
-    return xp.matmul(weights, v)
+    out = xp.empty(q.shape[:-1] + v.shape[-1:], q.dtype)
+    tile(xp, q * scale, xp.swapaxes(k, -1, -2), v, out)
+    return out
