@@ -454,7 +454,11 @@ def main():
     p.add_argument("--models", default="tiny.en,base", help="comma-separated: tiny.en, base")
     p.add_argument("--threads", type=int, default=2, help="CPU threads for every engine")
     p.add_argument("--minutes", type=float, default=3.0, help="length of the long clip")
-    p.add_argument("--skip-wgpu", action="store_true")
+    p.add_argument(
+        "--skip-wgpu",
+        action="store_true",
+        help="leave out the WebGPU rows: ember wgpu and the page",
+    )
     p.add_argument("--skip-torch", action="store_true")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per engine and clip")
     p.add_argument("--engines", help="only these rows (comma-separated labels); default all")
@@ -495,7 +499,7 @@ def main():
         label: spec
         for label, spec in ENGINES.items()
         if label in chosen
-        and not (args.skip_wgpu and spec[1] == "wgpu")
+        and not (args.skip_wgpu and spec[1] in ("wgpu", "webgpu"))
         and not (args.skip_torch and spec[0] == "torch")
     }
     with tempfile.TemporaryDirectory(prefix="ember-whisper-bench-") as tmp:
