@@ -27,6 +27,9 @@ def test_a_split_stack_gives_numpys_bits(monkeypatch):
     }
     for name, (rhs, want_rhs) in cases.items():
         ranges.clear()
+        monkeypatch.setattr(row_parallel, "_choices", row_parallel._Choices())  # shares first
         got = (ember.tensor(x) @ rhs).numpy()
         np.testing.assert_array_equal(got, np.matmul(x, want_rhs), err_msg=name)
-        assert sorted(ranges) == [(0, 4), (4, 8)], name   # the stack went in two halves
+        # the stack went in several ranges, every matrix in one of them
+        assert len(ranges) > 1 and sorted(i for s, e in ranges for i in range(s, e)) == list(
+            range(8)), name

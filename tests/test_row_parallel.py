@@ -1,12 +1,14 @@
 """The CPU's row-parallel pool: every row once, failures reach the caller, no deadlock when
 nested or after fork, and the OpenBLAS setting that makes it pay is made only when it can
 take effect."""
+import itertools
 import json
 import os
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -24,50 +26,88 @@ def three_workers(monkeypatch):
         pool.shutdown()
 
 
+@pytest.fixture
+def prompt_handoffs(monkeypatch):
+    """No timings yet: each call site's first large enough run is shared."""
+    monkeypatch.setattr(row_parallel, "_choices", row_parallel._Choices())
+
+
+def _slow_in_caller(fn):
+    """fn, sleeping 20 ms per range when the caller runs it and 5 ms in a pool thread: a
+    pool thread has time to start and take ranges, and cannot take all of them before the
+    caller takes one, whatever the machine's load."""
+    caller = threading.get_ident()
+
+    def slowed(start, stop):
+        time.sleep(0.02 if threading.get_ident() == caller else 0.005)
+        fn(start, stop)
+
+    return slowed
+
+
 @pytest.mark.parametrize("rows,per_row,align", [(1, 10, 1), (7, 1 << 16, 1), (1000, 300, 1),
                                                 (1001, 1 << 12, 8), (5, 1 << 20, 4)])
-def test_every_row_exactly_once(three_workers, rows, per_row, align):
-    seen, calls, threads, lock = [], [], set(), threading.Lock()
+def test_every_row_exactly_once(three_workers, prompt_handoffs, rows, per_row, align):
+    ranges, threads, lock = [], set(), threading.Lock()
 
     def fn(start, stop):
         with lock:
-            seen.extend(range(start, stop))
-            calls.append(start)
+            ranges.append((start, stop))
             threads.add(threading.get_ident())
-        assert start % align == 0
 
-    row_parallel.run_rows(fn, rows, per_row, align)
-    assert sorted(seen) == list(range(rows))
-    parts = max(1, min(3, rows * per_row // row_parallel.MIN_PARALLEL_ELEMENTS,
-                       -(-rows // align)))
-    assert len(calls) == parts
-    # The caller takes one range, the pool the others (one pool thread may take two).
-    assert len(threads) == min(parts, 2) or len(threads) == parts
-    assert (threading.get_ident() in threads)
+    row_parallel.run_rows(_slow_in_caller(fn), rows, per_row, align)
+    ranges.sort()
+    # contiguous, disjoint, covering [0, rows), every start on the alignment
+    assert ranges[0][0] == 0 and ranges[-1][1] == rows
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+    assert all(start % align == 0 and start < stop for start, stop in ranges)
+    threads_wanted = max(1, min(3, rows * per_row // row_parallel.MIN_PARALLEL_ELEMENTS,
+                                -(-rows // align)))
+    if threads_wanted == 1:  # too little work to share: one call, on the caller
+        assert ranges == [(0, rows)] and threads == {threading.get_ident()}
+    else:  # shared (no timing yet): several ranges, taken by whichever threads were free
+        assert 1 < len(ranges) <= row_parallel.CHUNKS_PER_THREAD * threads_wanted
+        assert len(threads) >= 2
 
 
-def test_a_failing_range_raises_in_the_caller_after_all_ranges_ran(three_workers):
+def test_a_failing_range_raises_in_the_caller_after_all_ranges_ran(three_workers, prompt_handoffs):
     done = []
 
     def fn(start, stop):
-        done.append(start)
+        done.append((start, stop))
         if start > 0:
             raise RuntimeError(f"range from {start} failed")
 
     with pytest.raises(RuntimeError, match="range from"):
         row_parallel.run_rows(fn, 300, 1 << 16)
-    assert len(done) == 3
+    assert sorted(r for s, e in done for r in range(s, e)) == list(range(300))
 
 
-def test_nested_calls_run_serially_inside_a_worker(three_workers):
-    inner = []
+def test_the_first_failure_in_row_order_is_raised(three_workers, prompt_handoffs):
+    def fn(start, stop):
+        if start > 0:
+            time.sleep(0.01 if start < 150 else 0)  # the later range fails first
+            raise RuntimeError(f"range from {start} failed")
+
+    with pytest.raises(RuntimeError) as failure:
+        row_parallel.run_rows(_slow_in_caller(fn), 300, 1 << 16)
+    starts = [s for s, _ in row_parallel._ranges(300, 1, 3 * row_parallel.CHUNKS_PER_THREAD)]
+    assert str(failure.value) == f"range from {starts[1]} failed"
+
+
+def test_nested_calls_run_serially_inside_a_worker(three_workers, prompt_handoffs):
+    inner, lock = [], threading.Lock()
 
     def fn(start, stop):
-        row_parallel.run_rows(lambda s, e: inner.append((s, e)), 100, 1 << 16)
+        where = threading.current_thread().name
+        calls = []
+        row_parallel.run_rows(lambda s, e: calls.append((s, e)), 100, 1 << 16)
+        with lock:
+            inner.append((where, calls))
 
-    row_parallel.run_rows(fn, 300, 1 << 16)
-    # The caller's range may split again; the two workers' ranges may not.
-    assert inner.count((0, 100)) >= 2
+    row_parallel.run_rows(_slow_in_caller(fn), 300, 1 << 16)
+    in_workers = [calls for where, calls in inner if where.startswith("ember-rows")]
+    assert in_workers and all(calls == [(0, 100)] for calls in in_workers)
 
 
 def test_thread_count_from_the_environment(monkeypatch):

@@ -65,7 +65,7 @@ def attention(be, q, k, v, grid_bias, scale, dtype):
     # plus its products (a BLAS multiply-add is ~1/16 of a step)
     per_tile = min(tq * tk * qs.shape[0], FUSED_TILE_ELEMENTS) * (4 + (q.shape[-1] + dv) // 16)
     with one_thread_throughout():
-        run_rows(run, len(tiles), per_tile, take_back=True, blas_free=True)
+        run_rows(run, len(tiles), per_tile, blas_free=True)
     return out
 
 

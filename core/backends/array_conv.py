@@ -218,24 +218,16 @@ def conv2d(xp, x, w, bias, stride, padding, dilation, groups, activation=None):
             y = (wmat[g] @ cols).reshape(og, r1 - r0, ow)
             finish(y, out[i, g * og : (g + 1) * og, r0:r1], g)
 
-    taken = iter(range(len(bands)))
-    lock = threading.Lock()
-
-    def drain(start, stop):
-        # Every thread takes the next band until none is left, whatever range run_rows
-        # gave it: on a busy machine a worker that gets its core late takes fewer bands
-        # (or none: take_back), instead of the caller waiting for a fixed half. Which
-        # thread runs a band does not change its GEMM, so neither the bits.
-        while True:
-            with lock:
-                j = next(taken, None)
-            if j is None:
-                return
+    def run(start, stop):
+        # run_rows hands ranges of bands to whichever thread is free (a worker that gets
+        # its core late takes fewer); which thread runs a band does not change its GEMM,
+        # so neither the bits.
+        for j in range(start, stop):
             band(*bands[j])
 
     # Each band's GEMM is small (about og * 2^18 multiply-adds): BLAS on one thread per
     # band, the bands spread over row_parallel's threads (blas_free: BLAS's own pool
     # stays asleep, so the bands split even where its workers would spin).
     with single_thread_below(0):
-        run_rows(drain, len(bands), per_band, take_back=True, blas_free=True)
+        run_rows(run, len(bands), per_band, blas_free=True, pieces=len(bands))
     return out

@@ -6,9 +6,9 @@ Two paths, one result (to f32 rounding: only the order of the additions differs)
   read the raw blocks and take each block's dot product with x directly, for the few rows
   of x a decode step has. The weight rows are split between the cores (threads running
   the GIL-free kernels on row_parallel's pool; EMBER_CPU_THREADS sets how many), the way
-  llama.cpp splits them; a range whose worker has not started when the caller is done
-  with its own is taken back (run_rows' take_back), so a worker waiting for a core on a
-  busy machine does not hold up a kernel of a fraction of a millisecond.
+  llama.cpp splits them, in ranges each taken by the next free thread: a worker that
+  starts late on a busy machine takes fewer, and a kernel too short to pay for waking
+  one runs on the caller alone (row_parallel.run_rows).
 - **dequantize + GEMM** (numpy alone, and every many-row x such as a prompt): a chunk of
   weight rows at a time is dequantized into one reused f32 buffer that stays in cache and
   multiplied by BLAS, so the dense weight never exists.
@@ -120,7 +120,6 @@ def _fused(kernel, f16, x2, w, out):
             n_out,
             n_in,
             align=2,
-            take_back=True,
         )
         return out
     # A row stack (io.quant.StackedQTensor): one pass of threads over all its rows, each
@@ -138,7 +137,7 @@ def _fused(kernel, f16, x2, w, out):
             if lo < hi:
                 kernel(raw, x2, xs, part_out, lo, hi, f16)
 
-    run_rows(rows, starts[-1], n_in, align=2, take_back=True)
+    run_rows(rows, starts[-1], n_in, align=2)
     for part_out, off in zip(outs, w.offsets, strict=False):
         out[:, off : off + part_out.shape[1]] = part_out
     return out

@@ -15,13 +15,26 @@ numpy, and `workers()` turns the split off when it could not take effect.
 EMBER_CPU_THREADS=N sets the number of threads (1 turns the split off).
 """
 
+import itertools
 import os
 import threading
+import time
 
 from ..intmath import ceil_div
 
 # Below this many elements a task hand-off (~20-50 us) costs more than it saves.
 MIN_PARALLEL_ELEMENTS = 1 << 16
+# Ranges per thread in a shared run: more even out a late worker's share, each costs fn's
+# call overhead (a numba kernel's dispatch, a few microseconds).
+CHUNKS_PER_THREAD = 4
+# A call site's shared and single-thread runs are timed; the faster is kept, and the other
+# is tried again once every EXPLORE_EVERY calls (the machine's load changes; a try of
+# the slower costs that call up to a few times its time).
+EXPLORE_EVERY = 100
+# Weight of the newest timing in a call site's running averages.
+EMA_WEIGHT = 0.25
+# The caller polls for its workers' last ranges for at most this long (seconds).
+SPIN_SECONDS = 0.002
 # The largest OPENBLAS_THREAD_TIMEOUT (log2 of cycles spun) under which BLAS workers sleep
 # soon enough for the split to pay. The GELU above on two threads after a GEMM: 2.45 ms at
 # 18, 2.76 ms at 20, 3.6 ms at 22 (no better than one thread).
@@ -105,16 +118,23 @@ def _run_marked(fn, start, stop):
         _in_worker.active = False
 
 
-def run_rows(fn, rows, elements_per_row, align=1, take_back=False, blas_free=False):
-    """Call fn(start, stop) over [0, rows) in contiguous ranges, on up to `workers()`
-    threads when the work is large enough; the caller's thread takes the first range.
-    Range ends are multiples of `align`. Exceptions reach the caller.
+def run_rows(fn, rows, elements_per_row, align=1, blas_free=False, pieces=None):
+    """Call fn(start, stop) over [0, rows) in contiguous ranges, shared by the caller and up
+    to `workers() - 1` pool threads when the work is large enough. Range ends are
+    multiples of `align`; every row runs exactly once; the first failure (in row order)
+    is raised in the caller once every range has run. `blas_free`: fn's GEMMs run on one
+    BLAS thread (see workers).
 
-    With `take_back`, a range no worker has started by the time the caller is done with
-    its own is run by the caller instead of waited for: on a busy machine a sleeping
-    worker may wait milliseconds for a core, which would cost a sub-millisecond kernel
-    (a decode step's matrix-vector product) many times its own time. `blas_free`: fn's
-    GEMMs run on one BLAS thread (see workers)."""
+    Shared, the rows go in `pieces` ranges (CHUNKS_PER_THREAD per thread by default), each
+    taken by whichever thread is free next, and the caller returns as soon as every range
+    is done: a worker that gets its core late takes fewer ranges, or none, instead of the
+    caller waiting for a fixed share.
+
+    Whether to share at all is measured, per call site and size (see _Choices): a hand-off
+    costs a sleeping thread's wake-up and, for every range, the GIL passing between the
+    threads; on some hosts (a VM whose idle vCPUs halt) each wake-up takes 0.1-0.3 ms, and a
+    decode step's sub-millisecond kernels then ran slower on two threads than on one
+    (SmolLM2-135M Q4_1: 107 ms a step against 73)."""
     n = workers(blas_free)
     if n > 1 and not getattr(_in_worker, "active", False):
         n = min(n, rows * elements_per_row // MIN_PARALLEL_ELEMENTS, ceil_div(rows, align))
@@ -123,22 +143,107 @@ def run_rows(fn, rows, elements_per_row, align=1, take_back=False, blas_free=Fal
     if n <= 1:
         fn(0, rows)
         return
-    step = ceil_div(ceil_div(rows, n), align) * align
-    bounds = [(s, min(s + step, rows)) for s in range(0, rows, step)]
-    pool = _pool()
-    futures = [pool.submit(_run_marked, fn, s, e) for s, e in bounds[1:]]
-    try:
-        fn(*bounds[0])
-        if take_back:  # the last ranges first: a worker takes them from the front
-            for f, (s, e) in zip(reversed(futures), reversed(bounds[1:]), strict=True):
-                if f.cancel():
-                    _run_marked(fn, s, e)
-    finally:
-        # waits for every range a worker runs
-        failures = [f.exception() for f in futures if not f.cancelled()]
-    for failure in failures:
-        if failure is not None:
-            raise failure
+    site = _choices.site(fn, rows * elements_per_row)
+    shared = _choices.share(site)
+    began = time.perf_counter()
+    if not shared:
+        fn(0, rows)
+    else:
+        job = _Shared(fn, _ranges(rows, align, pieces or n * CHUNKS_PER_THREAD))
+        pool = _pool()
+        for _ in range(n - 1):
+            pool.submit(job.drain, True)
+        job.drain(False)
+        job.finish()
+    _choices.record(site, shared, time.perf_counter() - began)
+
+
+def _ranges(rows, align, parts):
+    """[0, rows) as at most `parts` contiguous ranges whose ends are multiples of align."""
+    step = ceil_div(ceil_div(rows, parts), align) * align
+    return [(s, min(s + step, rows)) for s in range(0, rows, step)]
+
+
+class _Choices:
+    """Per call site (fn's code) and size (elements, to a power of two): running averages
+    of a shared run's and a single-thread run's seconds, and which to take next. A site
+    starts shared and tries one run alone; from then on the faster is taken, the other
+    once every EXPLORE_EVERY calls."""
+
+    def __init__(self):
+        self.sites = {}
+
+    def site(self, fn, elements):
+        code = getattr(fn, "__code__", None) or type(fn)
+        key = (code, elements.bit_length())
+        entry = self.sites.get(key)
+        if entry is None:
+            if len(self.sites) >= 4096:  # bounded: a long-lived process's many shapes
+                self.sites.clear()
+            entry = self.sites[key] = [None, None, 0]  # alone, shared, calls
+        return entry
+
+    def share(self, entry):
+        alone, shared, calls = entry
+        entry[2] = calls + 1
+        if shared is None or alone is None:
+            return shared is None
+        best = shared < alone
+        return (not best) if (calls + 1) % EXPLORE_EVERY == 0 else best
+
+    def record(self, entry, shared, seconds):
+        i = 1 if shared else 0
+        old = entry[i]
+        entry[i] = seconds if old is None else old + EMA_WEIGHT * (seconds - old)
+
+
+_choices = _Choices()
+
+
+class _Shared:
+    """One shared run_rows call's ranges, each taken by the next free thread."""
+
+    def __init__(self, fn, ranges):
+        self.fn, self.ranges = fn, ranges
+        self.next = itertools.count()  # next() on a count is atomic under the GIL
+        self.left = len(ranges)
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.failures = {}
+
+    def run(self, i):
+        try:
+            self.fn(*self.ranges[i])
+        except BaseException as exc:  # re-raised in the caller by finish()
+            self.failures[i] = exc
+        with self.lock:
+            self.left -= 1
+            if self.left == 0:
+                self.done.set()
+
+    def drain(self, in_worker):
+        if in_worker:
+            _in_worker.active = True
+        try:
+            for i in self.next:
+                if i >= len(self.ranges):
+                    return
+                self.run(i)
+        finally:
+            if in_worker:
+                _in_worker.active = False
+
+    def finish(self):
+        """Wait for the ranges workers still run (none a late worker never took), then
+        raise the first failure. For up to SPIN_SECONDS the wait polls, giving up the GIL,
+        instead of sleeping: a sleeping thread can be slow to wake, and a worker's last
+        range is short."""
+        deadline = time.perf_counter() + SPIN_SECONDS
+        while not self.done.is_set() and time.perf_counter() < deadline:
+            time.sleep(0)
+        self.done.wait()
+        if self.failures:
+            raise self.failures[min(self.failures)]
 
 
 def map_tasks(fn, items):
