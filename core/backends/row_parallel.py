@@ -106,16 +106,16 @@ def _pool():
             from concurrent.futures import ThreadPoolExecutor
 
             size = max(workers(), workers(blas_free=True)) - 1
-            _state["pool"] = ThreadPoolExecutor(size, thread_name_prefix="ember-rows")
+            pool = ThreadPoolExecutor(size, thread_name_prefix="ember-rows")
+            # its threads started now, not inside the first shared run, whose time
+            # run_rows' choice between sharing and one thread would then count
+            # (each waits at the barrier, so that every one is a thread of its own)
+            everyone = threading.Barrier(size + 1)
+            for _ in range(size):
+                pool.submit(everyone.wait, 30)
+            everyone.wait(30)
+            _state["pool"] = pool
         return _state["pool"]
-
-
-def _run_marked(fn, start, stop):
-    _in_worker.active = True
-    try:
-        fn(start, stop)
-    finally:
-        _in_worker.active = False
 
 
 def run_rows(fn, rows, elements_per_row, align=1, blas_free=False, pieces=None):
@@ -175,7 +175,7 @@ class _Choices:
 
     def site(self, fn, elements):
         code = getattr(fn, "__code__", None) or type(fn)
-        key = (code, elements.bit_length())
+        key = (code, int(elements).bit_length())
         entry = self.sites.get(key)
         if entry is None:
             if len(self.sites) >= 4096:  # bounded: a long-lived process's many shapes
