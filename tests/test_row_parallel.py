@@ -66,7 +66,8 @@ def test_every_row_exactly_once(three_workers, prompt_handoffs, rows, per_row, a
     if threads_wanted == 1:  # too little work to share: one call, on the caller
         assert ranges == [(0, rows)] and threads == {threading.get_ident()}
     else:  # shared (no timing yet): several ranges, taken by whichever threads were free
-        assert 1 < len(ranges) <= row_parallel.CHUNKS_PER_THREAD * threads_wanted
+        assert len(ranges) > 1
+        assert len(ranges) <= row_parallel.CHUNKS_PER_THREAD * threads_wanted
         assert len(threads) >= 2
 
 
