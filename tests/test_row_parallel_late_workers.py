@@ -73,26 +73,54 @@ def test_a_site_where_sharing_measured_slower_runs_on_the_caller(two_workers, mo
     made = _decisions(monkeypatch)
     caller, seen = threading.get_ident(), []
 
-    def fn(start, stop):  # a worker's range costs 20 ms, the caller's nothing
+    def fn(start, stop):  # a worker's range costs 1 ms, the caller's nothing
         if threading.get_ident() != caller:
-            time.sleep(0.02)
+            time.sleep(0.001)
         seen.extend(range(start, stop))
 
     every = row_parallel.EXPLORE_EVERY
     for _ in range(every + 1):
         row_parallel.run_rows(fn, 300, 1 << 16)
-    # first shared (no timing yet), then alone once; then alone but for one try in EXPLORE_EVERY
-    assert made[:2] == [True, False]
-    assert made[2:] == [(i + 1) % every == 0 for i in range(2, every + 1)]
+    # twice each way, alternating; then alone but for one try in EXPLORE_EVERY
+    assert made[:4] == [True, False, True, False]
+    assert made[4:] == [(i + 1) % every == 0 for i in range(4, every + 1)]
     assert sorted(seen) == sorted(list(range(300)) * (every + 1))
 
 
-def test_a_site_where_sharing_measured_faster_is_shared(two_workers, monkeypatch):
-    made = _decisions(monkeypatch)
+def _timed(choices, site, timings):
+    """The decisions for a site whose shared and single-thread runs take the given seconds."""
+    made = []
+    for _ in range(len(timings) if isinstance(timings, list) else timings[2]):
+        shared = choices.share(site)
+        made.append(shared)
+        t = timings[len(made) - 1] if isinstance(timings, list) else timings[shared]
+        choices.record(site, shared, t)
+    return made
 
-    def fn(start, stop):  # 0.1 ms a row on any thread: two threads halve it
-        time.sleep(1e-4 * (stop - start))
 
-    for _ in range(6):
-        row_parallel.run_rows(fn, 300, 1 << 16)
-    assert made == [True, False, True, True, True, True]
+def test_a_long_shared_run_stays_shared_but_for_a_try_alone_now_and_then():
+    choices = row_parallel._Choices()
+    site = choices.site(lambda s, e: None, 1 << 20)
+    every = row_parallel.EXPLORE_EVERY
+    made = _timed(choices, site, (0.1, 2 * row_parallel.LONG_RUN_SECONDS, 2 * every))
+    assert made == [(i + 1) % every != 0 for i in range(2 * every)]
+
+
+def test_a_short_site_takes_the_faster_way_from_the_minimum_of_its_first_two_runs():
+    choices = row_parallel._Choices()
+    site = choices.site(lambda s, e: None, 1 << 20)
+    # shared 3 ms then 1 ms (a first run's one-time costs), alone 2 ms twice: shared wins
+    made = _timed(choices, site, [0.003, 0.002, 0.001, 0.002, 0.001, 0.001])
+    assert made == [True, False, True, False, True, True]
+    alone_wins = row_parallel._Choices()
+    site = alone_wins.site(lambda s, e: None, 1 << 20)
+    made = _timed(alone_wins, site, [0.003, 0.002, 0.0025, 0.002, 0.002, 0.002])
+    assert made == [True, False, True, False, False, False]
+
+
+def test_sites_are_told_apart_by_code_and_size():
+    choices = row_parallel._Choices()
+    f, g = (lambda s, e: None), (lambda s, e: 1)
+    assert choices.site(f, 1000) is choices.site(f, 1023)  # one power of two
+    assert choices.site(f, 1000) is not choices.site(f, 1024)
+    assert choices.site(f, 1000) is not choices.site(g, 1000)

@@ -31,6 +31,9 @@ CHUNKS_PER_THREAD = 4
 # is tried again once every EXPLORE_EVERY calls (the machine's load changes; a try of
 # the slower costs that call up to a few times its time).
 EXPLORE_EVERY = 100
+# A shared run this long (seconds) has paid for its hand-off many times over (on the KVM
+# host above, a 5 ms lm_head kernel still ran 7.4 ms shared against 6.0 alone).
+LONG_RUN_SECONDS = 0.02
 # Weight of the newest timing in a call site's running averages.
 EMA_WEIGHT = 0.25
 # The caller polls for its workers' last ranges for at most this long (seconds).
@@ -145,12 +148,12 @@ def run_rows(fn, rows, elements_per_row, align=1, blas_free=False, pieces=None):
         return
     site = _choices.site(fn, rows * elements_per_row)
     shared = _choices.share(site)
+    pool = _pool() if shared else None  # made (once) before the clock starts
     began = time.perf_counter()
-    if not shared:
+    if pool is None:
         fn(0, rows)
     else:
         job = _Shared(fn, _ranges(rows, align, pieces or n * CHUNKS_PER_THREAD))
-        pool = _pool()
         for _ in range(n - 1):
             pool.submit(job.drain, True)
         job.drain(False)
@@ -164,11 +167,29 @@ def _ranges(rows, align, parts):
     return [(s, min(s + step, rows)) for s in range(0, rows, step)]
 
 
+class _Site:
+    """One call site and size's timings: [alone, shared] running averages (None before
+    the first run that way), runs each way, and calls."""
+
+    __slots__ = ("seconds", "runs", "calls")
+
+    def __init__(self):
+        self.seconds = [None, None]
+        self.runs = [0, 0]
+        self.calls = 0
+
+
 class _Choices:
-    """Per call site (fn's code) and size (elements, to a power of two): running averages
-    of a shared run's and a single-thread run's seconds, and which to take next. A site
-    starts shared and tries one run alone; from then on the faster is taken, the other
-    once every EXPLORE_EVERY calls."""
+    """Per call site (fn's code) and size (elements, to a power of two): a shared run's and
+    a single-thread run's seconds, and which to take next.
+
+    A site starts shared. A shared run of LONG_RUN_SECONDS or more has paid for its
+    hand-off many times over: such a site stays shared, but for one run alone every
+    EXPLORE_EVERY calls (a decode step's kernels are far shorter; a Whisper encoder's
+    attention, 40-70 ms a call, was 28 ms slower alone). Shorter sites run twice each way
+    first, alternating, and a way's first two timings count as their minimum (a first run
+    pays one-time costs: a thread's first allocations, pages touched for the first time);
+    then the faster way is taken, the other once every EXPLORE_EVERY calls."""
 
     def __init__(self):
         self.sites = {}
@@ -180,21 +201,32 @@ class _Choices:
         if entry is None:
             if len(self.sites) >= 4096:  # bounded: a long-lived process's many shapes
                 self.sites.clear()
-            entry = self.sites[key] = [None, None, 0]  # alone, shared, calls
+            entry = self.sites[key] = _Site()
         return entry
 
-    def share(self, entry):
-        alone, shared, calls = entry
-        entry[2] = calls + 1
-        if shared is None or alone is None:
-            return shared is None
-        best = shared < alone
-        return (not best) if (calls + 1) % EXPLORE_EVERY == 0 else best
+    def share(self, site):
+        site.calls += 1
+        alone, shared = site.seconds
+        explore = site.calls % EXPLORE_EVERY == 0
+        if shared is None:
+            return True
+        if shared >= LONG_RUN_SECONDS:
+            best = alone is None or shared < alone
+        elif min(site.runs) < 2:
+            return site.runs[1] <= site.runs[0]
+        else:
+            best = shared < alone
+        return (not best) if explore else best
 
-    def record(self, entry, shared, seconds):
+    def record(self, site, shared, seconds):
         i = 1 if shared else 0
-        old = entry[i]
-        entry[i] = seconds if old is None else old + EMA_WEIGHT * (seconds - old)
+        old, site.runs[i] = site.seconds[i], site.runs[i] + 1
+        if old is None:
+            site.seconds[i] = seconds
+        elif site.runs[i] == 2:
+            site.seconds[i] = min(old, seconds)
+        else:
+            site.seconds[i] = old + EMA_WEIGHT * (seconds - old)
 
 
 _choices = _Choices()
