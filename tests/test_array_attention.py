@@ -1,27 +1,14 @@
 """The numpy backend's own attention (array_attention: no mask, not causal) against the
 contract's composite on the same backend, on two threads: tiles of whole windows, tiles
 of one matrix's query rows, a lone matrix without batch dims, with and without a grid
-bias broadcast over heads; rows whose unshifted exponentials overflow or vanish; each with
-numba's exponentials and with numpy's."""
+bias broadcast over heads; rows whose unshifted exponentials overflow or vanish."""
 
 import numpy as np
 import pytest
 
 import ember
 import ember.functional as F
-from ember.backends import array_attention, composites, optional_jit, row_parallel
-
-
-@pytest.fixture(params=["numba-exp", "numpy-exp"])
-def exp_path(request, monkeypatch):
-    """Both ways a tile takes its exponentials: numba's (where installed) and numpy's."""
-    if request.param == "numpy-exp":
-        monkeypatch.setitem(optional_jit._modules, "array_exp_jit", None)
-    elif optional_jit.jit_module("array_exp_jit") is None:
-        from helpers import missing
-
-        missing("numba (the ember[jit] extra)", "no numba exponentials here")
-    return request.param
+from ember.backends import array_attention, composites, row_parallel
 
 
 def _composite(q, k, v, grid, scale):
@@ -41,7 +28,7 @@ def _composite(q, k, v, grid, scale):
                          ids=["one-tile", "whole-windows", "query-rows"])
 @pytest.mark.parametrize("batch", [(4, 3), (1, 3), ()], ids=["windows", "one-image", "no-batch"])
 @pytest.mark.parametrize("with_bias", [True, False], ids=["grid-bias", "plain"])
-def test_numpy_attention_matches_the_composite(monkeypatch, exp_path, budget, batch, with_bias):
+def test_numpy_attention_matches_the_composite(monkeypatch, budget, batch, with_bias):
     monkeypatch.setitem(row_parallel._state, "workers", 2)
     monkeypatch.setattr(row_parallel, "MIN_PARALLEL_ELEMENTS", 1)  # split even these sizes
     if budget is not None:
@@ -79,7 +66,7 @@ def test_masked_or_causal_attention_takes_the_composite(monkeypatch):
 
 
 @pytest.mark.parametrize("size", [60.0, -60.0], ids=["overflow", "underflow"])
-def test_rows_out_of_exp_range_are_redone_shifted(monkeypatch, exp_path, size):
+def test_rows_out_of_exp_range_are_redone_shifted(monkeypatch, size):
     """Scores of +-240 (exp overflows f32, or every weight of a row is 0): those rows are
     computed again and shifted by their maximum; the rest keep the unshifted path. The
     result is float64 softmax's, in tiles of a few query rows."""

@@ -24,7 +24,6 @@ ViT-B global layer took 28-30 s at load ~7 that way).
 from ..intmath import ceil_div
 from .array_rows import SHIFT_FLOOR, softmax_rows
 from .blas_threads import one_thread_throughout
-from .optional_jit import jit_module
 from .row_parallel import run_rows
 
 # Scores per tile (2 MiB of f32, in a core's share of the cache; 2^17-2^20 measured
@@ -79,16 +78,9 @@ def tile(xp, qs, kt, v, out, bias=None):
     is softmaxed shifted by its own maximum (array_rows.softmax_rows)."""
     scores = scores_of(xp, qs, kt, bias)
     flat = scores.reshape(-1, scores.shape[-1])
-    kernels = jit_module("array_exp_jit") if xp.__name__ == "numpy" else None
-    if kernels is not None and flat.dtype == xp.float32 and flat.flags.c_contiguous:
-        # numba's vectorized exp and row sums in one pass (numpy's f32 exp is a scalar
-        # routine on AVX2 hosts: 6.1 ms for a 1500 x 1500 tile against 1.8)
-        total = xp.empty(flat.shape[0], flat.dtype)
-        kernels.exp_rows_sum(flat, total)
-    else:
-        with xp.errstate(over="ignore", under="ignore", invalid="ignore"):  # such rows are redone
-            xp.exp(flat, out=flat)
-            total = xp.sum(flat, axis=-1)
+    with xp.errstate(over="ignore", under="ignore", invalid="ignore"):  # such rows are redone
+        xp.exp(flat, out=flat)
+        total = xp.sum(flat, axis=-1)
     redo = ~(total >= SHIFT_FLOOR) | ~xp.isfinite(total)
     if redo.any():
         rows = xp.nonzero(redo)[0]
