@@ -347,11 +347,29 @@ def _out_size(x, size, scale_factor, op):
 def upsample_nearest2d(x, size=None, scale_factor=None):
     _check_rank("upsample_nearest2d", x, 4)
     (oh, ow), (rh, rw) = _out_size(x, size, scale_factor, "upsample_nearest2d")
+    picks = []
     for d, (out, ratio) in ((2, (oh, rh)), (3, (ow, rw))):
         n = x.shape[d]
-        ids = [min(math.floor(i * ratio), n - 1) for i in range(out)]
+        picks.append([min(math.floor(i * ratio), n - 1) for i in range(out)])
+    repeats = [_whole_repeat(ids, x.shape[d]) for d, ids in ((2, picks[0]), (3, picks[1]))]
+    if None not in repeats:
+        # every row and column taken the same whole number of times: one copy of a
+        # broadcast view (YOLOv8's 2x upsampling: two index_selects were 0.9 ms each on
+        # its 256 x 20 x 20 map, a gather per element)
+        (b, c, h, w), (sh, sw) = x.shape, repeats
+        grown = x.reshape(b, c, h, 1, w, 1).expand(b, c, h, sh, w, sw)
+        return grown.contiguous().reshape(b, c, h * sh, w * sw)
+    for d, ids in ((2, picks[0]), (3, picks[1])):
         x = x.index_select(d, tensor(ids, dtype=dt.i64, device=x.device))
     return x
+
+
+def _whole_repeat(ids, n):
+    """s where ids is [0]*s + [1]*s + ... + [n-1]*s, else None."""
+    s, rest = divmod(len(ids), n)
+    if rest or s < 1 or any(ids[i] != i // s for i in range(len(ids))):
+        return None
+    return s
 
 
 def interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=False):

@@ -140,7 +140,9 @@ def test_avg_pool2d(device, kw, dtype_name, kind, count_include_pad):
 
 
 RESIZE = [dict(size=(5, 7)), dict(scale_factor=2.0), dict(size=(2, 3)), dict(size=(6, 4)),
-          dict(scale_factor=(1.5, 0.5))]
+          dict(scale_factor=(1.5, 0.5)),
+          # whole repeats (the broadcast-copy path), 1/3 among them as a float ratio
+          dict(scale_factor=3.0), dict(size=(8, 15)), dict(scale_factor=(2.0, 1.0))]
 
 
 @pytest.mark.parametrize("kind", VARIANTS)

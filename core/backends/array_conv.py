@@ -174,8 +174,7 @@ def conv2d(xp, x, w, bias, stride, padding, dilation, groups, activation=None):
 
     if winograd:
         kernels = _winograd_kernels()
-        with single_thread_below(0):  # a small GEMM: BLAS's pool stays asleep
-            u = array_winograd.kernel_transform(xp, w)
+        u = array_winograd.kernel_transform(xp, kernels, w)
 
         def band(i, g, t0, t1):
             y = array_winograd.band(xp, kernels, x[i], u, t0, t1, tiles_wide, h, width)

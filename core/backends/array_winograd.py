@@ -2,7 +2,7 @@
 output tile and input channel instead of 36.
 
 Each 4x4 input tile d (stride 2, overlapping by 2) becomes V = B^T d B, each 3x3 kernel
-g becomes U = G g G^T (4x4), the 16 positions of the tile multiply as 16 GEMMs
+g becomes U = G g G^T (4x4, at every call: the backend is handed the weights each time), the 16 positions of the tile multiply as 16 GEMMs
 M[k] = U[k] (O, C) @ V[k] (C, tiles), and each tile's 2x2 outputs are A^T M A. B, G and
 A hold only 0, +-1 and 1/2, so the transforms are adds and subtracts, one numba pass over
 a band's tiles each (array_winograd_jit; numpy's passes over stride-2 views cost more
@@ -50,14 +50,13 @@ MIN_PIXELS = 40 * 40
 MIN_BAND_TILES = 256
 
 
-def kernel_transform(xp, w):
-    """(16, O, C) contiguous: U = G g G^T of each (o, c) kernel, in w's dtype: one GEMM
-    (O C, 9) @ (9, 16) and a transpose (0.5 ms for 128 x 128 kernels, one core)."""
+def kernel_transform(xp, kernels, w):
+    """(16, O, C) contiguous: U = G g G^T of each (o, c) kernel, in w's dtype (one numba
+    pass, array_winograd_jit.kernel_transform)."""
     o, c = w.shape[:2]
-    g = xp.asarray([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
-    t = xp.kron(g, g).T.astype(w.dtype)
-    u = xp.ascontiguousarray(w).reshape(o * c, 9) @ t
-    return xp.ascontiguousarray(u.T).reshape(16, o, c)
+    u = xp.empty((16, o, c), w.dtype)
+    kernels.kernel_transform(xp.ascontiguousarray(w), u)
+    return u
 
 
 def band_plan(oh, ow, c, o, itemsize, band_bytes, edges_of):
