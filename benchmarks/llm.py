@@ -156,11 +156,28 @@ def _save_f32(model, hf_dir):
         json.dump(cfg, f)
 
 
+# Set in llama.cpp's worker: its model loaded without extra buffer types. On an Intel host
+# with AMX (a Sapphire Rapids KVM guest here) llama.cpp 0.3.36 built natively crashed in
+# ggml_backend_amx_mul_mat (SIGSEGV, SmolLM2 Q4_1); such a run is redone this way.
+NO_EXTRA_BUFFERS = "EMBER_BENCH_LLAMACPP_NO_EXTRA_BUFTS"
+
+
 def worker_llamacpp(path, n_prompt, n_decode, threads):
     """llama.cpp through llama-cpp-python: the prompt in one batch, then greedy tokens."""
     import llama_cpp
     import numpy as np
 
+    if os.environ.get(NO_EXTRA_BUFFERS):
+        # llama.cpp's extra buffer types (weights repacked for AMX and other kernels) off
+        default_params = llama_cpp.llama_model_default_params
+
+        def params():
+            made = default_params()
+            made.use_extra_bufts = False
+            return made
+
+        llama_cpp.llama_cpp.llama_model_default_params = params
+        llama_cpp.llama.llama_cpp.llama_model_default_params = params
     t0 = time.perf_counter()
     llm = llama_cpp.Llama(
         model_path=path,
@@ -187,12 +204,11 @@ def worker_llamacpp(path, n_prompt, n_decode, threads):
 
     run(4)
     prompt_s, decode_s = run(n_decode)
-    return {
-        "load_s": load,
-        "prompt_s": prompt_s,
-        "decode_s": decode_s,
-        "weights": os.path.getsize(path),
-    }
+    out = {"load_s": load, "prompt_s": prompt_s, "decode_s": decode_s}
+    out["weights"] = os.path.getsize(path)
+    if os.environ.get(NO_EXTRA_BUFFERS):
+        out["note"] = "extra buffer types (AMX) off: the default run crashed"
+    return out
 
 
 def worker_ember(path, device, n_prompt, n_decode, gguf):
@@ -364,6 +380,8 @@ def measure(args, work):
         for _title, engines, _base, _f32, _size in sections:
             for _name, a, env, results in engines:
                 r = spawn(a, args.timeout, args.threads, env)
+                if a[0] == "llamacpp" and r.get("error") == "exit status -11":
+                    r = spawn(a, args.timeout, args.threads, {**(env or {}), NO_EXTRA_BUFFERS: "1"})
                 if args.json_progress:
                     progress = {"section": _title, "engine": _name, "result": r}
                     print(json.dumps({"progress": progress}), flush=True)
@@ -488,6 +506,8 @@ def report(results, p, d, base_name, f32_name, file_size):
             line += f"  (weights {r['weights'] / base_w:.2f}x f32)"
         if "jit" in r:
             line += "  [numba kernels]" if r["jit"] else "  [numpy]"
+        if "note" in r:
+            line += f"  [{r['note']}]"
         print(line)
         if "gpu_buffers_created_in_run" in r:
             print(
