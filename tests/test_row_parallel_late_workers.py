@@ -73,9 +73,9 @@ def test_a_site_where_sharing_measured_slower_runs_on_the_caller(two_workers, mo
     made = _decisions(monkeypatch)
     caller, seen = threading.get_ident(), []
 
-    def fn(start, stop):  # a worker's range costs 1 ms, the caller's nothing
+    def fn(start, stop):  # a worker's range costs 5 ms, the caller's nothing
         if threading.get_ident() != caller:
-            time.sleep(0.001)
+            time.sleep(0.005)
         seen.extend(range(start, stop))
 
     every = row_parallel.EXPLORE_EVERY
@@ -124,3 +124,15 @@ def test_sites_are_told_apart_by_code_and_size():
     assert choices.site(f, 1000) is choices.site(f, 1023)  # one power of two
     assert choices.site(f, 1000) is not choices.site(f, 1024)
     assert choices.site(f, 1000) is not choices.site(g, 1000)
+
+
+def test_one_slow_run_does_not_turn_a_site_but_lasting_load_does():
+    choices = row_parallel._Choices()
+    site = choices.site(lambda s, e: None, 1 << 20)
+    # warm-up: shared 2 ms, alone 1 ms, twice each; then alone
+    assert _timed(choices, site, [0.002, 0.001, 0.002, 0.001]) == [True, False, True, False]
+    # one alone run preempted for 10 ms (a running average would now favour sharing)
+    assert _timed(choices, site, [0.010, 0.001, 0.001]) == [False, False, False]
+    # alone runs slow for a whole window: sharing is taken
+    made = _timed(choices, site, [0.005] * row_parallel.WINDOW + [0.002])
+    assert made == [False] * row_parallel.WINDOW + [True]

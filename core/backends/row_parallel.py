@@ -34,8 +34,14 @@ EXPLORE_EVERY = 100
 # A shared run this long (seconds) has paid for its hand-off many times over (on the KVM
 # host above, a 5 ms lm_head kernel still ran 7.4 ms shared against 6.0 alone).
 LONG_RUN_SECONDS = 0.02
-# Weight of the newest timing in a call site's running averages.
-EMA_WEIGHT = 0.25
+# A call site's way (shared or alone) is judged by the least of its last WINDOW timings:
+# the way's speed with the noise left out. A running average (weight 1/4) was pulled past
+# the other way by one preempted run (an alone run of a 1 ms site taking 5 ms under CI's
+# load) and kept there for a hundred calls, the other way being timed once every
+# EXPLORE_EVERY; load that lasts fills the whole window. yolov8n's forward, the two
+# alternating in processes: ~108 ms median with the average, ~102 with the least of 3;
+# SmolLM2 decode the same (20.5 and 20.4 tok/s, identical bits).
+WINDOW = 3
 # The caller polls for its workers' last ranges for at most this long (seconds).
 SPIN_SECONDS = 0.002
 # The largest OPENBLAS_THREAD_TIMEOUT (log2 of cycles spun) under which BLAS workers sleep
@@ -168,28 +174,34 @@ def _ranges(rows, align, parts):
 
 
 class _Site:
-    """One call site and size's timings: [alone, shared] running averages (None before
-    the first run that way), runs each way, and calls."""
+    """One call site and size's timings: the last WINDOW seconds of runs alone and shared,
+    runs each way, and calls."""
 
-    __slots__ = ("seconds", "runs", "calls")
+    __slots__ = ("recent", "runs", "calls")
 
     def __init__(self):
-        self.seconds = [None, None]
+        self.recent = ([], [])
         self.runs = [0, 0]
         self.calls = 0
 
+    @property
+    def seconds(self):
+        """[alone, shared]: the least of each way's recent timings, None before its first."""
+        return [min(times) if times else None for times in self.recent]
+
 
 class _Choices:
-    """Per call site (fn's code) and size (elements, to a power of two): a shared run's and
-    a single-thread run's seconds, and which to take next.
+    """Per call site (fn's code) and size (elements, to a power of two): the recent
+    seconds of shared and single-thread runs, and which way to take next.
 
     A site starts shared. A shared run of LONG_RUN_SECONDS or more has paid for its
     hand-off many times over: such a site stays shared, but for one run alone every
     EXPLORE_EVERY calls (a decode step's kernels are far shorter; a Whisper encoder's
     attention, 40-70 ms a call, was 28 ms slower alone). Shorter sites run twice each way
-    first, alternating, and a way's first two timings count as their minimum (a first run
-    pays one-time costs: a thread's first allocations, pages touched for the first time);
-    then the faster way is taken, the other once every EXPLORE_EVERY calls."""
+    first, alternating (a way's first run pays one-time costs: a thread's first allocations,
+    pages touched for the first time, which the least of its timings leaves out); then the
+    way whose least recent timing is lower is taken, the other once every EXPLORE_EVERY
+    calls."""
 
     def __init__(self):
         self.sites = {}
@@ -220,13 +232,11 @@ class _Choices:
 
     def record(self, site, shared, seconds):
         i = 1 if shared else 0
-        old, site.runs[i] = site.seconds[i], site.runs[i] + 1
-        if old is None:
-            site.seconds[i] = seconds
-        elif site.runs[i] == 2:
-            site.seconds[i] = min(old, seconds)
-        else:
-            site.seconds[i] = old + EMA_WEIGHT * (seconds - old)
+        site.runs[i] += 1
+        times = site.recent[i]
+        times.append(seconds)
+        if len(times) > WINDOW:
+            del times[0]
 
 
 _choices = _Choices()
