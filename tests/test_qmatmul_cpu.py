@@ -3,6 +3,9 @@ and row decoders for every ggml block type, against dequantize-then-matmul, and 
 numpy path that serves when numba is missing."""
 
 import itertools
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -90,15 +93,16 @@ def test_auto_takes_the_fused_kernel_for_few_rows_and_decoders_for_many(jit, mon
     rng = np.random.default_rng(7)
     w = weight(rng, GGMLType.Q8_0, 12, 4)
     calls = []
-    kernels, f16 = aq._kernels()
-    dot, dec = kernels[int(GGMLType.Q8_0)]
+    kernels, f16, _spread = aq._kernels()
+    dot, dec, _wide = kernels[int(GGMLType.Q8_0)]
     spied = {
         int(GGMLType.Q8_0): (
             lambda *a: calls.append("fused") or dot(*a),
             lambda *a: calls.append("decode") or dec(*a),
+            None,  # the fused kernel on the caller's thread or row_parallel's pool
         )
     }
-    monkeypatch.setitem(aq._state, "kernels", (spied, f16))
+    monkeypatch.setitem(aq._state, "kernels", (spied, f16, None))
     for m in (1, aq.FUSED_MAX_ROWS, aq.FUSED_MAX_ROWS + 1):
         calls.clear()
         x = rng.standard_normal((m, w.shape[1])).astype(np.float32)
@@ -107,9 +111,17 @@ def test_auto_takes_the_fused_kernel_for_few_rows_and_decoders_for_many(jit, mon
         assert_matmul_to_f32_rounding(got, x, w.dequantize())
 
 
+def _without_numba_threads(monkeypatch):
+    """The kernels as where numba's threading layer is unsafe: row_parallel's pool runs them."""
+    kernels, f16, _spread = aq._kernels()
+    pool_only = {t: (dot, dec, None) for t, (dot, dec, _wide) in kernels.items()}
+    monkeypatch.setitem(aq._state, "kernels", (pool_only, f16, None))
+
+
 def test_rows_split_over_threads_give_the_same_bits(jit, monkeypatch):
     from ember.backends import row_parallel
 
+    _without_numba_threads(monkeypatch)
     rng = np.random.default_rng(8)
     w = weight(rng, GGMLType.Q4_K, 301, 3)  # 301 x 768 weights: enough for three threads
     assert w.shape[0] * w.shape[1] >= 3 * row_parallel.MIN_PARALLEL_ELEMENTS
@@ -130,6 +142,62 @@ def test_rows_split_over_threads_give_the_same_bits(jit, monkeypatch):
     assert len(ranges) > 1 and ranges[0][0] == 0 and ranges[-1][1] == w.shape[0]
     assert all(a[1] == b[0] and b[0] % 2 == 0 for a, b in itertools.pairwise(ranges))
     assert_same_bits(split, one)
+
+
+@pytest.mark.parametrize("t", [GGMLType.Q4_1, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K],
+                         ids=lambda t: t.name)
+def test_numba_threads_split_rows_with_the_same_bits(jit, monkeypatch, t):
+    from ember.backends import array_qkernels_parallel as par
+    from ember.backends import row_parallel
+
+    if not par.usable():
+        pytest.skip(f"numba's threading layer here is {par.numba.threading_layer()!r}: "
+                    "row_parallel's pool runs the kernels (tested above)")
+    rng = np.random.default_rng(10 + int(t))
+    w = weight(rng, t, 301, 3)  # an odd row count: the last span ends on half a pair
+    x = rng.standard_normal((1, w.shape[1])).astype(np.float32)
+    monkeypatch.setitem(row_parallel._state, "workers", 1)
+    one = quant.qmatmul(x, w, path="fused")
+    kernels, f16, spread = aq._kernels()
+    raw = w.raw.reshape(w.shape[0], -1)
+    xs = x.reshape(1, -1, 16).sum(-1, dtype=np.float32)
+    wide = kernels[int(t)][2]
+    for chunks in (2, 3, 4, 7):  # more spans than numba has threads too
+        out = np.full((1, w.shape[0]), np.nan, np.float32)
+        wide(raw, x, xs, out, w.shape[0], f16, chunks)
+        assert_same_bits(out, one)
+    monkeypatch.setitem(row_parallel._state, "workers", 2)
+    assert_same_bits(quant.qmatmul(x, w, path="fused"), one)
+    assert_matmul_to_f32_rounding(one, x, w.dequantize())
+
+
+FORKED_CHILD = """
+import os, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from ember.backends import row_parallel
+from ember.io import quant
+from ember.io.quant import GGMLType
+from test_qmatmul_cpu import weight
+row_parallel._state["workers"] = 2
+rng = np.random.default_rng(0)
+w = weight(rng, GGMLType.Q4_1, 301, 3)
+x = rng.standard_normal((1, w.shape[1])).astype(np.float32)
+want = quant.qmatmul(x, w, path="fused")  # numba's threads launched in the parent
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if np.array_equal(quant.qmatmul(x, w, path="fused"), want) else 3)
+sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_forked_child_runs_the_kernels_after_the_parent_spread_them(jit):
+    # GNU OpenMP is documented as unsafe across fork once a team has run: the child must
+    # still compute (not hang or abort) and get the parent's bits
+    done = subprocess.run([sys.executable, "-c", FORKED_CHILD, os.path.dirname(__file__)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_without_numba_every_path_is_numpys(monkeypatch):

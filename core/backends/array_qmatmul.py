@@ -25,7 +25,7 @@ import threading
 import numpy as np
 
 from ..errors import UnsupportedDType
-from .row_parallel import run_rows
+from .row_parallel import run_rows, share_count
 
 # f32 bytes of weight rows per GEMM: numpy's dequantizer measured best at 1 MiB for a
 # decode step on 2 cores (bigger chunks let the BLAS threads contend with it); numba's
@@ -60,7 +60,14 @@ def _load_kernels():
     # ggml type numbers (core/io/quant.py GGMLType); backends sit below io and do not import it
     names = {2: "q4_0", 3: "q4_1", 6: "q5_0", 7: "q5_1", 8: "q8_0"}
     names.update({10: "q2_k", 11: "q3_k", 12: "q4_k", 13: "q5_k", 14: "q6_k"})
-    return {t: (getattr(k, "dot_" + n), getattr(k, "decode_" + n)) for t, n in names.items()}, k.F16
+    from . import array_qkernels_parallel as par
+
+    spread = par if par.usable() else None
+    kernels = {}
+    for t, n in names.items():
+        wide = None if spread is None else getattr(par, "dot_" + n)
+        kernels[t] = (getattr(k, "dot_" + n), getattr(k, "decode_" + n), wide)
+    return kernels, k.F16, spread
 
 
 def jit_available():
@@ -101,8 +108,35 @@ def qmatmul_rows(x2, w, out, *, path="auto", chunk_rows=None, chunk_bytes=None):
     if pair is None:
         return _dequantize_gemm(x2, w, out, chunk_rows, None, None)
     if path == "fused" or (path == "auto" and x2.shape[0] <= FUSED_MAX_ROWS):
+        if pair[2] is not None:
+            return _fused_spread(kernels[2], pair[0], pair[2], kernels[1], x2, w, out)
         return _fused(pair[0], kernels[1], x2, w, out)
     return _dequantize_gemm(x2, w, out, chunk_rows, pair[1], kernels[1])
+
+
+def _fused_spread(par, kernel, wide, f16, x2, w, out):
+    """The fused kernel over the cores on numba's threads (array_qkernels_parallel): one
+    call per weight, or per part of a row stack, each into a C-contiguous output."""
+    n_out, n_in = w.shape
+    xs = x2.reshape(x2.shape[0], n_in // 16, 16).sum(-1, dtype=np.float32)
+    joined = getattr(w, "joined", None)
+    parts = getattr(w, "parts", None) if joined is None else None
+    if parts is None:
+        raw = (w if joined is None else joined).raw.reshape(n_out, -1)
+        parts, outs = [raw], [out]
+    else:
+        parts = [p.raw.reshape(p.shape[0], -1) for p in parts]
+        outs = [np.empty((x2.shape[0], p.shape[0]), np.float32) for p in parts]
+    for raw, part_out in zip(parts, outs, strict=True):
+        threads = share_count(raw.shape[0], n_in * x2.shape[0], align=2)
+        if threads > 1:
+            par.run(wide, raw, x2, xs, part_out, f16, threads)
+        else:
+            kernel(raw, x2, xs, part_out, 0, raw.shape[0], f16)
+    if outs[0] is not out:
+        for part_out, off in zip(outs, w.offsets, strict=False):
+            out[:, off : off + part_out.shape[1]] = part_out
+    return out
 
 
 def _fused(kernel, f16, x2, w, out):

@@ -127,6 +127,16 @@ def _pool():
         return _state["pool"]
 
 
+def share_count(rows, elements_per_row, align=1, blas_free=False):
+    """How many threads may share work of `rows` rows of `elements_per_row` elements (ranges
+    aligned to `align`): up to workers(blas_free), one per MIN_PARALLEL_ELEMENTS, and 1
+    inside a pool thread (no nested sharing)."""
+    n = workers(blas_free)
+    if n <= 1 or getattr(_in_worker, "active", False):
+        return 1
+    return max(1, min(n, rows * elements_per_row // MIN_PARALLEL_ELEMENTS, ceil_div(rows, align)))
+
+
 def run_rows(fn, rows, elements_per_row, align=1, blas_free=False, pieces=None):
     """Call fn(start, stop) over [0, rows) in contiguous ranges, shared by the caller and up
     to `workers() - 1` pool threads when the work is large enough. Range ends are
@@ -144,11 +154,7 @@ def run_rows(fn, rows, elements_per_row, align=1, blas_free=False, pieces=None):
     threads; on some hosts (a VM whose idle vCPUs halt) each wake-up takes 0.1-0.3 ms, and a
     decode step's sub-millisecond kernels then ran slower on two threads than on one
     (SmolLM2-135M Q4_1: 107 ms a step against 73)."""
-    n = workers(blas_free)
-    if n > 1 and not getattr(_in_worker, "active", False):
-        n = min(n, rows * elements_per_row // MIN_PARALLEL_ELEMENTS, ceil_div(rows, align))
-    else:
-        n = 1
+    n = share_count(rows, elements_per_row, align, blas_free)
     if n <= 1:
         fn(0, rows)
         return
