@@ -114,15 +114,27 @@ def qmatmul_rows(x2, w, out, *, path="auto", chunk_rows=None, chunk_bytes=None):
     return _dequantize_gemm(x2, w, out, chunk_rows, pair[1], kernels[1])
 
 
-def _fused_spread(par, kernel, wide, f16, x2, w, out):
-    """The fused kernel over the cores on numba's threads (array_qkernels_parallel): one
-    call per weight, or per part of a row stack, each into a C-contiguous output."""
+def _sums_and_rows(x2, w):
+    """(xs, raw, parts): x's per-16 sums (the kernels' min and offset terms), and either
+    the weight's raw rows as one (N, bytes) view (parts None) or, for a row stack whose
+    parts lie apart (io.quant.StackedQTensor), raw None and its parts. A stack whose parts
+    are one run of bytes (models.gguf_llama.AdjacentStack) runs as that one view: its
+    parts' even row counts keep every row's pair."""
     n_out, n_in = w.shape
     xs = x2.reshape(x2.shape[0], n_in // 16, 16).sum(-1, dtype=np.float32)
     joined = getattr(w, "joined", None)
     parts = getattr(w, "parts", None) if joined is None else None
+    if parts is not None:
+        return xs, None, parts
+    return xs, (w if joined is None else joined).raw.reshape(n_out, -1), None
+
+
+def _fused_spread(par, kernel, wide, f16, x2, w, out):
+    """The fused kernel over the cores on numba's threads (array_qkernels_parallel): one
+    call per weight, or per part of a row stack, each into a C-contiguous output."""
+    n_in = w.shape[1]
+    xs, raw, parts = _sums_and_rows(x2, w)
     if parts is None:
-        raw = (w if joined is None else joined).raw.reshape(n_out, -1)
         parts, outs = [raw], [out]
     else:
         parts = [p.raw.reshape(p.shape[0], -1) for p in parts]
@@ -141,13 +153,8 @@ def _fused_spread(par, kernel, wide, f16, x2, w, out):
 
 def _fused(kernel, f16, x2, w, out):
     n_out, n_in = w.shape
-    xs = x2.reshape(x2.shape[0], n_in // 16, 16).sum(-1, dtype=np.float32)
-    # A stack whose parts are one run of bytes (models.gguf_llama.AdjacentStack) runs as
-    # that one view: its parts' even row counts keep every row's pair.
-    joined = getattr(w, "joined", None)
-    parts = getattr(w, "parts", None) if joined is None else None
+    xs, raw, parts = _sums_and_rows(x2, w)
     if parts is None:
-        raw = (w if joined is None else joined).raw.reshape(n_out, -1)
         # The kernels release the GIL: ranges of weight rows run on row_parallel's threads.
         run_rows(
             lambda r0, r1: kernel(raw, x2, xs, out, r0, r1, f16),
