@@ -28,6 +28,11 @@ from . import array_qkernels as k
 
 _PAR = {"parallel": True, "nogil": True, "cache": True}
 
+# The ten wrappers are written out, not made by a factory or given the kernel as an
+# argument: numba's cache files are named by a function's qualified name, which functions
+# made by one factory share; and a kernel passed as a first-class function gave other bits
+# than the same kernel called directly (Q4_1, 3072 x 576), which the tests forbid.
+
 
 @numba.njit(inline="always", nogil=True, cache=True)
 def _span(c, chunks, rows):

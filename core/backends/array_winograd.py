@@ -2,8 +2,9 @@
 output tile and input channel instead of 36.
 
 Each 4x4 input tile d (stride 2, overlapping by 2) becomes V = B^T d B, each 3x3 kernel
-g becomes U = G g G^T (4x4, at every call: the backend is handed the weights each time), the 16 positions of the tile multiply as 16 GEMMs
-M[k] = U[k] (O, C) @ V[k] (C, tiles), and each tile's 2x2 outputs are A^T M A. B, G and
+g becomes U = G g G^T (4x4; at every call, since the backend is handed the weights each
+time), the 16 positions of the tile multiply as 16 GEMMs M[k] = U[k] (O, C) @ V[k]
+(C, tiles), and each tile's 2x2 outputs are A^T M A. B, G and
 A hold only 0, +-1 and 1/2, so the transforms are adds and subtracts, one numba pass over
 a band's tiles each (array_winograd_jit; numpy's passes over stride-2 views cost more
 than the GEMMs saved). So it runs only where array_conv already uses numba, for the
