@@ -559,3 +559,103 @@ def decode_q6_k(raw, out, r0, r1, f16):
                     lo = (np.int32(row[o + half * 64 + k0 + t]) >> (4 * nib)) & 15
                     hi = (np.int32(row[o + 128 + half * 32 + j0 + t]) >> (2 * f)) & 3
                     w[k + g * 16 + t] = dl * _f32((lo | (hi << 4)) - 32)
+
+
+# --- every dot kernel over the cores: array_qkernels_parallel launches these -----------------
+# spread_<type>(raw, x, xs, out, rows, f16, chunks) splits the weight's rows into `chunks`
+# spans of whole row pairs, one per iteration of numba's parallel loop, each running the
+# type's kernel: a row's bits are the same on any number of spans.
+#
+# They live here, beside the kernels, because numba's cache checks only the source file of
+# the function it compiled: a wrapper cached in another file kept the kernels it had
+# inlined after this file changed (stale code, other bits). The ten are written out, not
+# made by a factory: cache files are named by a function's qualified name, which functions
+# made by one factory share.
+_PAR = {"parallel": True, "nogil": True, "cache": True}
+
+
+@numba.njit(inline="always", nogil=True, cache=True)
+def _span(c, chunks, rows):
+    step = ((rows + chunks - 1) // chunks + 1) // 2 * 2  # even: row pairs stay whole
+    a = c * step
+    return a, min(a + step, rows)
+
+
+@numba.njit(**_PAR)
+def spread_q4_0(raw, x, xs, out, rows, f16, chunks):
+    for c in numba.prange(chunks):
+        a, b = _span(c, chunks, rows)
+        if a < b:
+            dot_q4_0(raw, x, xs, out, a, b, f16)
+
+
+@numba.njit(**_PAR)
+def spread_q4_1(raw, x, xs, out, rows, f16, chunks):
+    for c in numba.prange(chunks):
+        a, b = _span(c, chunks, rows)
+        if a < b:
+            dot_q4_1(raw, x, xs, out, a, b, f16)
+
+
+@numba.njit(**_PAR)
+def spread_q5_0(raw, x, xs, out, rows, f16, chunks):
+    for c in numba.prange(chunks):
+        a, b = _span(c, chunks, rows)
+        if a < b:
+            dot_q5_0(raw, x, xs, out, a, b, f16)
+
+
+@numba.njit(**_PAR)
+def spread_q5_1(raw, x, xs, out, rows, f16, chunks):
+    for c in numba.prange(chunks):
+        a, b = _span(c, chunks, rows)
+        if a < b:
+            dot_q5_1(raw, x, xs, out, a, b, f16)
+
+
+@numba.njit(**_PAR)
+def spread_q8_0(raw, x, xs, out, rows, f16, chunks):
+    for c in numba.prange(chunks):
+        a, b = _span(c, chunks, rows)
+        if a < b:
+            dot_q8_0(raw, x, xs, out, a, b, f16)
+
+
+@numba.njit(**_PAR)
+def spread_q2_k(raw, x, xs, out, rows, f16, chunks):
+    for c in numba.prange(chunks):
+        a, b = _span(c, chunks, rows)
+        if a < b:
+            dot_q2_k(raw, x, xs, out, a, b, f16)
+
+
+@numba.njit(**_PAR)
+def spread_q3_k(raw, x, xs, out, rows, f16, chunks):
+    for c in numba.prange(chunks):
+        a, b = _span(c, chunks, rows)
+        if a < b:
+            dot_q3_k(raw, x, xs, out, a, b, f16)
+
+
+@numba.njit(**_PAR)
+def spread_q4_k(raw, x, xs, out, rows, f16, chunks):
+    for c in numba.prange(chunks):
+        a, b = _span(c, chunks, rows)
+        if a < b:
+            dot_q4_k(raw, x, xs, out, a, b, f16)
+
+
+@numba.njit(**_PAR)
+def spread_q5_k(raw, x, xs, out, rows, f16, chunks):
+    for c in numba.prange(chunks):
+        a, b = _span(c, chunks, rows)
+        if a < b:
+            dot_q5_k(raw, x, xs, out, a, b, f16)
+
+
+@numba.njit(**_PAR)
+def spread_q6_k(raw, x, xs, out, rows, f16, chunks):
+    for c in numba.prange(chunks):
+        a, b = _span(c, chunks, rows)
+        if a < b:
+            dot_q6_k(raw, x, xs, out, a, b, f16)

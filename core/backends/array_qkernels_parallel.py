@@ -11,114 +11,22 @@ GIL. On its OpenMP layer the threads also spin a while between loops, so none ha
 woken. There the same kernels split in two in half the time, from 0.05 ms up: 3072 x 576
 went from 0.276 to 0.143 ms, and 576 x 576 from 0.053 to 0.028 ms.
 
-Each wrapper below splits its weight rows into `chunks` spans of an even number of rows and
-runs its type's kernel on each span. The kernels take rows in pairs from the span's start,
+Each wrapper (array_qkernels.spread_<type>, kept beside the kernels it inlines; see there)
+splits its weight rows into `chunks` spans of an even number of rows and runs its type's
+kernel on each span. The kernels take rows in pairs from the span's start,
 so every row keeps its pair, and a result's bits do not depend on the chunk count.
 `usable()` says whether numba's threading layer is safe to launch from several Python
 threads (OpenMP or TBB). numba's fallback, workqueue, aborts the process on concurrent
 launches, so array_qmatmul keeps row_parallel there.
 """
 
+import os
 import threading
 
 import numba
 import numpy as np
 
-from . import array_qkernels as k
-
 _PAR = {"parallel": True, "nogil": True, "cache": True}
-
-# The ten wrappers are written out, not made by a factory or given the kernel as an
-# argument: numba's cache files are named by a function's qualified name, which functions
-# made by one factory share; and a kernel passed as a first-class function gave other bits
-# than the same kernel called directly (Q4_1, 3072 x 576), which the tests forbid.
-
-
-@numba.njit(inline="always", nogil=True, cache=True)
-def _span(c, chunks, rows):
-    step = ((rows + chunks - 1) // chunks + 1) // 2 * 2  # even: row pairs stay whole
-    a = c * step
-    return a, min(a + step, rows)
-
-
-@numba.njit(**_PAR)
-def dot_q4_0(raw, x, xs, out, rows, f16, chunks):
-    for c in numba.prange(chunks):
-        a, b = _span(c, chunks, rows)
-        if a < b:
-            k.dot_q4_0(raw, x, xs, out, a, b, f16)
-
-
-@numba.njit(**_PAR)
-def dot_q4_1(raw, x, xs, out, rows, f16, chunks):
-    for c in numba.prange(chunks):
-        a, b = _span(c, chunks, rows)
-        if a < b:
-            k.dot_q4_1(raw, x, xs, out, a, b, f16)
-
-
-@numba.njit(**_PAR)
-def dot_q5_0(raw, x, xs, out, rows, f16, chunks):
-    for c in numba.prange(chunks):
-        a, b = _span(c, chunks, rows)
-        if a < b:
-            k.dot_q5_0(raw, x, xs, out, a, b, f16)
-
-
-@numba.njit(**_PAR)
-def dot_q5_1(raw, x, xs, out, rows, f16, chunks):
-    for c in numba.prange(chunks):
-        a, b = _span(c, chunks, rows)
-        if a < b:
-            k.dot_q5_1(raw, x, xs, out, a, b, f16)
-
-
-@numba.njit(**_PAR)
-def dot_q8_0(raw, x, xs, out, rows, f16, chunks):
-    for c in numba.prange(chunks):
-        a, b = _span(c, chunks, rows)
-        if a < b:
-            k.dot_q8_0(raw, x, xs, out, a, b, f16)
-
-
-@numba.njit(**_PAR)
-def dot_q2_k(raw, x, xs, out, rows, f16, chunks):
-    for c in numba.prange(chunks):
-        a, b = _span(c, chunks, rows)
-        if a < b:
-            k.dot_q2_k(raw, x, xs, out, a, b, f16)
-
-
-@numba.njit(**_PAR)
-def dot_q3_k(raw, x, xs, out, rows, f16, chunks):
-    for c in numba.prange(chunks):
-        a, b = _span(c, chunks, rows)
-        if a < b:
-            k.dot_q3_k(raw, x, xs, out, a, b, f16)
-
-
-@numba.njit(**_PAR)
-def dot_q4_k(raw, x, xs, out, rows, f16, chunks):
-    for c in numba.prange(chunks):
-        a, b = _span(c, chunks, rows)
-        if a < b:
-            k.dot_q4_k(raw, x, xs, out, a, b, f16)
-
-
-@numba.njit(**_PAR)
-def dot_q5_k(raw, x, xs, out, rows, f16, chunks):
-    for c in numba.prange(chunks):
-        a, b = _span(c, chunks, rows)
-        if a < b:
-            k.dot_q5_k(raw, x, xs, out, a, b, f16)
-
-
-@numba.njit(**_PAR)
-def dot_q6_k(raw, x, xs, out, rows, f16, chunks):
-    for c in numba.prange(chunks):
-        a, b = _span(c, chunks, rows)
-        if a < b:
-            k.dot_q6_k(raw, x, xs, out, a, b, f16)
 
 
 @numba.njit(**_PAR)
@@ -146,8 +54,20 @@ def usable():
     return _layer["ok"]
 
 
+def _after_fork_in_child():
+    # GNU OpenMP ends a forked child at its first parallel launch once the parent has run
+    # one ("Terminating: fork() called from a process already using GNU OpenMP, this is
+    # unsafe."), and numba's other layers are no safer across fork: the child runs the
+    # same kernels on row_parallel's pool (the same bits: rows keep their pairs).
+    _layer["ok"] = False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def run(kernel, raw, x, xs, out, f16, threads):
-    """kernel (one of the wrappers above) over all of raw's rows on `threads` threads."""
+    """kernel (an array_qkernels.spread_<type>) over all of raw's rows on `threads` threads."""
     threads = min(threads, numba.config.NUMBA_NUM_THREADS)
     if numba.get_num_threads() != threads:
         numba.set_num_threads(threads)  # this Python thread's setting (numba's is per thread)

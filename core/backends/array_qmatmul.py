@@ -65,7 +65,7 @@ def _load_kernels():
     spread = par if par.usable() else None
     kernels = {}
     for t, n in names.items():
-        wide = None if spread is None else getattr(par, "dot_" + n)
+        wide = None if spread is None else getattr(k, "spread_" + n)
         kernels[t] = (getattr(k, "dot_" + n), getattr(k, "decode_" + n), wide)
     return kernels, k.F16, spread
 
@@ -108,7 +108,7 @@ def qmatmul_rows(x2, w, out, *, path="auto", chunk_rows=None, chunk_bytes=None):
     if pair is None:
         return _dequantize_gemm(x2, w, out, chunk_rows, None, None)
     if path == "fused" or (path == "auto" and x2.shape[0] <= FUSED_MAX_ROWS):
-        if pair[2] is not None:
+        if pair[2] is not None and kernels[2].usable():  # not in a forked child
             return _fused_spread(kernels[2], pair[0], pair[2], kernels[1], x2, w, out)
         return _fused(pair[0], kernels[1], x2, w, out)
     return _dequantize_gemm(x2, w, out, chunk_rows, pair[1], kernels[1])
