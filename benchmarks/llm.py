@@ -23,6 +23,7 @@ torch" columns are then ratios to torch CUDA); --layers N shrinks the random mod
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -158,7 +159,8 @@ def _save_f32(model, hf_dir):
 
 # Set in llama.cpp's worker: its model loaded without extra buffer types. On an Intel host
 # with AMX (a Sapphire Rapids KVM guest here) llama.cpp 0.3.36 built natively crashed in
-# ggml_backend_amx_mul_mat (SIGSEGV, SmolLM2 Q4_1); such a run is redone this way.
+# ggml_backend_amx_mul_mat (SIGSEGV, SmolLM2 Q4_1 and Gemma 3 Q4_K_M); a run that dies of
+# SIGSEGV is redone this way, whatever its last log line was.
 NO_EXTRA_BUFFERS = "EMBER_BENCH_LLAMACPP_NO_EXTRA_BUFTS"
 
 
@@ -289,7 +291,8 @@ def spawn(args, timeout, threads=None, extra_env=None):
         return {"error": f"timed out after {timeout} s"}
     if out.returncode != 0:
         tail = out.stderr.strip().splitlines()
-        return {"error": tail[-1] if tail else f"exit status {out.returncode}"}
+        why = f"exit status {out.returncode}"
+        return {"error": f"{why}: {tail[-1]}" if tail else why, "returncode": out.returncode}
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -380,7 +383,7 @@ def measure(args, work):
         for _title, engines, _base, _f32, _size in sections:
             for _name, a, env, results in engines:
                 r = spawn(a, args.timeout, args.threads, env)
-                if a[0] == "llamacpp" and r.get("error") == "exit status -11":
+                if a[0] == "llamacpp" and r.get("returncode") == -signal.SIGSEGV:
                     r = spawn(a, args.timeout, args.threads, {**(env or {}), NO_EXTRA_BUFFERS: "1"})
                 if args.json_progress:
                     progress = {"section": _title, "engine": _name, "result": r}
