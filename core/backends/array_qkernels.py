@@ -259,43 +259,74 @@ def dot_q8_0(raw, x, xs, out, r0, r1, f16):
 
 # --- K-quants (256 weights per super-block) ---------------------------------------------------
 @numba.njit(inline="always", **_JIT)
-def _q2_lanes(acc, n, row, o, g, dl, xi, k):
-    """acc[n] += dl * (q * x) over group g (16 weights) of the Q2_K block at o: weight
-    half*128 + f*32 + j is field f of byte half*32 + j."""
-    half, f, j0 = g // 8, (g // 2) % 4, (g % 2) * 16
-    q = o + 16 + half * 32 + j0
-    for t in range(16):
-        acc[n, t] += dl * (_f32((np.int32(row[q + t]) >> (2 * f)) & 3) * xi[k + g * 16 + t])
+def _fields2(f):
+    """A byte's four 2-bit fields (bits 0-1, 2-3, 4-5, 6-7) from the byte as f32, in f32
+    arithmetic (see the nibble split above)."""
+    t3 = np.floor(f * _f32(1.0 / 64.0))
+    f = f - _f32(64.0) * t3
+    t2 = _hi_nibble(f)
+    f = f - _f32(16.0) * t2
+    t1 = np.floor(f * _f32(0.25))
+    return f - _f32(4.0) * t1, t1, t2, t3
+
+
+@numba.njit(inline="always", **_JIT)
+def _bits4(f):
+    """The four bits of f in 0..15 (as f32), lowest first."""
+    b3 = np.floor(f * _f32(0.125))
+    f = f - _f32(8.0) * b3
+    b2 = np.floor(f * _f32(0.25))
+    f = f - _f32(4.0) * b2
+    b1 = np.floor(f * _f32(0.5))
+    return f - _f32(2.0) * b1, b1, b2, b3
+
+
+# Q2_K, Q3_K and Q6_K go one row at a time (with two, a loop iteration held too many
+# values: Q6_K 0.36 against 0.32 ms, 2048 x 768, without the rows' min terms). A 128-weight
+# half of a block goes in two runs of 16 lanes (s): lane u takes weights
+# half*128 + 32f + 16s + u, f = 0..3, of the 16-weight groups half*8 + 2f + s.
 
 
 @numba.njit(**_JIT)
 def dot_q2_k(raw, x, xs, out, r0, r1, f16):
+    # weight half*128 + 32f + j is field f of qs byte half*32 + j; group g's scale byte
+    # holds d's multiplier (low nibble) and dmin's (high): the values are dl * q - ml
     nb = raw.shape[1] // 84
-    acc = np.zeros((2, 16), np.float32)
+    acc = np.zeros(16, np.float32)
     for i in range(x.shape[0]):
         xi = x[i]
-        for r in range(r0, r1, 2):
-            _prefetch_rows(raw, r, 2, r0, r1)
-            ra, rb = raw[r], raw[min(r + 1, r1 - 1)]
+        for r in range(r0, r1):
+            _prefetch_rows(raw, r, 1, r0, r1)
+            row = raw[r]
             acc[:] = 0
-            ma = mb = _f32(0.0)
+            m = _f32(0.0)
             for b in range(nb):
                 o, k = b * 84, b * 256
-                da, db = _h(ra, o + 80, f16), _h(rb, o + 80, f16)
-                ma_, mb_ = _h(ra, o + 82, f16), _h(rb, o + 82, f16)
+                d, dmin = _h(row, o + 80, f16), _h(row, o + 82, f16)
                 for g in range(16):
-                    sa, sb = np.int32(ra[o + g]), np.int32(rb[o + g])
-                    _q2_lanes(acc, 0, ra, o, g, da * _f32(sa & 15), xi, k)
-                    _q2_lanes(acc, 1, rb, o, g, db * _f32(sb & 15), xi, k)
-                    xg = xs[i, b * 16 + g]
-                    ma -= ma_ * _f32(sa >> 4) * xg
-                    mb -= mb_ * _f32(sb >> 4) * xg
-            _put(out, i, r, r1, acc, ma, mb)
+                    m -= dmin * _f32(np.int32(row[o + g]) >> 4) * xs[i, b * 16 + g]
+                for half in range(2):
+                    for s in range(2):
+                        gs = o + half * 8 + s
+                        s0 = d * _f32(np.int32(row[gs]) & 15)
+                        s1 = d * _f32(np.int32(row[gs + 2]) & 15)
+                        s2 = d * _f32(np.int32(row[gs + 4]) & 15)
+                        s3 = d * _f32(np.int32(row[gs + 6]) & 15)
+                        q, kx = o + 16 + half * 32 + 16 * s, k + half * 128 + 16 * s
+                        for u in range(16):
+                            t0, t1, t2, t3 = _fields2(_f32(row[_u(q + u)]))
+                            acc[u] += (
+                                s0 * (t0 * xi[_u(kx + u)])
+                                + s1 * (t1 * xi[_u(kx + 32 + u)])
+                                + s2 * (t2 * xi[_u(kx + 64 + u)])
+                                + s3 * (t3 * xi[_u(kx + 96 + u)])
+                            )
+            out[i, r] = acc.sum() + m
 
 
 @numba.njit(inline="always", **_JIT)
 def _q3_scale(row, o, g):
-    """Q3_K's 6-bit signed scale of group g (bytes o+96 .. o+107)."""
+    """Q3_K's 6-bit signed scale of group g (bytes o+96 .. o+107), for the row decoder."""
     s = o + 96
     lo = (np.int64(row[s + g]) & 15) if g < 8 else (np.int64(row[s + g - 8]) >> 4)
     hi = (np.int64(row[s + 8 + g % 4]) >> (2 * (g // 4))) & 3
@@ -303,36 +334,59 @@ def _q3_scale(row, o, g):
 
 
 @numba.njit(inline="always", **_JIT)
-def _q3_lanes(acc, n, row, o, g, dl, xi, k):
-    """acc[n] += dl * (q * x) over group g of the Q3_K block at o: weight kk*32 + j
-    (kk = half*4 + f) has its low 2 bits in field f of byte half*32 + j and its high bit
-    (set: +4) in bit kk of hmask byte j; values are -4..3."""
-    kk, j0 = g // 2, (g % 2) * 16
-    half, f = kk // 4, kk % 4
-    for t in range(16):
-        j = j0 + t
-        lo = (np.int32(row[o + 32 + half * 32 + j]) >> (2 * f)) & 3
-        hb = (np.int32(row[o + j]) >> kk) & 1
-        acc[n, t] += dl * (_f32(lo + 4 * hb - 4) * xi[k + g * 16 + t])
+def _q3_block_scales(row, o, d, sc):
+    """sc[g] = d * group g's 6-bit signed scale, for the Q3_K block at o (12 bytes at
+    o + 96: group g's low 4 bits are byte g's low nibble, or byte g - 8's high one from
+    g = 8; its high 2 bits are field g // 4 of byte 8 + g % 4). In two loops of 8, with
+    no branch: one per group cost more than the block's lanes."""
+    s = o + 96
+    for g in range(8):
+        hi = (np.int32(row[s + 8 + g % 4]) >> (2 * (g // 4))) & 3
+        sc[g] = d * _f32(((np.int32(row[s + g]) & 15) | (hi << 4)) - 32)
+    for g in range(8, 16):
+        hi = (np.int32(row[s + 8 + g % 4]) >> (2 * (g // 4))) & 3
+        sc[g] = d * _f32(((np.int32(row[s + g - 8]) >> 4) | (hi << 4)) - 32)
 
 
 @numba.njit(**_JIT)
 def dot_q3_k(raw, x, xs, out, r0, r1, f16):
+    # weight half*128 + 32f + j has its low 2 bits in field f of qs byte half*32 + j and
+    # its high bit (+4) in bit half*4 + f of hmask byte j; the values are q - 4, whose -4
+    # is -4 * scale * sum(x over the group), from xs
     nb = raw.shape[1] // 110
-    acc = np.zeros((2, 16), np.float32)
+    acc = np.zeros(16, np.float32)
+    sc = np.zeros(16, np.float32)
     for i in range(x.shape[0]):
         xi = x[i]
-        for r in range(r0, r1, 2):
-            _prefetch_rows(raw, r, 2, r0, r1)
-            ra, rb = raw[r], raw[min(r + 1, r1 - 1)]
+        for r in range(r0, r1):
+            _prefetch_rows(raw, r, 1, r0, r1)
+            row = raw[r]
             acc[:] = 0
+            m = _f32(0.0)
             for b in range(nb):
                 o, k = b * 110, b * 256
-                da, db = _h(ra, o + 108, f16), _h(rb, o + 108, f16)
+                d = _h(row, o + 108, f16)
+                _q3_block_scales(row, o, d, sc)
                 for g in range(16):
-                    _q3_lanes(acc, 0, ra, o, g, da * _f32(_q3_scale(ra, o, g)), xi, k)
-                    _q3_lanes(acc, 1, rb, o, g, db * _f32(_q3_scale(rb, o, g)), xi, k)
-            _put(out, i, r, r1, acc, _f32(0.0), _f32(0.0))
+                    m -= _f32(4.0) * sc[g] * xs[i, b * 16 + g]
+                for half in range(2):
+                    shift = _f32(1.0) / _f32(1 << (4 * half))  # hmask bits half*4 ..
+                    for s in range(2):
+                        g0 = half * 8 + s
+                        s0, s1, s2, s3 = sc[g0], sc[g0 + 2], sc[g0 + 4], sc[g0 + 6]
+                        q, kx = o + 32 + half * 32 + 16 * s, k + half * 128 + 16 * s
+                        hm = o + 16 * s
+                        for u in range(16):
+                            t0, t1, t2, t3 = _fields2(_f32(row[_u(q + u)]))
+                            h = np.floor(_f32(row[_u(hm + u)]) * shift)
+                            h0, h1, h2, h3 = _bits4(h - _f32(16.0) * _hi_nibble(h))
+                            acc[u] += (
+                                s0 * ((t0 + _f32(4.0) * h0) * xi[_u(kx + u)])
+                                + s1 * ((t1 + _f32(4.0) * h1) * xi[_u(kx + 32 + u)])
+                                + s2 * ((t2 + _f32(4.0) * h2) * xi[_u(kx + 64 + u)])
+                                + s3 * ((t3 + _f32(4.0) * h3) * xi[_u(kx + 96 + u)])
+                            )
+            out[i, r] = acc.sum() + m
 
 
 @numba.njit(inline="always", **_JIT)
@@ -457,14 +511,9 @@ def _q6_quad(row, ql, qh, u):
     and qh byte qh + u: weights u, 32 + u, 64 + u and 96 + u of a 128-weight half, whose
     low 4 bits are those bytes' low, low, high, high nibbles and whose high 2 bits are the
     qh byte's fields 0..3. In f32 arithmetic (see the nibble split above)."""
-    a, b, h = _f32(row[_u(ql + u)]), _f32(row[_u(ql + 32 + u)]), _f32(row[_u(qh + u)])
+    a, b = _f32(row[_u(ql + u)]), _f32(row[_u(ql + 32 + u)])
     ah, bh = _hi_nibble(a), _hi_nibble(b)
-    h3 = np.floor(h * _f32(1.0 / 64.0))
-    h = h - _f32(64.0) * h3
-    h2 = _hi_nibble(h)
-    h = h - _f32(16.0) * h2
-    h1 = np.floor(h * _f32(0.25))
-    h0 = h - _f32(4.0) * h1
+    h0, h1, h2, h3 = _fields2(_f32(row[_u(qh + u)]))
     return (
         a - _f32(16.0) * ah + _f32(16.0) * h0,
         b - _f32(16.0) * bh + _f32(16.0) * h1,
@@ -475,10 +524,8 @@ def _q6_quad(row, ql, qh, u):
 
 @numba.njit(**_JIT)
 def dot_q6_k(raw, x, xs, out, r0, r1, f16):
-    # One row at a time: with two rows a loop iteration held too many values (0.36 against
-    # 0.32 ms, 2048 x 768, without the rows' min terms). A 128-weight half goes in two runs
-    # of 16 lanes (s): lane u takes weights 16s + u + 32f, f = 0..3, of scale groups
-    # 2f + s. The -32 of every value is -32 * scale * sum(x over the group), from xs.
+    # one row at a time, as dot_q2_k; the -32 of every value is
+    # -32 * scale * sum(x over the group), from xs
     nb = raw.shape[1] // 210
     sc = raw.view(np.int8)
     acc = np.zeros(16, np.float32)
