@@ -41,12 +41,22 @@ def _contiguous(shape):
 
 
 class Layout:
-    __slots__ = ("shape", "strides", "offset")
+    # _contig and _numel: is_contiguous() and numel, worked out on first use (a decode step
+    # asks each of its ~1000 Layouts several times); Layouts are values, never changed
+    __slots__ = ("shape", "strides", "offset", "_contig", "_numel")
+    _contig: bool | None
+    _numel: int | None
 
     def __init__(self, shape, strides=None, offset=0):
         self.shape = _ints(shape)
-        self.strides = _contiguous(self.shape) if strides is None else _ints(strides)
+        if strides is None:
+            self.strides = _contiguous(self.shape)
+            self._contig = True
+        else:
+            self.strides = _ints(strides)
+            self._contig = None
         self.offset = int(offset)
+        self._numel = None
 
     def __repr__(self):
         return f"Layout(shape={self.shape}, strides={self.strides}, offset={self.offset})"
@@ -64,10 +74,18 @@ class Layout:
 
     @property
     def numel(self):
-        return numel(self.shape)
+        n = self._numel
+        if n is None:
+            n = self._numel = numel(self.shape)
+        return n
 
     def is_contiguous(self):
         """Row-major with no gaps (dims of size 1 may have any stride)."""
+        if self._contig is None:
+            self._contig = self._row_major()
+        return self._contig
+
+    def _row_major(self):
         expected = 1
         for d, s in zip(reversed(self.shape), reversed(self.strides), strict=True):
             if d != 1 and s != expected:
@@ -163,7 +181,9 @@ class Layout:
         return Layout([self.shape[i] for i in keep], [self.strides[i] for i in keep], self.offset)
 
     def broadcast_to(self, shape, op="broadcast_to"):
-        shape = tuple(int(d) for d in shape)
+        shape = _ints(shape)
+        if shape == self.shape:  # nothing to broadcast (most calls): Layouts are values
+            return self
         extra = len(shape) - self.ndim
         if extra < 0:
             raise ShapeMismatch(
