@@ -288,6 +288,18 @@ def _bits4(f):
 # half*128 + 32f + 16s + u, f = 0..3, of the 16-weight groups half*8 + 2f + s.
 
 
+@numba.njit(inline="always", **_JIT)
+def _quad_lane(acc, u, xi, kx, s0, s1, s2, s3, q0, q1, q2, q3):
+    """Lane u of a 128-weight half (see above): its four values times their x (32 apart
+    from kx + u) and their groups' scales."""
+    acc[u] += (
+        s0 * (q0 * xi[_u(kx + u)])
+        + s1 * (q1 * xi[_u(kx + 32 + u)])
+        + s2 * (q2 * xi[_u(kx + 64 + u)])
+        + s3 * (q3 * xi[_u(kx + 96 + u)])
+    )
+
+
 @numba.njit(**_JIT)
 def dot_q2_k(raw, x, xs, out, r0, r1, f16):
     # weight half*128 + 32f + j is field f of qs byte half*32 + j; group g's scale byte
@@ -316,12 +328,7 @@ def dot_q2_k(raw, x, xs, out, r0, r1, f16):
                         q, kx = o + 16 + half * 32 + 16 * s, k + half * 128 + 16 * s
                         for u in range(16):
                             t0, t1, t2, t3 = _fields2(_f32(row[_u(q + u)]))
-                            acc[u] += (
-                                s0 * (t0 * xi[_u(kx + u)])
-                                + s1 * (t1 * xi[_u(kx + 32 + u)])
-                                + s2 * (t2 * xi[_u(kx + 64 + u)])
-                                + s3 * (t3 * xi[_u(kx + 96 + u)])
-                            )
+                            _quad_lane(acc, u, xi, kx, s0, s1, s2, s3, t0, t1, t2, t3)
             out[i, r] = acc.sum() + m
 
 
@@ -381,11 +388,20 @@ def dot_q3_k(raw, x, xs, out, r0, r1, f16):
                             t0, t1, t2, t3 = _fields2(_f32(row[_u(q + u)]))
                             h = np.floor(_f32(row[_u(hm + u)]) * shift)
                             h0, h1, h2, h3 = _bits4(h - _f32(16.0) * _hi_nibble(h))
-                            acc[u] += (
-                                s0 * ((t0 + _f32(4.0) * h0) * xi[_u(kx + u)])
-                                + s1 * ((t1 + _f32(4.0) * h1) * xi[_u(kx + 32 + u)])
-                                + s2 * ((t2 + _f32(4.0) * h2) * xi[_u(kx + 64 + u)])
-                                + s3 * ((t3 + _f32(4.0) * h3) * xi[_u(kx + 96 + u)])
+                            four = _f32(4.0)
+                            _quad_lane(
+                                acc,
+                                u,
+                                xi,
+                                kx,
+                                s0,
+                                s1,
+                                s2,
+                                s3,
+                                t0 + four * h0,
+                                t1 + four * h1,
+                                t2 + four * h2,
+                                t3 + four * h3,
                             )
             out[i, r] = acc.sum() + m
 
@@ -551,12 +567,7 @@ def dot_q6_k(raw, x, xs, out, r0, r1, f16):
                         kx = k + half * 128 + 16 * s
                         for u in range(16):
                             p0, p1, p2, p3 = _q6_quad(row, ql, qh, u)
-                            acc[u] += (
-                                s0 * (p0 * xi[_u(kx + u)])
-                                + s1 * (p1 * xi[_u(kx + 32 + u)])
-                                + s2 * (p2 * xi[_u(kx + 64 + u)])
-                                + s3 * (p3 * xi[_u(kx + 96 + u)])
-                            )
+                            _quad_lane(acc, u, xi, kx, s0, s1, s2, s3, p0, p1, p2, p3)
             out[i, r] = acc.sum() + m
 
 
