@@ -57,8 +57,9 @@ def usable():
 def _after_fork_in_child():
     # GNU OpenMP ends a forked child at its first parallel launch once the parent has run
     # one ("Terminating: fork() called from a process already using GNU OpenMP, this is
-    # unsafe."), and numba's other layers are no safer across fork: the child runs the
-    # same kernels on row_parallel's pool (the same bits: rows keep their pairs).
+    # unsafe."). A child keeps off numba's threads whatever the layer (TBB's behaviour
+    # across fork was not tried here): it runs the same kernels on row_parallel's pool,
+    # with the same bits (rows keep their pairs).
     _layer["ok"] = False
 
 
