@@ -15,6 +15,12 @@ on random blocks, for:
   f32 dense BLAS            the dequantized weight (5.5x the file for Q4_1): the bar
 
 Figures are ms per token and tokens/s of the matmuls alone; compare within one run.
+
+    python benchmarks/qmatmul_cpu.py --types [--rounds N]
+
+instead times each ggml type's fused kernel alone on one thread, on a 2048 x 768 weight of
+random blocks (x one row), in G weights/s, beside f32 BLAS (on its own threads) on the same
+weight dequantized and hot in the caches, as the quantized one is.
 """
 
 import argparse
@@ -115,12 +121,57 @@ def q8_kernel():
     return dot_q4_1_q8
 
 
+TYPES_SHAPE = (2048, 768)  # a multiple of every block size (256)
+
+
+def per_type(rounds):
+    """Each ggml type's fused kernel on one thread: G weights/s, and f32 BLAS beside it."""
+    from ember.backends import array_qkernels
+    from ember.io.quant import BLOCK_SIZES, GGMLType, QTensor
+    from test_gguf import random_blocks
+
+    rng = np.random.default_rng(0)
+    n, k = TYPES_SHAPE
+    x = rng.standard_normal((1, k)).astype(np.float32)
+    xs = x.reshape(1, -1, 16).sum(-1, dtype=np.float32)
+    out = np.empty((1, n), np.float32)
+    print(f"fused kernels, one thread, {n} x {k}, load {os.getloadavg()[0]:.2f}")
+    for t in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"):
+        gt = GGMLType[t]
+        w = QTensor(random_blocks(rng, gt, n * k // BLOCK_SIZES[gt][0]).reshape(-1), gt, (n, k))
+        raw = w.raw.reshape(n, -1)
+        kernel = getattr(array_qkernels, "dot_" + t.lower())
+        dense = w.dequantize()
+
+        def fused(kernel=kernel, raw=raw):
+            for _ in range(20):
+                kernel(raw, x, xs, out, 0, n, array_qkernels.F16)
+
+        def blas(dense=dense):
+            for _ in range(20):
+                np.matmul(x, dense.T, out=out)
+
+        fused()
+        tf, tb = time_it(fused, rounds) / 20, time_it(blas, rounds) / 20
+        print(
+            f"  {t:5s} {tf * 1e3:7.3f} ms {n * k / tf / 1e9:6.2f} G weights/s   "
+            f"f32 BLAS, its threads {tb * 1e3:7.3f} ms"
+        )
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", choices=sorted(MODELS), default="smollm2")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--types", action="store_true", help="each type's fused kernel alone")
     args = ap.parse_args()
     from ember.backends import array_qmatmul as aq
+
+    if args.types:
+        if not aq.jit_available():
+            sys.exit("--types needs the numba kernels (pip install 'ember[jit]')")
+        per_type(args.rounds)
+        return
 
     rng = np.random.default_rng(0)
     ws = make_weights(args.model, rng)
