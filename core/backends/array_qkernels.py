@@ -42,7 +42,7 @@ def _h(row, o, f16):
 #
 # How LLVM is led to good vector code here, each measured (one thread, 2048 x 768):
 # - Both rows are updated in one loop over a block's lanes. The same update written as one
-#   helper call per row (two loops) ran 4-5x slower.
+#   helper call per row (two loops) ran 5-6x slower.
 # - A byte's nibbles are split in f32 arithmetic (f = byte, hi = floor(f / 16),
 #   lo = f - 16 hi: exact, the values are small integers). numba widens integer operations
 #   to 64 bits, and the int64 nibbles were converted to f32 8 lanes at a time, with many
