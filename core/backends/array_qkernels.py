@@ -36,7 +36,7 @@ def _h(row, o, f16):
 
 # --- fused dot products: one per type -------------------------------------------------------
 # Most kernels take two weight rows at a time (rows a and b share every load of
-# x) and keeps f32 accumulators per lane of a block (acc[row, lane]): a block adds
+# x) and keep f32 accumulators per lane of a block (acc[row, lane]): a block adds
 # d * (q * x) lane by lane, with no sum across lanes until the row ends. A block's min or
 # offset term is m * sum(x over the block), from xs.
 #
@@ -48,7 +48,8 @@ def _h(row, o, f16):
 #   to 64 bits, and the int64 nibbles were converted to f32 8 lanes at a time, with many
 #   more instructions (Q4_1 6.4 -> 9.6 G weights/s with this and the next point).
 # - Where a byte's two nibbles share a scale (Q4_0, Q4_1, Q5_0, Q5_1), one lane sums both
-#   products (lo * x_lo + hi * x_hi): half the accumulators to load and store.
+#   products (lo * x_lo + hi * x_hi): half the accumulators to load and store. Q8_0's
+#   bytes j and j + 16 share a lane the same way.
 # - Loop-invariant work leaves the lanes' loop: the K-quants' 6-bit scales are decoded once
 #   a block (_k_block_scales), Q5_0/Q5_1's fifth bits meet x through a table of sums
 #   (_bit_sums).
