@@ -42,12 +42,11 @@ of 12.0).
 """
 
 import itertools
-import os
-import threading
 
 from . import array_winograd
 from .array_fast import apply_over
 from .blas_threads import single_thread_below
+from .optional_jit import jit_module
 from .row_parallel import run_rows
 
 # Bytes of one band's column matrix: a few bands fit the 512 KiB L2 + shared L3 here.
@@ -61,23 +60,12 @@ WINOGRAD = True
 # the activations the numba epilogue takes (array_conv_jit.CODES has the others too, for
 # its own tests)
 JIT_ACTIVATIONS = ("silu", "sigmoid")
-_jit = {"module": None, "tried": False}
-_jit_lock = threading.Lock()
 
 
 def _epilogue_kernels():
     """array_conv_jit (numba's bias + activation pass), or None without numba or with
     EMBER_JIT=0: numpy's ufuncs then do the epilogue."""
-    if not _jit["tried"]:
-        with _jit_lock:
-            if not _jit["tried"] and os.environ.get("EMBER_JIT", "1") != "0":
-                try:
-                    from . import array_conv_jit as module
-                except ImportError:  # numba missing
-                    module = None
-                _jit["module"] = module
-            _jit["tried"] = True
-    return _jit["module"]
+    return jit_module("array_conv_jit")
 
 
 def _winograd_kernels():

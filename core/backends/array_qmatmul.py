@@ -19,12 +19,12 @@ matmul on the CPU" for the figures and the candidates that lost).
 """
 
 import itertools
-import os
 import threading
 
 import numpy as np
 
 from ..errors import UnsupportedDType
+from .optional_jit import jit_module
 from .row_parallel import run_rows, share_count
 
 # f32 bytes of weight rows per GEMM: numpy's dequantizer measured best at 1 MiB for a
@@ -51,11 +51,8 @@ def _kernels():
 
 
 def _load_kernels():
-    if os.environ.get("EMBER_JIT", "1") == "0":
-        return None
-    try:
-        from . import array_qkernels as k
-    except ImportError:  # numba missing: the numpy path serves every type
+    k = jit_module("array_qkernels")
+    if k is None:  # numba missing (or EMBER_JIT=0): the numpy path serves every type
         return None
     # ggml type numbers (core/io/quant.py GGMLType); backends sit below io and do not import it
     names = {2: "q4_0", 3: "q4_1", 6: "q5_0", 7: "q5_1", 8: "q8_0"}
