@@ -131,20 +131,15 @@ def _fused_spread(par, kernel, wide, f16, x2, w, out):
     call per weight, or per part of a row stack, each into a C-contiguous output."""
     n_in = w.shape[1]
     xs, raw, parts = _sums_and_rows(x2, w)
-    if parts is None:
-        parts, outs = [raw], [out]
-    else:
-        parts = [p.raw.reshape(p.shape[0], -1) for p in parts]
-        outs = [np.empty((x2.shape[0], p.shape[0]), np.float32) for p in parts]
-    for raw, part_out in zip(parts, outs, strict=True):
+    raws, outs = ([raw], [out]) if parts is None else _part_outputs(x2, parts)
+    for raw, part_out in zip(raws, outs, strict=True):
         threads = share_count(raw.shape[0], n_in * x2.shape[0], align=2)
         if threads > 1:
             par.run(wide, raw, x2, xs, part_out, f16, threads)
         else:
             kernel(raw, x2, xs, part_out, 0, raw.shape[0], f16)
-    if outs[0] is not out:
-        for part_out, off in zip(outs, w.offsets, strict=False):
-            out[:, off : off + part_out.shape[1]] = part_out
+    if parts is not None:
+        _place_parts(out, outs, w.offsets)
     return out
 
 
@@ -165,8 +160,7 @@ def _fused(kernel, f16, x2, w, out):
     # (the kernels' layout), then placed side by side. The kernels take rows in pairs and
     # a row's bits depend on its place in a pair, so the threads' ranges are laid over the
     # parts with each part padded to an even row count: every range starts a part's pair.
-    raws = [p.raw.reshape(p.shape[0], -1) for p in parts]
-    outs = [np.empty((x2.shape[0], p.shape[0]), np.float32) for p in parts]
+    raws, outs = _part_outputs(x2, parts)
     starts = list(itertools.accumulate((p.shape[0] + p.shape[0] % 2 for p in parts), initial=0))
 
     def rows(r0, r1):
@@ -176,9 +170,21 @@ def _fused(kernel, f16, x2, w, out):
                 kernel(raw, x2, xs, part_out, lo, hi, f16)
 
     run_rows(rows, starts[-1], n_in, align=2)
-    for part_out, off in zip(outs, w.offsets, strict=False):
-        out[:, off : off + part_out.shape[1]] = part_out
+    _place_parts(out, outs, w.offsets)
     return out
+
+
+def _part_outputs(x2, parts):
+    """A row stack's parts as (N, bytes) views of their raw rows, and a C-contiguous
+    output (the kernels' layout) for each."""
+    raws = [p.raw.reshape(p.shape[0], -1) for p in parts]
+    return raws, [np.empty((x2.shape[0], r.shape[0]), np.float32) for r in raws]
+
+
+def _place_parts(out, outs, offsets):
+    """The parts' outputs side by side in out, at their column offsets."""
+    for part_out, off in zip(outs, offsets, strict=False):
+        out[:, off : off + part_out.shape[1]] = part_out
 
 
 def _dequantize_gemm(x2, w, out, chunk_rows, decode, f16):
