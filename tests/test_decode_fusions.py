@@ -108,7 +108,8 @@ def test_quant_linear_residual_is_its_output_plus_the_residual(device):
 
 def _decoder_layer(device, hidden_act="silu"):
     """One random Llama decoder layer (GQA 2/1, dense weights) and its config."""
-    from ember.models.llama import DecoderLayer, DenseLayers
+    from ember.models.layer_factory import DenseLayers
+    from ember.models.llama import DecoderLayer
     from ember.models.llama_config import LlamaConfig
     from ember.nn import VarBuilder
 
@@ -183,7 +184,7 @@ def _parts_in_one_buffer(rng, t, rows, gap=0):
 def test_adjacent_weights_stack_over_one_view_with_the_plain_stacks_bits(request, path):
     from ember.io import quant
     from ember.io.quant import StackedQTensor
-    from ember.models.gguf_llama import adjacent_stack
+    from ember.models.quant_layers import adjacent_stack
     from ember.models.quant_layers import _owns_its_memory
 
     if path != "numpy":
@@ -202,7 +203,7 @@ def test_adjacent_weights_stack_over_one_view_with_the_plain_stacks_bits(request
 
 
 def test_weights_not_one_run_of_bytes_stay_a_plain_stack():
-    from ember.models.gguf_llama import adjacent_stack
+    from ember.models.quant_layers import adjacent_stack
 
     rng = rng_for("not-adjacent")
     assert adjacent_stack(_parts_in_one_buffer(rng, GGMLType.Q4_1, (4, 4), gap=32)) is None
@@ -216,7 +217,8 @@ def test_weights_not_one_run_of_bytes_stay_a_plain_stack():
 
 def test_smollm2_gate_up_is_one_view_and_decodes_the_plain_stacks_bits(smollm2_gguf):
     from ember.io.quant import StackedQTensor
-    from ember.models.gguf_llama import AdjacentStack, load_gguf_model
+    from ember.models.gguf_llama import load_gguf_model
+    from ember.models.quant_layers import AdjacentStack
     from ember.models.quant_layers import QuantLinear
 
     def steps(model):

@@ -144,10 +144,9 @@ def test_ctranslate2_model_bin_loads_the_same_weights(cpu, tiny, tmp_path):
     np.testing.assert_allclose(got, logits, rtol=0, atol=1e-4)
 
 
-def test_ctranslate2_f16_model_bin_widens_exactly(cpu, tiny, tmp_path):
-    """An f16 model.bin (as the packaged tiny.en and base are) loads on the CPU as the f16
-    values exactly: the logits are transformers' with every weight rounded to f16, the
-    decoder's tied embedding held transposed (its storage [d, vocab]: see whisper_load)."""
+def _f16_model_bin_and_rounded_logits(tiny, tmp_path, seed):
+    """(model.bin directory in f16, decoder ids, transformers' logits with every weight
+    rounded to f16): the values an f16 checkpoint holds, computed in f32."""
     ctranslate2 = require("ctranslate2")
     torch = require("torch")
     model, path, _, features = tiny
@@ -159,15 +158,58 @@ def test_ctranslate2_f16_model_bin_widens_exactly(cpu, tiny, tmp_path):
     with torch.no_grad():
         for p in rounded.parameters():
             p.copy_(p.half().float())
-    ids = torch.randint(0, TEXT_TOKENS, (2, 5), generator=torch.Generator().manual_seed(5))
+    ids = torch.randint(0, TEXT_TOKENS, (2, 5), generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
         logits = rounded(input_features=features, decoder_input_ids=ids).logits.numpy()
+    return out, ids.numpy(), logits
+
+
+def _logits(em, features, ids, last_only=False):
+    e = em.encoder(ember.tensor(features.numpy()))
+    return em.decoder(ember.tensor(ids), em.decoder.new_cache(e), last_only).numpy()
+
+
+def test_ctranslate2_f16_model_bin_widens_exactly(cpu, tiny, tmp_path, monkeypatch):
+    """An f16 model.bin (as the packaged tiny.en and base are) loads, where the CPU does
+    not compute with f16 weights (no jit extra), as the f16 values widened exactly: the
+    logits are transformers' with every weight rounded to f16, the decoder's tied
+    embedding held transposed (its storage [d, vocab]: see whisper_load)."""
+    from ember.models import whisper_load
+
+    monkeypatch.setattr(whisper_load, "_computes_halves", lambda device: False)
+    out, ids, logits = _f16_model_bin_and_rounded_logits(tiny, tmp_path, 5)
     em = load_whisper(out, device=cpu)
     w = em.decoder.embed_tokens.weight
     assert w.dtype == ember.f32 and w.layout.strides == (1, w.shape[0])
-    e = em.encoder(ember.tensor(features.numpy()))
-    got = em.decoder(ember.tensor(ids.numpy()), em.decoder.new_cache(e), False).numpy()
-    np.testing.assert_allclose(got, logits, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(_logits(em, tiny[3], ids), logits, rtol=0, atol=1e-4)
+
+
+def test_ctranslate2_f16_model_bin_keeps_its_halves_where_the_cpu_computes_with_them(
+    cpu, tiny, tmp_path
+):
+    """With the jit extra the CPU's qmatmul computes with f16 weights as stored
+    (Backend.computes_quantized): every linear layer and the token table stay F16 QTensors
+    over the file's bytes (the self-attention's q/k/v one view of CTranslate2's fused
+    matrix), and the logits, whole and step by step, are still the f16-rounded model's."""
+    require("numba")
+    from ember.io.quant import GGMLType
+    from ember.models.quant_layers import AdjacentStack, QuantEmbedding, QuantLinear
+
+    if not cpu.backend.computes_quantized(GGMLType.F16):
+        pytest.skip("EMBER_JIT=0: the CPU widens f16 weights (tested above)")
+    out, ids, logits = _f16_model_bin_and_rounded_logits(tiny, tmp_path, 6)
+    em = load_whisper(out, device=cpu)
+    assert isinstance(em.decoder.embed_tokens, QuantEmbedding)
+    linears = [m for _, m in em.named_modules() if isinstance(m, QuantLinear)]
+    assert linears and all(m.weight.ggml_type == GGMLType.F16 for m in linears)
+    assert em.dtype == ember.f32
+    np.testing.assert_allclose(_logits(em, tiny[3], ids), logits, rtol=0, atol=1e-4)
+    assert isinstance(em.encoder.layers[0].self_attn._qkv.weight, AdjacentStack)
+    # one token at a time through the caches: the decode steps' fused kernels
+    e = em.encoder(ember.tensor(tiny[3].numpy()))
+    cache = em.decoder.new_cache(e)
+    steps = [em.decoder(ember.tensor(ids[:, i : i + 1]), cache).numpy() for i in range(5)]
+    np.testing.assert_allclose(np.concatenate(steps, 1), logits, rtol=0, atol=1e-4)
 
 
 def _resident_kib(path):

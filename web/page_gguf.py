@@ -23,7 +23,8 @@ from ember import dtype as dt
 from ember.errors import DimOutOfRange, FormatError, ShapeMismatch, UnsupportedOp, fmt_shape
 from ember.io.js_buffers import tensor_from_js
 from ember.layout import Layout
-from ember.models.llama import DenseLayers, LlamaForCausalLM
+from ember.models.layer_factory import DenseLayers
+from ember.models.llama import LlamaForCausalLM
 from ember.nn import Module
 from ember.tensor import Tensor, cat, tensor
 

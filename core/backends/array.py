@@ -466,6 +466,14 @@ class ArrayBackend(Backend):
         Other array modules (cupy) take the dense device weight of the default."""
         return weight if self._is_numpy else super().place_quantized(weight)
 
+    def computes_quantized(self, ggml_type):
+        """numpy with the jit extra installed: every type array_qkernels has kernels for.
+        Found without importing numba: that happens at the first product."""
+        from .array_qmatmul import KERNEL_NAMES
+        from .optional_jit import jit_installed
+
+        return self._is_numpy and int(ggml_type) in KERNEL_NAMES and jit_installed()
+
     def qmatmul(self, x, lx, qweight, dtype):
         """x @ dequantize(qweight).T for a host weight (Backend.qmatmul), numpy only:
         array_qmatmul's fused kernels for a decode step's few rows where numba is
@@ -488,18 +496,20 @@ class ArrayBackend(Backend):
         qmatmul_rows(x2, qweight, out, chunk_bytes=_QMATMUL_CHUNK_BYTES)
         return self.store(out, dtype), lead + (n_out,)
 
-    def qlinear(self, x, lx, qweight, bias, lbias, dtype, residual=None, lres=None):
-        """numpy, f32: qmatmul, then the bias and the residual added in place on its fresh
-        output (array_rows.linear_epilogue): the default's additions, in its order."""
+    def qlinear(
+        self, x, lx, qweight, bias, lbias, dtype, residual=None, lres=None, activation=None
+    ):
+        """numpy, f32: qmatmul, then the bias, the activation and the residual in place on
+        its fresh output (array_rows.linear_epilogue): the default's steps, in its order."""
         if not self._is_numpy or dtype is not dt.f32:
-            return super().qlinear(x, lx, qweight, bias, lbias, dtype, residual, lres)
+            return super().qlinear(x, lx, qweight, bias, lbias, dtype, residual, lres, activation)
         storage, shape = self.qmatmul(x, lx, qweight, dtype)
         n = shape[-1]
         linear_epilogue(
             self.xp,
             storage.reshape(-1, n),
             self.load(bias, lbias, dtype) if bias is not None else None,
-            None,
+            activation,
             self.load(residual, lres, dtype).reshape(-1, n) if residual is not None else None,
         )
         return storage, shape

@@ -35,6 +35,11 @@ DECODE_CHUNK_BYTES = 4 << 20
 # x with at most this many rows takes the fused kernel (decode steps, small batches); more
 # rows amortise one dequantization over a GEMM, which BLAS does faster
 FUSED_MAX_ROWS = 4
+_F16 = 1  # ggml's plain half-float type (core/io/quant.py GGMLType.F16)
+# array_qkernels' kernels by ggml type number (core/io/quant.py GGMLType; backends sit
+# below io and do not import it)
+KERNEL_NAMES = {_F16: "f16", 2: "q4_0", 3: "q4_1", 6: "q5_0", 7: "q5_1", 8: "q8_0"}
+KERNEL_NAMES.update({10: "q2_k", 11: "q3_k", 12: "q4_k", 13: "q5_k", 14: "q6_k"})
 _state = {"kernels": None, "tried": False}
 _lock = threading.Lock()
 
@@ -54,17 +59,17 @@ def _load_kernels():
     k = jit_module("array_qkernels")
     if k is None:  # numba missing (or EMBER_JIT=0): the numpy path serves every type
         return None
-    # ggml type numbers (core/io/quant.py GGMLType); backends sit below io and do not import it
-    names = {2: "q4_0", 3: "q4_1", 6: "q5_0", 7: "q5_1", 8: "q8_0"}
-    names.update({10: "q2_k", 11: "q3_k", 12: "q4_k", 13: "q5_k", 14: "q6_k"})
     from . import array_qkernels_parallel as par
 
-    spread = par if par.usable() else None
+    # par.usable() probes numba's threading layer (0.27 s, 2 vCPUs) at the first launch
+    # of a wrapper, not here: a model that never launches one never pays it. F16 has no
+    # wrapper: its products split on row_parallel's pool ran as fast (Whisper tiny.en's
+    # decode steps), and a Whisper cold start then skips the probe.
     kernels = {}
-    for t, n in names.items():
-        wide = None if spread is None else getattr(k, "spread_" + n)
+    for t, n in KERNEL_NAMES.items():
+        wide = getattr(k, "spread_" + n, None)
         kernels[t] = (getattr(k, "dot_" + n), getattr(k, "decode_" + n), wide)
-    return kernels, k.F16, spread
+    return kernels, k.F16, par
 
 
 def jit_available():
@@ -118,7 +123,10 @@ def _sums_and_rows(x2, w):
     are one run of bytes (models.gguf_llama.AdjacentStack) runs as that one view: its
     parts' even row counts keep every row's pair."""
     n_out, n_in = w.shape
-    xs = x2.reshape(x2.shape[0], n_in // 16, 16).sum(-1, dtype=np.float32)
+    if int(w.ggml_type) == _F16:  # a half per weight: no blocks, no block sums
+        xs = x2[:, :0]
+    else:
+        xs = x2.reshape(x2.shape[0], n_in // 16, 16).sum(-1, dtype=np.float32)
     joined = getattr(w, "joined", None)
     parts = getattr(w, "parts", None) if joined is None else None
     if parts is not None:
@@ -213,6 +221,7 @@ __all__ = [
     "CHUNK_BYTES",
     "DECODE_CHUNK_BYTES",
     "FUSED_MAX_ROWS",
+    "KERNEL_NAMES",
     "PATHS",
     "jit_available",
     "qmatmul_rows",

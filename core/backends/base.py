@@ -309,6 +309,13 @@ class Backend:
         decodes its blocks inside the matmul)."""
         return False
 
+    def computes_quantized(self, ggml_type: int) -> bool:
+        """Whether qmatmul here computes with weights of this ggml type as they are stored,
+        a decode step's few rows as fast as with their f32 form, so that a loader may keep
+        a checkpoint's weights in that type instead of widening them (whisper_load keeps
+        f16 halves this way). The default: the types keeps_quantized keeps."""
+        return self.keeps_quantized(ggml_type)
+
     def upload_quantized(self, raw: Any, ggml_type: int, shape: Shape) -> Any:
         """The raw ggml blocks of a 2-D weight (out, in) as this backend's quantized weight,
         for qmatmul; only for types `keeps_quantized` accepts."""
@@ -344,11 +351,15 @@ class Backend:
         dtype: DType,
         residual: Storage | None = None,
         lres: Layout | None = None,
+        activation: str | None = None,
     ) -> tuple[Storage, Shape]:
-        """x [..., K] @ dequantize(qweight).T + bias + residual -> (storage, shape [..., N]),
-        `qweight` as qmatmul takes it; bias (N,) and residual (laid out as [..., N]) may be
-        None. The default is qmatmul, then the additions (bias first)."""
-        return composites.qlinear(self, x, lx, qweight, bias, lbias, dtype, residual, lres)
+        """activation(x [..., K] @ dequantize(qweight).T + bias) + residual -> (storage,
+        shape [..., N]), `qweight` as qmatmul takes it; bias (N,), the unary op name
+        `activation` and residual (laid out as [..., N]) may be None: linear's order. The
+        default is qmatmul, then the bias, the activation and the residual."""
+        return composites.qlinear(
+            self, x, lx, qweight, bias, lbias, dtype, residual, lres, activation
+        )
 
     # --- device facts -----------------------------------------------------------------------
     @property

@@ -302,12 +302,16 @@ def qmatmul_host_weight(be: "Backend", x, lx, weight, dtype):
     return out, lead + (n_out,)
 
 
-def qlinear(be: "Backend", x, lx, qweight, bias, lbias, dtype, residual=None, lres=None):
-    """qmatmul, then + bias, then + residual; returns (storage, shape)."""
+def qlinear(
+    be: "Backend", x, lx, qweight, bias, lbias, dtype, residual=None, lres=None, activation=None
+):
+    """qmatmul, then + bias, the activation, + residual; returns (storage, shape)."""
     storage, shape = be.qmatmul(x, lx, qweight, dtype)
     y = (storage, Layout(shape))
     if bias is not None:
         y = _binary(be, "add", y, (bias, lbias), dtype)
+    if activation is not None:
+        y = _unary(be, activation, y, dtype)
     if residual is not None:
         y = _binary(be, "add", y, (residual, lres), dtype)
     return y[0], shape

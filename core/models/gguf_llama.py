@@ -27,14 +27,14 @@ from .. import dtype as dt
 from ..device import as_device
 from ..errors import FormatError
 from ..io.gguf import GGUFFile
-from ..io.quant import GGMLType, QTensor, StackedQTensor
-from ..nn import Module, VarBuilder
-from ..tensor import cat, from_numpy
+from ..io.quant import GGMLType
+from ..nn import VarBuilder
+from ..tensor import from_numpy
 from .gemma import GemmaForCausalLM
 from .gemma_config import gemma_config_from_gguf
-from .llama import DenseLayers, LlamaForCausalLM
+from .llama import LlamaForCausalLM
 from .llama_config import LlamaConfig, check_gguf_metadata
-from .quant_layers import QuantEmbedding, QuantLinear
+from .quant_layers import ConcatLinear, QuantEmbedding, QuantizedLayers, QuantLinear
 
 _PLAIN = {GGMLType.F32, GGMLType.F16, GGMLType.BF16}
 
@@ -248,113 +248,6 @@ def config_from_gguf(gguf_file):
     if "rope_freqs.weight" in gguf_file.tensors:  # llama3 scaling, as per-frequency divisors
         cfg.extra["rope_freq_factors"] = gguf_file.dequantize("rope_freqs.weight")
     return cfg
-
-
-class QuantizedLayers(DenseLayers):
-    """The model's layers over a GGUF file's weights: QuantLinear / QuantEmbedding where
-    the source hands out a quantized weight (a QTensor), dense layers elsewhere."""
-
-    def from_tensors(self, weight, bias):
-        if isinstance(weight, QTensor):
-            return QuantLinear(weight, bias)
-        return super().from_tensors(weight, bias)
-
-    def concat(self, names, parts):
-        weights = [w for w, _ in parts]
-        quant = [isinstance(w, QTensor) for w in weights]
-        if not any(quant):
-            return super().concat(names, parts)
-        bias = cat([b for _, b in parts], 0) if parts[0][1] is not None else None
-        if all(quant) and len({w.ggml_type for w in weights}) == 1:
-            # Same-type weights run as one matmul over a row stack of the file's views (no
-            # copy: the q/k/v and gate/up bytes would be a third of a small model twice),
-            # one view where they are one run of the file's bytes (gate/up).
-            stack = adjacent_stack(weights)
-            return QuantLinear(stack if stack is not None else StackedQTensor(weights), bias)
-        # Mixed types (Q4_K_M files): separate layers, their outputs concatenated.
-        return ConcatLinear(
-            **{name: self.from_tensors(w, b) for name, (w, b) in zip(names, parts, strict=True)}
-        )
-
-    def embedding(self, vb, vocab, hidden, device):
-        dense = super().embedding(vb, vocab, hidden, device)
-        # The source handed the layer a QTensor: look rows up in it instead.
-        if isinstance(dense.weight, QTensor):
-            return QuantEmbedding(dense.weight, device)
-        return dense
-
-    def tied_head(self, embedding):
-        return self.from_tensors(embedding.weight, None)
-
-
-def _buffer_of(array):
-    """The object whose memory `array` views (a file's memory map), past numpy's views
-    and the memoryviews np.frombuffer makes."""
-    while isinstance(array.base, np.ndarray):
-        array = array.base
-    base = array.base
-    while isinstance(base, memoryview):
-        base = base.obj
-    return base
-
-
-class AdjacentStack(StackedQTensor):
-    """A row stack whose parts' bytes follow one another in one buffer, as llama.cpp's
-    converter writes a layer's gate and up weights: `joined` is one QTensor viewing them
-    all (no copy). The CPU's fused kernels run once over it instead of part by part (the
-    dequantize-and-GEMM paths still go part by part, so every path keeps the stack's
-    bits), and an upload reads it instead of assembling a copy."""
-
-    __slots__ = ("joined",)
-
-    def __init__(self, parts, joined):
-        super().__init__(parts)
-        self.joined = joined
-
-    @property
-    def raw(self):
-        return self.joined.raw
-
-
-def adjacent_stack(weights):
-    """An AdjacentStack of `weights` (2-D QTensors of one type and row length, in order)
-    where their bytes are one run of one buffer, else None. Every part but the last must
-    have an even row count: the fused kernels take rows in pairs, so each row keeps the
-    partner (and the bits) it has in a plain stack."""
-    if len(weights) < 2 or any(w.shape[0] % 2 for w in weights[:-1]):
-        return None
-    if len({(w.ggml_type, w.shape[1]) for w in weights}) != 1:
-        return None
-    buffer = _buffer_of(weights[0].raw)
-    if buffer is None or any(_buffer_of(w.raw) is not buffer for w in weights):
-        return None
-    start = weights[0].raw.__array_interface__["data"][0]
-    at = start
-    for w in weights:
-        if not w.raw.flags.c_contiguous or w.raw.__array_interface__["data"][0] != at:
-            return None
-        at += w.raw.nbytes
-    whole = np.frombuffer(buffer, dtype=np.uint8)
-    offset = start - whole.__array_interface__["data"][0]
-    rows = sum(w.shape[0] for w in weights)
-    joined = QTensor(
-        whole[offset : offset + (at - start)], weights[0].ggml_type, (rows, weights[0].shape[1])
-    )
-    return AdjacentStack(weights, joined)
-
-
-class ConcatLinear(Module):
-    """Linear layers over the same input whose outputs are concatenated (the q/k/v or
-    gate/up projections of a file that quantizes them with different types)."""
-
-    def __init__(self, **parts):
-        super().__init__()
-        self.names = tuple(parts)
-        for name, layer in parts.items():
-            setattr(self, name, layer)
-
-    def forward(self, x):
-        return cat([getattr(self, name)(x) for name in self.names], -1)
 
 
 def load_gguf_model(path, device=None, dtype=dt.f32, dequantize=False, max_len=None):

@@ -2,8 +2,8 @@
 
 One implementation; `LlamaConfig` switches carry the differences (see llama_config.py).
 Weights come through a VarBuilder with Hugging Face names, from safetensors or from a
-GGUF file (gguf_llama.py maps its names and supplies `QuantizedLayers`, which make
-quantized layers where the file holds quantized weights).
+GGUF file (gguf_llama.py maps its names and passes quant_layers.QuantizedLayers,
+which make quantized layers where the file holds quantized weights).
 
     model = LlamaForCausalLM.from_pretrained("path/to/model", device=ember.Device.cpu())
     cache = model.new_cache(batch=1, max_len=256)
@@ -22,11 +22,12 @@ from .. import dtype as dt
 from .. import functional as F
 from ..device import as_device
 from ..errors import EmberError, ShapeMismatch, fmt_shape
-from ..nn import Embedding, Linear, Module, ModuleList, RmsNorm, VarBuilder, get_activation
+from ..nn import Module, ModuleList, RmsNorm, VarBuilder, get_activation
 from ..nn.activations import activation_op
 from ..tensor import Tensor, cat, tensor
 from . import llama_host
 from .kv_cache import KVCache
+from .layer_factory import DenseLayers
 from .llama_config import LlamaConfig
 from .rope import RotaryEmbedding
 
@@ -38,41 +39,6 @@ _LOWEST = {"f16": -65504.0, "bf16": -3.3895e38}
 # The most query positions one pass attends with: longer inputs go through the cache in
 # tiles of this many, so masks and scores stay [tile, length].
 PREFILL_TILE = 512
-
-
-class DenseLayers:
-    """How the model makes its layers from a VarBuilder's tensors: dense Linear and
-    Embedding layers. gguf_llama.QuantizedLayers overrides `from_tensors`, `concat` and
-    `embedding` for quantized weights; the model code is the same either way."""
-
-    def linear(self, vb, in_features, out_features, bias):
-        w = vb.get((out_features, in_features), "weight")
-        return self.from_tensors(w, vb.get((out_features,), "bias") if bias else None)
-
-    def fused(self, vb, names, in_features, outs, bias):
-        """One layer whose output is the concatenation of the layers `names` (q/k/v, or
-        gate/up): one GEMM per step instead of several, which matters when decoding one
-        token at a time."""
-        parts = [
-            (vb.pp(n).get((o, in_features), "weight"), vb.pp(n).get((o,), "bias") if bias else None)
-            for n, o in zip(names, outs, strict=True)
-        ]
-        return self.concat(names, parts)
-
-    def from_tensors(self, weight, bias):
-        return Linear.from_tensors(weight, bias)
-
-    def concat(self, names, parts):
-        weights, biases = zip(*parts, strict=True)
-        bias = cat(list(biases), 0) if biases[0] is not None else None
-        return self.from_tensors(cat(list(weights), 0), bias)
-
-    def embedding(self, vb, vocab, hidden, device):
-        return Embedding(vocab, hidden, vb=vb)
-
-    def tied_head(self, embedding):
-        """The output projection that reuses the embedding table."""
-        return self.from_tensors(embedding.weight, None)
 
 
 def rms_norm(vb, dim, eps, plus_one):

@@ -1,4 +1,5 @@
-"""Layers over ggml-quantized weights (QTensor), for models loaded from GGUF.
+"""Layers over ggml-quantized weights (QTensor), for models loaded from GGUF (and the
+f16 halves whisper_load keeps), and the layer factory that makes them (QuantizedLayers).
 
 A QuantLinear runs the backend contract's quantized matmul (Backend.qmatmul) on what
 Backend.place_quantized made of its weight, and decides nothing about devices: where the
@@ -14,10 +15,13 @@ QuantEmbedding dequantizes only the looked-up rows, on the host, and uploads the
 import numpy as np
 
 from .. import dtype as dt
+from .. import functional as F
 from ..errors import DeviceError, DimOutOfRange, ShapeMismatch, fmt_shape
+from ..io.quant import QTensor, StackedQTensor
 from ..layout import Layout
 from ..nn import Module
-from ..tensor import Tensor, from_numpy
+from ..tensor import Tensor, cat, from_numpy
+from .layer_factory import DenseLayers
 
 
 def _owns_its_memory(array):
@@ -108,15 +112,21 @@ class QuantLinear(Module):
             return 0
         return self._placed[1].nbytes
 
-    def forward(self, x, residual=None):
-        """x @ dequantize(weight).T + bias, plus `residual` (the output's shape) when
-        given: one backend call (Backend.qlinear) for f32 activations."""
+    def forward(self, x, activation=None, residual=None):
+        """activation(x @ dequantize(weight).T + bias) + residual, as Linear: `activation`
+        a unary op name (F.LINEAR_ACTIVATIONS), `residual` of the output's shape; one
+        backend call (Backend.qlinear) for f32 activations."""
         if x.shape[-1] != self.in_features:
             raise ShapeMismatch(
                 f"QuantLinear: input {fmt_shape(x.shape)} has last dim {x.shape[-1]}, expected "
                 f"{self.in_features} (weight {self.qweight!r})",
                 op="qmatmul",
                 shapes=(x.shape, self.qweight.shape),
+            )
+        if activation is not None and activation not in F.LINEAR_ACTIVATIONS:
+            raise ValueError(
+                f"QuantLinear: unknown activation {activation!r}; known: "
+                f"{', '.join(sorted(F.LINEAR_ACTIVATIONS))}"
             )
         out_shape = x.shape[:-1] + (self.out_features,)
         if residual is not None:
@@ -140,15 +150,17 @@ class QuantLinear(Module):
                 dt.f32,
                 residual.storage if residual is not None else None,
                 residual.layout if residual is not None else None,
+                activation,
             )
             return Tensor(st, Layout(shape), dt.f32, x.device)
-        # Other activation dtypes: the f32 product converts before the additions.
+        # Other activation dtypes: the f32 product converts before the other steps.
         xf = x if x.dtype is dt.f32 else x.to(dt.f32)
         st, shape = x.backend.qmatmul(xf.storage, xf.layout, self._placed[1], dt.f32)
         y = Tensor(st, Layout(shape), dt.f32, x.device)
         if x.dtype is not dt.f32:
             y = y.to(x.dtype)
         y = y + bias if bias is not None else y
+        y = getattr(y, activation)() if activation is not None else y
         return y + residual if residual is not None else y
 
     def extra_repr(self):
@@ -185,3 +197,110 @@ class QuantEmbedding(Module):
             self.qweight.dequantize_rows(int(r), int(r) + 1, out=out[i : i + 1])
         y = from_numpy(out.reshape(host.shape + (self.embedding_dim,))).to(self.device)
         return y if self.out_dtype is dt.f32 else y.to(self.out_dtype)
+
+
+class QuantizedLayers(DenseLayers):
+    """The model's layers over a GGUF file's weights: QuantLinear / QuantEmbedding where
+    the source hands out a quantized weight (a QTensor), dense layers elsewhere."""
+
+    def from_tensors(self, weight, bias):
+        if isinstance(weight, QTensor):
+            return QuantLinear(weight, bias)
+        return super().from_tensors(weight, bias)
+
+    def concat(self, names, parts):
+        weights = [w for w, _ in parts]
+        quant = [isinstance(w, QTensor) for w in weights]
+        if not any(quant):
+            return super().concat(names, parts)
+        bias = cat([b for _, b in parts], 0) if parts[0][1] is not None else None
+        if all(quant) and len({w.ggml_type for w in weights}) == 1:
+            # Same-type weights run as one matmul over a row stack of the file's views (no
+            # copy: the q/k/v and gate/up bytes would be a third of a small model twice),
+            # one view where they are one run of the file's bytes (gate/up).
+            stack = adjacent_stack(weights)
+            return QuantLinear(stack if stack is not None else StackedQTensor(weights), bias)
+        # Mixed types (Q4_K_M files): separate layers, their outputs concatenated.
+        return ConcatLinear(
+            **{name: self.from_tensors(w, b) for name, (w, b) in zip(names, parts, strict=True)}
+        )
+
+    def embedding(self, vb, vocab, hidden, device):
+        dense = super().embedding(vb, vocab, hidden, device)
+        # The source handed the layer a QTensor: look rows up in it instead.
+        if isinstance(dense.weight, QTensor):
+            return QuantEmbedding(dense.weight, device)
+        return dense
+
+    def tied_head(self, embedding):
+        return self.from_tensors(embedding.weight, None)
+
+
+def _buffer_of(array):
+    """The object whose memory `array` views (a file's memory map), past numpy's views
+    and the memoryviews np.frombuffer makes."""
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    base = array.base
+    while isinstance(base, memoryview):
+        base = base.obj
+    return base
+
+
+class AdjacentStack(StackedQTensor):
+    """A row stack whose parts' bytes follow one another in one buffer, as llama.cpp's
+    converter writes a layer's gate and up weights: `joined` is one QTensor viewing them
+    all (no copy). The CPU's fused kernels run once over it instead of part by part (the
+    dequantize-and-GEMM paths still go part by part, so every path keeps the stack's
+    bits), and an upload reads it instead of assembling a copy."""
+
+    __slots__ = ("joined",)
+
+    def __init__(self, parts, joined):
+        super().__init__(parts)
+        self.joined = joined
+
+    @property
+    def raw(self):
+        return self.joined.raw
+
+
+def adjacent_stack(weights):
+    """An AdjacentStack of `weights` (2-D QTensors of one type and row length, in order)
+    where their bytes are one run of one buffer, else None. Every part but the last must
+    have an even row count: the fused kernels take rows in pairs, so each row keeps the
+    partner (and the bits) it has in a plain stack."""
+    if len(weights) < 2 or any(w.shape[0] % 2 for w in weights[:-1]):
+        return None
+    if len({(w.ggml_type, w.shape[1]) for w in weights}) != 1:
+        return None
+    buffer = _buffer_of(weights[0].raw)
+    if buffer is None or any(_buffer_of(w.raw) is not buffer for w in weights):
+        return None
+    start = weights[0].raw.__array_interface__["data"][0]
+    at = start
+    for w in weights:
+        if not w.raw.flags.c_contiguous or w.raw.__array_interface__["data"][0] != at:
+            return None
+        at += w.raw.nbytes
+    whole = np.frombuffer(buffer, dtype=np.uint8)
+    offset = start - whole.__array_interface__["data"][0]
+    rows = sum(w.shape[0] for w in weights)
+    joined = QTensor(
+        whole[offset : offset + (at - start)], weights[0].ggml_type, (rows, weights[0].shape[1])
+    )
+    return AdjacentStack(weights, joined)
+
+
+class ConcatLinear(Module):
+    """Linear layers over the same input whose outputs are concatenated (the q/k/v or
+    gate/up projections of a file that quantizes them with different types)."""
+
+    def __init__(self, **parts):
+        super().__init__()
+        self.names = tuple(parts)
+        for name, layer in parts.items():
+            setattr(self, name, layer)
+
+    def forward(self, x):
+        return cat([getattr(self, name)(x) for name in self.names], -1)

@@ -8,27 +8,34 @@ in the cache), a feed-forward, and logits against the tied embedding.
 
 Weights use Hugging Face's names; a CTranslate2 model.bin is mapped onto them
 (ember.io.ctranslate2.whisper_hf_tensors), so both formats load into the same modules.
+A layer factory (models.layer_factory) makes the linear layers and the token embedding:
+dense ones by default, QuantLinear / QuantEmbedding (quant_layers.QuantizedLayers) over
+weights the source hands out as QTensors (the f16 halves the CPU computes with directly,
+see whisper_load). This module needs no numpy (the page runs it).
 """
 
 import math
 
 from .. import dtype as dt
 from .. import functional as F
+from ..device import as_device
 from ..errors import ShapeMismatch, fmt_shape
 from ..nn import Conv1d, Embedding, LayerNorm, Linear, Module, ModuleList
 from ..tensor import cat, tensor
 from .kv_cache import KVCache
+from .layer_factory import DenseLayers
 
 
 class Attention(Module):
-    def __init__(self, vb, d_model, n_heads):
+    def __init__(self, vb, d_model, n_heads, layers):
         super().__init__()
         self.n_heads = n_heads
         self.head_dim = d_model // n_heads
-        self.q_proj = Linear(d_model, d_model, vb=vb.pp("q_proj"))
-        self.k_proj = Linear(d_model, d_model, bias=False, vb=vb.pp("k_proj"))
-        self.v_proj = Linear(d_model, d_model, vb=vb.pp("v_proj"))
-        self.out_proj = Linear(d_model, d_model, vb=vb.pp("out_proj"))
+        self.q_proj = layers.linear(vb.pp("q_proj"), d_model, d_model, True)
+        self.k_proj = layers.linear(vb.pp("k_proj"), d_model, d_model, False)
+        self.v_proj = layers.linear(vb.pp("v_proj"), d_model, d_model, True)
+        self.out_proj = layers.linear(vb.pp("out_proj"), d_model, d_model, True)
+        self._layers = layers
         self._fuse, self._qkv = False, None  # see fuse_qkv
 
     def fuse_qkv(self):
@@ -43,21 +50,26 @@ class Attention(Module):
 
     def _fused(self):
         """The one Linear of the three stacked; the parts' weights become views of its
-        weight (no second copy); k's missing bias is zeros there (x + 0 is x)."""
+        weight (no second copy); k's missing bias is zeros there (x + 0 is x). Quantized
+        parts run as one QuantLinear over a row stack of their weights (the layer
+        factory's concat: one view where their bytes follow one another in the file, as
+        CTranslate2's fused q/k/v do)."""
         from ..tensor import zeros
 
         parts = (self.q_proj, self.k_proj, self.v_proj)
-        w = cat([p.weight for p in parts], 0)
         like = self.q_proj.bias
-        b = cat(
-            [
-                p.bias
-                if p.bias is not None
-                else zeros(p.out_features, dtype=like.dtype, device=like.device)
-                for p in parts
-            ],
-            0,
-        )
+        biases = [
+            p.bias
+            if p.bias is not None
+            else zeros(p.out_features, dtype=like.dtype, device=like.device)
+            for p in parts
+        ]
+        if not all(isinstance(p, Linear) for p in parts):  # quantized (QuantLinear)
+            pairs = [(p.weight, b) for p, b in zip(parts, biases, strict=True)]
+            self._qkv = self._layers.concat(("q_proj", "k_proj", "v_proj"), pairs)
+            return self._qkv
+        w = cat([p.weight for p in parts], 0)
+        b = cat(biases, 0)
         start = 0
         for p in parts:
             n = p.out_features
@@ -65,7 +77,7 @@ class Attention(Module):
             if p.bias is not None:
                 p.bias = b.narrow(0, start, n)
             start += n
-        self._qkv = Linear.from_tensors(w, b)
+        self._qkv = self._layers.from_tensors(w, b)
         return self._qkv
 
     def qkv_heads(self, x):
@@ -98,15 +110,15 @@ class Attention(Module):
 
 
 class EncoderLayer(Module):
-    def __init__(self, cfg, vb):
+    def __init__(self, cfg, vb, layers):
         super().__init__()
         d, eps = cfg.d_model, cfg.layer_norm_eps
         self.self_attn_layer_norm = LayerNorm(d, eps, vb=vb.pp("self_attn_layer_norm"))
-        self.self_attn = Attention(vb.pp("self_attn"), d, cfg.encoder_attention_heads)
+        self.self_attn = Attention(vb.pp("self_attn"), d, cfg.encoder_attention_heads, layers)
         self.self_attn.fuse_qkv()
         self.final_layer_norm = LayerNorm(d, eps, vb=vb.pp("final_layer_norm"))
-        self.fc1 = Linear(d, cfg.encoder_ffn_dim, vb=vb.pp("fc1"))
-        self.fc2 = Linear(cfg.encoder_ffn_dim, d, vb=vb.pp("fc2"))
+        self.fc1 = layers.linear(vb.pp("fc1"), d, cfg.encoder_ffn_dim, True)
+        self.fc2 = layers.linear(vb.pp("fc2"), cfg.encoder_ffn_dim, d, True)
 
     def forward(self, x):
         h = self.self_attn_layer_norm(x)
@@ -117,7 +129,7 @@ class EncoderLayer(Module):
 
 
 class Encoder(Module):
-    def __init__(self, cfg, vb):
+    def __init__(self, cfg, vb, layers):
         super().__init__()
         self.cfg = cfg
         d = cfg.d_model
@@ -125,7 +137,7 @@ class Encoder(Module):
         self.conv2 = Conv1d(d, d, 3, stride=2, padding=1, vb=vb.pp("conv2"))
         self.embed_positions = Embedding(cfg.max_source_positions, d, vb=vb.pp("embed_positions"))
         self.layers = ModuleList(
-            *[EncoderLayer(cfg, vb.pp(f"layers.{i}")) for i in range(cfg.encoder_layers)]
+            *[EncoderLayer(cfg, vb.pp(f"layers.{i}"), layers) for i in range(cfg.encoder_layers)]
         )
         self.layer_norm = LayerNorm(d, cfg.layer_norm_eps, vb=vb.pp("layer_norm"))
 
@@ -149,18 +161,18 @@ class Encoder(Module):
 
 
 class DecoderLayer(Module):
-    def __init__(self, cfg, vb, index):
+    def __init__(self, cfg, vb, index, layers):
         super().__init__()
         d, eps, h = cfg.d_model, cfg.layer_norm_eps, cfg.decoder_attention_heads
         self.index = index
         self.self_attn_layer_norm = LayerNorm(d, eps, vb=vb.pp("self_attn_layer_norm"))
-        self.self_attn = Attention(vb.pp("self_attn"), d, h)
+        self.self_attn = Attention(vb.pp("self_attn"), d, h, layers)
         self.self_attn.fuse_qkv()
         self.encoder_attn_layer_norm = LayerNorm(d, eps, vb=vb.pp("encoder_attn_layer_norm"))
-        self.encoder_attn = Attention(vb.pp("encoder_attn"), d, h)
+        self.encoder_attn = Attention(vb.pp("encoder_attn"), d, h, layers)
         self.final_layer_norm = LayerNorm(d, eps, vb=vb.pp("final_layer_norm"))
-        self.fc1 = Linear(d, cfg.decoder_ffn_dim, vb=vb.pp("fc1"))
-        self.fc2 = Linear(cfg.decoder_ffn_dim, d, vb=vb.pp("fc2"))
+        self.fc1 = layers.linear(vb.pp("fc1"), d, cfg.decoder_ffn_dim, True)
+        self.fc2 = layers.linear(vb.pp("fc2"), cfg.decoder_ffn_dim, d, True)
 
     def forward(self, x, cache, heads=None, scores=None):
         """`heads` (a tuple of this layer's head indices, for word alignment): the
@@ -200,21 +212,37 @@ class DecoderCache:
 
 
 class Decoder(Module):
-    def __init__(self, cfg, vb):
+    def __init__(self, cfg, vb, layers):
         super().__init__()
         self.cfg = cfg
         d = cfg.d_model
-        self.embed_tokens = Embedding(cfg.vocab_size, d, vb=vb.pp("embed_tokens"))
+        device = as_device(vb.device) if vb.device is not None else as_device("cpu")
+        self.embed_tokens = layers.embedding(vb.pp("embed_tokens"), cfg.vocab_size, d, device)
         self.embed_positions = Embedding(cfg.max_target_positions, d, vb=vb.pp("embed_positions"))
         self.layers = ModuleList(
-            *[DecoderLayer(cfg, vb.pp(f"layers.{i}"), i) for i in range(cfg.decoder_layers)]
+            *[DecoderLayer(cfg, vb.pp(f"layers.{i}"), i, layers) for i in range(cfg.decoder_layers)]
         )
         self.layer_norm = LayerNorm(d, cfg.layer_norm_eps, vb=vb.pp("layer_norm"))
+        self._layers = layers
+        self._head = None  # a quantized table's output projection (logits), made at first use
+
+    def logits(self, h):
+        """h [..., d] (after the final layer norm) -> f32 logits [..., vocab]: proj_out is
+        tied to the token embeddings; a quantized table (a QuantEmbedding) runs as one
+        QuantLinear over the same bytes (the layer factory's tied_head)."""
+        emb = self.embed_tokens
+        if isinstance(emb, Embedding):
+            y = F.linear(h, emb.weight)
+        else:
+            if self._head is None:
+                self._head = self._layers.tied_head(emb)
+            y = self._head(h)
+        return y if y.dtype == dt.f32 else y.float()
 
     def new_cache(self, encoder_out):
         """A cache for decoding against `encoder_out` [b, positions, d]: the cross-attention
         keys and values of every layer, computed here once."""
-        cfg, w = self.cfg, self.embed_tokens.weight
+        cfg, w = self.cfg, self.layer_norm.weight
         b = encoder_out.shape[0]
         self_kv = KVCache(
             cfg.decoder_layers,
@@ -260,24 +288,26 @@ class Decoder(Module):
         cache.self_kv.advance(t)
         if last_only:
             x = x.narrow(1, t - 1, 1)
-        x = self.layer_norm(x)
-        logits = F.linear(x, self.embed_tokens.weight)  # proj_out is tied to the embeddings
-        return logits if logits.dtype == dt.f32 else logits.float()
+        return self.logits(self.layer_norm(x))
 
 
 class WhisperModel(Module):
     """`encoder(features)`, `decoder.new_cache(encoder_out)`, `decoder(tokens, cache)`."""
 
-    def __init__(self, cfg, vb):
+    def __init__(self, cfg, vb, layers=None):
+        """`layers` makes the linear layers and the token embedding (DenseLayers by
+        default; whisper_load passes QuantizedLayers where it keeps f16 weights)."""
         super().__init__()
+        layers = layers if layers is not None else DenseLayers()
         self.cfg = cfg
-        self.encoder = Encoder(cfg, vb.pp("model.encoder"))
-        self.decoder = Decoder(cfg, vb.pp("model.decoder"))
+        self.encoder = Encoder(cfg, vb.pp("model.encoder"), layers)
+        self.decoder = Decoder(cfg, vb.pp("model.decoder"), layers)
 
     @property
     def dtype(self):
-        return self.decoder.embed_tokens.weight.dtype
+        """The activations' dtype (a dense weight's: quantized ones compute in f32)."""
+        return self.decoder.layer_norm.weight.dtype
 
     @property
     def device(self):
-        return self.decoder.embed_tokens.weight.device
+        return self.decoder.layer_norm.weight.device

@@ -48,7 +48,7 @@ class _Rows:
     """The decoder's state for the rows still decoding: cache, pads, device arrays."""
 
     def __init__(self, model, encoder_out, pads, max_len):
-        cfg, w = model.cfg, model.decoder.embed_tokens.weight
+        cfg, w = model.cfg, model.decoder.layer_norm.weight
         self.model = model
         self.pads = np.array(pads, dtype=np.int64)
         self_kv = KVCache(
@@ -82,8 +82,7 @@ class _Rows:
             x = _layer(layer, x, self.cache, mask)
         self.cache.self_kv.advance(t)
         h = x.reshape(n * t, model.cfg.d_model).index_select(0, tensor(picks, device=dev))
-        logits = F.linear(dec.layer_norm(h), dec.embed_tokens.weight)
-        return logits.float().numpy()
+        return dec.logits(dec.layer_norm(h)).numpy()
 
     def keep(self, rows):
         """Only `rows` (indices into the current batch) go on decoding."""

@@ -6,6 +6,18 @@ generation_config.json]) or CTranslate2 (model.bin + config.json), each with tok
 With dtype=None an f16 checkpoint stays f16 on a device that declares f16 support
 (`backend.info["f16"]`: WebGPU adapters with shader-f16) and loads as f32 elsewhere (the
 CPU, which has no fast f16 arithmetic); an explicit dtype is used as given.
+
+Computing in f32 does not need the weights in f32. Where the device's qmatmul computes
+with f16 weights as they are stored (`backend.computes_quantized(F16)`: the CPU with the
+jit extra, whose kernels widen the halves in registers), a CTranslate2 model's linear
+weights and token table stay the file's f16 halves, as F16 QTensors under QuantLinear and
+QuantEmbedding (quant_layers.QuantizedLayers); norms, biases, convolutions and
+positions are widened. The values are the same (a half widens exactly); the sums' order
+differs. Every decode step reads half the bytes, and nothing is widened at load, but
+numba's import and start (~0.45 s of Python, 2 vCPUs) join the cold start.
+benchmarks/whisper.py, jfk.wav, 3 rounds' medians, kept halves vs widened (EMBER_JIT=0):
+tiny.en RTF 25.5x vs 20.9x, peak RSS 294 vs 238 MB, cold start 0.96 vs 0.69 s; base RTF
+12.1x vs 9.2x, peak RSS 383 vs 394 MB. EMBER_JIT=0 widens as before.
 """
 
 import json
@@ -49,8 +61,10 @@ def model_format(path):
 
 
 def _open_ct2(path, device, dtype):
-    """(config, VarBuilder) of a CTranslate2 directory; f16 weights that load as f32 are
-    widened here by half_widen (exact, faster than the cast VarBuilder would make)."""
+    """(config, VarBuilder, layer factory or None) of a CTranslate2 directory; f16 weights
+    that load as f32 are kept as they are where the device computes with them (see the
+    module's note), else widened here by half_widen (exact, faster than the cast
+    VarBuilder would make)."""
     from ..io.ctranslate2 import CTranslate2File, whisper_hf_tensors
 
     label = os.path.join(path, "model.bin")
@@ -61,9 +75,45 @@ def _open_ct2(path, device, dtype):
     cfg = whisper_config.from_ct2(f, tensors, ct2_config, path)
     vb = VarBuilder.from_tensors(tensors, label=label)
     chosen = dt.as_dtype(dtype) if dtype is not None else choose_dtype(vb, device)
-    if chosen is dt.f32:
-        vb = VarBuilder.from_tensors(_widened(f, tensors, device), label=label)
-    return cfg, vb
+    if chosen is not dt.f32:
+        return cfg, vb, None
+    if _stored_dtype(vb) is dt.f16 and _computes_halves(device):
+        from .quant_layers import QuantizedLayers  # numpy's: not in the page
+
+        return (
+            cfg,
+            VarBuilder.from_tensors(_kept_halves(f, tensors), label=label),
+            QuantizedLayers(),
+        )
+    return cfg, VarBuilder.from_tensors(_widened(f, tensors, device), label=label), None
+
+
+def _computes_halves(device):
+    from ..device import as_device
+    from ..io.quant import GGMLType
+
+    return as_device(device if device is not None else "cpu").backend.computes_quantized(
+        GGMLType.F16
+    )
+
+
+def _kept_halves(f, tensors):
+    """The CTranslate2 tensors with each f16 matrix of a linear layer, and the token
+    table, as an F16 QTensor over the file's bytes; the other f16 tensors (norms, biases,
+    convolutions, positions) widened, their pages of the map given back."""
+    from ..io.half_widen import widen_f16
+    from ..io.quant import GGMLType, QTensor
+
+    out = {}
+    for name, a in tensors.items():
+        if a.dtype.name != "float16":
+            out[name] = a
+        elif a.ndim == 2 and name.endswith(".weight") and ".embed_positions." not in name:
+            out[name] = QTensor(a.view("uint8"), GGMLType.F16, a.shape)
+        else:
+            out[name] = widen_f16(a)
+            f.release_view(a)
+    return out
 
 
 # The tied embedding [vocab, d] is the decoder's output projection too: every decode step
@@ -122,11 +172,14 @@ def load_whisper(path, device=None, dtype=None):
     (dtype None: see choose_dtype)."""
     path = os.path.expanduser(os.fspath(path))
     fmt = model_format(path)
-    cfg, vb = _open_ct2(path, device, dtype) if fmt == "ctranslate2" else _open_hf(path)
+    if fmt == "ctranslate2":
+        cfg, vb, layers = _open_ct2(path, device, dtype)
+    else:
+        (cfg, vb), layers = _open_hf(path), None
     if dtype is None:
         dtype = choose_dtype(vb, device)
     vb = vb.with_dtype(dtype).with_device(device)
-    model = WhisperModel(cfg, vb)
+    model = WhisperModel(cfg, vb, layers)
     model.path = path
     model.format = fmt
     return model

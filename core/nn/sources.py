@@ -13,7 +13,9 @@ from ..io.files import path_inside, read_json
 
 
 class DictSource:
-    """Tensors (or numpy arrays) held in a dict, e.g. built in a test."""
+    """Tensors (or numpy arrays) held in a dict, e.g. built in a test. A host weight in a
+    storage type of its own (io.quant.QTensor: anything with a `ggml_type`) is handed
+    out as it is, for the model's layer factory (models.layer_factories) to build on."""
 
     def __init__(self, tensors, label="a dict of tensors"):
         self.tensors = dict(tensors)
@@ -35,6 +37,8 @@ class DictSource:
         from ..tensor import Tensor, from_numpy
 
         value = self.tensors[name]
+        if hasattr(value, "ggml_type"):
+            return value
         t = value if isinstance(value, Tensor) else from_numpy(value)
         return _place(t, device, dtype)
 

@@ -1,0 +1,76 @@
+"""F16 host weights on the CPU: numba's half kernels (array_qkernels.dot_f16/decode_f16,
+through array_qmatmul) against float64 products of the same halves, and the backend's
+answer to whether it computes with them (whisper_load keeps f16 weights where it does)."""
+
+import numpy as np
+import pytest
+from helpers import missing
+from test_gguf import assert_same_bits
+from test_qmatmul_cpu import assert_matmul_to_f32_rounding
+
+from ember.backends import array_qmatmul as aq
+from ember.io import quant
+from ember.io.quant import GGMLType, QTensor
+
+
+@pytest.fixture
+def jit():
+    try:
+        from ember.backends import array_qkernels
+    except ImportError as exc:
+        missing("numba (the ember[jit] extra)", str(exc))
+    if not aq.jit_available():
+        missing("the numba kernels", "EMBER_JIT=0 is set")
+    return array_qkernels
+
+
+def half_weight(rng, rows, cols, scale=0.5):
+    h = (rng.standard_normal((rows, cols)) * scale).astype(np.float16)
+    return QTensor(h.view(np.uint8), GGMLType.F16, h.shape), h.astype(np.float32)
+
+
+@pytest.mark.parametrize("cols", [5, 37, 384])  # below, between and at whole vectors
+@pytest.mark.parametrize("m", [1, 3, 6])
+@pytest.mark.parametrize("path", ["fused", "decode", "auto"])
+def test_f16_products_equal_float64_on_the_same_halves(jit, cols, m, path):
+    rng = np.random.default_rng(cols * 10 + m)
+    w, dense = half_weight(rng, 7, cols)  # an odd row count: rows go two at a time
+    x = rng.standard_normal((m, cols)).astype(np.float32)
+    got = quant.qmatmul(x, w, path=path)
+    assert got.shape == (m, 7)
+    assert_matmul_to_f32_rounding(got, x, dense)
+
+
+def test_the_f16_decoder_widens_every_bit_pattern_as_numpy_does(jit):
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    finite = bits[(bits & 0x7C00) != 0x7C00]  # NaN payloads may be quieted either way
+    specials = np.array([0x7C00, 0xFC00], np.uint16)  # +inf, -inf
+    row = np.concatenate([finite, specials]).reshape(1, -1)
+    got = np.empty(row.shape, np.float32)
+    jit.decode_f16(row.view(np.uint8), got, 0, 1, jit.F16)
+    assert_same_bits(got, row.view(np.float16).astype(np.float32))
+    nan = np.array([[0x7E00, 0xFE01]], np.uint16)
+    out = np.empty(nan.shape, np.float32)
+    jit.decode_f16(nan.view(np.uint8), out, 0, 1, jit.F16)
+    assert np.isnan(out).all()
+
+
+def test_a_stack_of_f16_parts_runs_as_one_weight(jit):
+    rng = np.random.default_rng(3)
+    parts = [half_weight(rng, n, 64) for n in (6, 6, 5)]
+    stack = quant.StackedQTensor([p for p, _ in parts])
+    dense = np.concatenate([d for _, d in parts])
+    x = rng.standard_normal((2, 64)).astype(np.float32)
+    for path in ("fused", "decode"):
+        assert_matmul_to_f32_rounding(quant.qmatmul(x, stack, path=path), x, dense)
+
+
+def test_the_cpu_says_it_computes_f16_weights_only_with_the_jit(jit, monkeypatch):
+    import ember
+
+    be = ember.Device.cpu().backend
+    assert be.computes_quantized(GGMLType.F16)
+    assert be.computes_quantized(GGMLType.Q4_K)
+    assert not be.computes_quantized(GGMLType.F32)  # no kernel: dense is the fast form
+    monkeypatch.setenv("EMBER_JIT", "0")
+    assert not be.computes_quantized(GGMLType.F16)
