@@ -1,6 +1,6 @@
-"""F16 host weights on the CPU: numba's half kernels (array_qkernels.dot_f16/decode_f16,
-through array_qmatmul) against float64 products of the same halves, and the backend's
-answer to whether it computes with them (whisper_load keeps f16 weights where it does)."""
+"""F16 host weights on the CPU: llvm_f16's kernels (through array_qmatmul) against float64
+products of the same halves, and the backend's answer to whether it computes with them
+(whisper_load keeps f16 weights where it does)."""
 
 import numpy as np
 import pytest
@@ -9,19 +9,23 @@ from test_gguf import assert_same_bits
 from test_qmatmul_cpu import assert_matmul_to_f32_rounding
 
 from ember.backends import array_qmatmul as aq
+from ember.backends import llvm_f16
 from ember.io import quant
 from ember.io.quant import GGMLType, QTensor
 
 
 @pytest.fixture
 def jit():
+    """llvm_f16's compiled kernels: skipped where llvmlite is missing (a failure under
+    CI=true)."""
     try:
-        from ember.backends import array_qkernels
+        import llvmlite  # noqa: F401
     except ImportError as exc:
-        missing("numba (the ember[jit] extra)", str(exc))
-    if not aq.jit_available():
-        missing("the numba kernels", "EMBER_JIT=0 is set")
-    return array_qkernels
+        missing("llvmlite (the ember[jit] extra)", str(exc))
+    kernels = llvm_f16.kernels()
+    if kernels is None:
+        missing("llvm_f16's kernels", "EMBER_JIT=0, or a CPU without hardware half conversion")
+    return kernels
 
 
 def half_weight(rng, rows, cols, scale=0.5):
@@ -47,12 +51,38 @@ def test_the_f16_decoder_widens_every_bit_pattern_as_numpy_does(jit):
     specials = np.array([0x7C00, 0xFC00], np.uint16)  # +inf, -inf
     row = np.concatenate([finite, specials]).reshape(1, -1)
     got = np.empty(row.shape, np.float32)
-    jit.decode_f16(row.view(np.uint8), got, 0, 1, jit.F16)
+    jit.decode(row, got, 0, 1)
     assert_same_bits(got, row.view(np.float16).astype(np.float32))
     nan = np.array([[0x7E00, 0xFE01]], np.uint16)
     out = np.empty(nan.shape, np.float32)
-    jit.decode_f16(nan.view(np.uint8), out, 0, 1, jit.F16)
+    jit.decode(nan, out, 0, 1)
     assert np.isnan(out).all()
+
+
+def test_the_dot_kernel_writes_only_its_rows_and_columns(jit):
+    """dot(w, x, out, r0, r1) fills out[:, r0:r1] of an output that may be a column slice
+    of a wider array (a row stack's part), and nothing else."""
+    rng = np.random.default_rng(5)
+    _, dense = half_weight(rng, 9, 40)
+    halves = dense.astype(np.float16).view(np.uint16)
+    x = rng.standard_normal((2, 40)).astype(np.float32)
+    wide = np.full((2, 20), -7.0, np.float32)
+    cols = wide[:, 5:14]
+    jit.dot(halves, x, cols, 2, 6)
+    assert_matmul_to_f32_rounding(cols[:, 2:6], x, dense[2:6])
+    untouched = np.ones(wide.shape, bool)
+    untouched[:, 7:11] = False
+    assert (wide[untouched] == -7.0).all()
+
+
+def test_the_kernels_refuse_arrays_they_cannot_index(jit):
+    w = np.zeros((4, 8), np.uint16)
+    with pytest.raises(ValueError, match="uint16"):
+        jit.dot(
+            w.astype(np.int32), np.zeros((1, 8), np.float32), np.zeros((1, 4), np.float32), 0, 4
+        )
+    with pytest.raises(ValueError, match="float32"):
+        jit.dot(w, np.zeros((1, 16), np.float32)[:, ::2], np.zeros((1, 4), np.float32), 0, 4)
 
 
 def test_a_stack_of_f16_parts_runs_as_one_weight(jit):
@@ -70,7 +100,17 @@ def test_the_cpu_says_it_computes_f16_weights_only_with_the_jit(jit, monkeypatch
 
     be = ember.Device.cpu().backend
     assert be.computes_quantized(GGMLType.F16)
-    assert be.computes_quantized(GGMLType.Q4_K)
     assert not be.computes_quantized(GGMLType.F32)  # no kernel: dense is the fast form
     monkeypatch.setenv("EMBER_JIT", "0")
     assert not be.computes_quantized(GGMLType.F16)
+    assert not be.computes_quantized(GGMLType.Q4_K)
+
+
+def test_without_the_kernels_f16_takes_numpys_dequantizer(monkeypatch):
+    monkeypatch.setenv("EMBER_JIT", "0")
+    rng = np.random.default_rng(6)
+    w, dense = half_weight(rng, 5, 24)
+    x = rng.standard_normal((1, 24)).astype(np.float32)
+    assert_matmul_to_f32_rounding(quant.qmatmul(x, w, path="auto"), x, dense)
+    with pytest.raises(aq.UnsupportedDType, match="llvmlite"):
+        quant.qmatmul(x, w, path="fused")

@@ -467,12 +467,18 @@ class ArrayBackend(Backend):
         return weight if self._is_numpy else super().place_quantized(weight)
 
     def computes_quantized(self, ggml_type):
-        """numpy with the jit extra installed: every type array_qkernels has kernels for.
-        Found without importing numba: that happens at the first product."""
-        from .array_qmatmul import KERNEL_NAMES
+        """numpy with the jit extra: F16 where llvm_f16 compiles its kernels here (llvmlite
+        imported now: 0.04 s), the block types array_qkernels has kernels for where numba
+        is installed (found without importing it: that happens at the first product)."""
+        from . import llvm_f16
+        from .array_qmatmul import F16, KERNEL_NAMES
         from .optional_jit import jit_installed
 
-        return self._is_numpy and int(ggml_type) in KERNEL_NAMES and jit_installed()
+        if not self._is_numpy:
+            return False
+        if int(ggml_type) == F16:
+            return llvm_f16.kernels() is not None
+        return int(ggml_type) in KERNEL_NAMES and jit_installed()
 
     def qmatmul(self, x, lx, qweight, dtype):
         """x @ dequantize(qweight).T for a host weight (Backend.qmatmul), numpy only:

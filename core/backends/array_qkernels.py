@@ -15,15 +15,13 @@ Two kinds per type, one ``row(raw, b, out)`` decoder each:
   core/io/quant.py's dequantizers, for a BLAS GEMM over many rows of x (a prompt).
 
 Results differ from dequantize-then-matmul only by the order of the f32 additions.
-Block scales in half floats go through ``F16``, a 65,536-entry f32 table made by numpy's
-exact cast; ggml's F16 type itself (a half per weight) through the hardware's conversion
-(numba_half).
+Half floats go through ``F16``, a 65,536-entry f32 table made by numpy's exact cast.
+(ggml's F16 type itself, a half per weight, has its kernels in llvm_f16.)
 """
 
 import numba
 import numpy as np
 
-from .numba_half import half_to_f32
 from .numba_prefetch import prefetch
 
 F16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
@@ -260,29 +258,6 @@ def dot_q8_0(raw, x, xs, out, r0, r1, f16):
                     acc[0, j] += da * (_f32(qa[o + 2 + j]) * x0 + _f32(qa[o + 18 + j]) * x1)
                     acc[1, j] += db * (_f32(qb[o + 2 + j]) * x0 + _f32(qb[o + 18 + j]) * x1)
             _put(out, i, r, r1, acc, _f32(0.0), _f32(0.0))
-
-
-@numba.njit(**_JIT)
-def dot_f16(raw, x, xs, out, r0, r1, f16):
-    # ggml's F16 (a plain half per weight, rows of any length; xs unused): two rows at a
-    # time with one f32 sum each, over the whole row, which LLVM's loop vectorizer widens
-    # and reassociates (fastmath), the halves converted by the hardware (numba_half). The
-    # lane-per-element form of the block kernels left the conversions scalar: 384 x 384,
-    # one thread, 56 -> 7.8 us.
-    h = raw.view(np.uint16)
-    n = h.shape[1]
-    for i in range(x.shape[0]):
-        xi = x[i]
-        for r in range(r0, r1, 2):
-            _prefetch_rows(raw, r, 2, r0, r1)
-            ha, hb = h[r], h[min(r + 1, r1 - 1)]
-            ta, tb = _f32(0.0), _f32(0.0)
-            for k in range(n):
-                ta += half_to_f32(ha[k]) * xi[k]
-                tb += half_to_f32(hb[k]) * xi[k]
-            out[i, r] = ta
-            if r + 1 < r1:
-                out[i, r + 1] = tb
 
 
 # --- K-quants (256 weights per super-block) ---------------------------------------------------
@@ -675,15 +650,6 @@ def decode_q5_1(raw, out, r0, r1, f16):
         for b in range(raw.shape[1] // 24):
             o = b * 24
             _q5_values(row, o + 4, o + 8, w, b * 32, _h(row, o, f16), _h(row, o + 2, f16), 0)
-
-
-@numba.njit(**_EXACT)
-def decode_f16(raw, out, r0, r1, f16):
-    h = raw.view(np.uint16)
-    for r in range(r0, r1):
-        row, w = h[r], out[r - r0]
-        for k in range(h.shape[1]):
-            w[k] = half_to_f32(row[k])
 
 
 @numba.njit(**_EXACT)

@@ -13,6 +13,9 @@ Two paths, one result (to f32 rounding: only the order of the additions differs)
   weight rows at a time is dequantized into one reused f32 buffer that stays in cache and
   multiplied by BLAS, so the dense weight never exists.
 
+ggml's F16 (a half per weight: Whisper's f16 checkpoints, whisper_load) takes the same two
+paths with llvm_f16's kernels instead of numba's (see there for why).
+
 Measured on SmolLM2-135M-Instruct Q4_1 and a random 100M Llama in Q4_K (2 shared cores;
 benchmarks/llm.py and benchmarks/qmatmul_cpu.py, see docs/architecture.md "Quantized
 matmul on the CPU" for the figures and the candidates that lost).
@@ -24,6 +27,7 @@ import threading
 import numpy as np
 
 from ..errors import UnsupportedDType
+from . import llvm_f16
 from .optional_jit import jit_module
 from .row_parallel import run_rows, share_count
 
@@ -35,10 +39,10 @@ DECODE_CHUNK_BYTES = 4 << 20
 # x with at most this many rows takes the fused kernel (decode steps, small batches); more
 # rows amortise one dequantization over a GEMM, which BLAS does faster
 FUSED_MAX_ROWS = 4
-_F16 = 1  # ggml's plain half-float type (core/io/quant.py GGMLType.F16)
-# array_qkernels' kernels by ggml type number (core/io/quant.py GGMLType; backends sit
-# below io and do not import it)
-KERNEL_NAMES = {_F16: "f16", 2: "q4_0", 3: "q4_1", 6: "q5_0", 7: "q5_1", 8: "q8_0"}
+# ggml type numbers (core/io/quant.py GGMLType; backends sit below io and do not import it):
+# F16, llvm_f16's, and array_qkernels' kernels by type
+F16 = 1
+KERNEL_NAMES = {2: "q4_0", 3: "q4_1", 6: "q5_0", 7: "q5_1", 8: "q8_0"}
 KERNEL_NAMES.update({10: "q2_k", 11: "q3_k", 12: "q4_k", 13: "q5_k", 14: "q6_k"})
 _state = {"kernels": None, "tried": False}
 _lock = threading.Lock()
@@ -61,15 +65,12 @@ def _load_kernels():
         return None
     from . import array_qkernels_parallel as par
 
-    # par.usable() probes numba's threading layer (0.27 s, 2 vCPUs) at the first launch
-    # of a wrapper, not here: a model that never launches one never pays it. F16 has no
-    # wrapper: its products split on row_parallel's pool ran as fast (Whisper tiny.en's
-    # decode steps), and a Whisper cold start then skips the probe.
+    spread = par if par.usable() else None
     kernels = {}
     for t, n in KERNEL_NAMES.items():
-        wide = getattr(k, "spread_" + n, None)
+        wide = None if spread is None else getattr(k, "spread_" + n)
         kernels[t] = (getattr(k, "dot_" + n), getattr(k, "decode_" + n), wide)
-    return kernels, k.F16, par
+    return kernels, k.F16, spread
 
 
 def jit_available():
@@ -93,8 +94,19 @@ def qmatmul_rows(x2, w, out, *, path="auto", chunk_rows=None, chunk_bytes=None):
     for numpy, at least DECODE_CHUNK_BYTES for numba's decoders)."""
     if path not in PATHS:
         raise ValueError(f"qmatmul: path must be one of {PATHS}, got {path!r}")
-    kernels = _kernels() if path != "numpy" else None
     t = getattr(w, "ggml_type", None)  # a duck-typed host weight may only dequantize rows
+    if t is not None and int(t) == F16 and path != "numpy":
+        halves = llvm_f16.kernels()
+        if halves is not None:
+            return _f16_rows(halves, x2, w, out, path, chunk_rows, chunk_bytes)
+        if path != "auto":
+            raise UnsupportedDType(
+                f"qmatmul: no {path} CPU kernel for F16 here (llvm_f16 needs llvmlite: "
+                f"pip install 'ember[jit]')",
+                ggml_type=t,
+            )
+        path = "numpy"
+    kernels = _kernels() if path != "numpy" else None
     pair = kernels[0].get(int(t)) if kernels is not None and t is not None else None
     if pair is None and path in ("fused", "decode"):
         raise UnsupportedDType(
@@ -123,10 +135,7 @@ def _sums_and_rows(x2, w):
     are one run of bytes (models.gguf_llama.AdjacentStack) runs as that one view: its
     parts' even row counts keep every row's pair."""
     n_out, n_in = w.shape
-    if int(w.ggml_type) == _F16:  # a half per weight: no blocks, no block sums
-        xs = x2[:, :0]
-    else:
-        xs = x2.reshape(x2.shape[0], n_in // 16, 16).sum(-1, dtype=np.float32)
+    xs = x2.reshape(x2.shape[0], n_in // 16, 16).sum(-1, dtype=np.float32)
     joined = getattr(w, "joined", None)
     parts = getattr(w, "parts", None) if joined is None else None
     if parts is not None:
@@ -195,6 +204,49 @@ def _place_parts(out, outs, offsets):
         out[:, off : off + part_out.shape[1]] = part_out
 
 
+def _f16_rows(kernels, x2, w, out, path, chunk_rows, chunk_bytes):
+    """qmatmul_rows for an F16 weight (a QTensor or a row stack of them) through
+    llvm_f16's kernels: for few rows of x their dot products, the weight's rows split
+    over the cores, each part written straight into its columns of out; for more, chunks
+    of rows widened into one buffer, each chunk a GEMM."""
+    parts = _f16_parts(w)
+    n_in = w.shape[1]
+    if path == "fused" or (path == "auto" and x2.shape[0] <= FUSED_MAX_ROWS):
+        for halves, at in parts:
+            cols = out[:, at : at + halves.shape[0]]
+            run_rows(
+                lambda r0, r1, h=halves, c=cols: kernels.dot(h, x2, c, r0, r1),
+                halves.shape[0],
+                n_in * x2.shape[0],
+            )
+        return out
+    if chunk_rows is None:
+        chunk_rows = max(16, max(chunk_bytes or 0, DECODE_CHUNK_BYTES) // (4 * n_in))
+    step = max(1, min(int(chunk_rows), w.shape[0]))
+    buf = np.empty((step, n_in), np.float32)
+    for halves, at in parts:
+        for r0 in range(0, halves.shape[0], step):
+            r1 = min(halves.shape[0], r0 + step)
+            chunk = buf[: r1 - r0]
+            kernels.decode(halves, chunk, r0, r1)
+            np.matmul(x2, chunk.T, out=out[:, at + r0 : at + r1])
+    return out
+
+
+def _f16_parts(w):
+    """[(uint16 halves [rows, K], first output column)] of an F16 weight: one entry, or
+    one per part of a row stack whose parts lie apart."""
+    joined = getattr(w, "joined", None)
+    parts = getattr(w, "parts", None) if joined is None else None
+    if parts is None:
+        whole = w if joined is None else joined
+        return [(whole.raw.view(np.uint16).reshape(whole.shape), 0)]
+    return [
+        (p.raw.view(np.uint16).reshape(p.shape), off)
+        for p, off in zip(parts, w.offsets, strict=False)
+    ]
+
+
 def _dequantize_gemm(x2, w, out, chunk_rows, decode, f16):
     """Chunks of rows dequantized (by numba's row decoder where there is one, else by
     numpy: the same bits) into one reused buffer, each chunk one GEMM."""
@@ -221,6 +273,7 @@ __all__ = [
     "CHUNK_BYTES",
     "DECODE_CHUNK_BYTES",
     "FUSED_MAX_ROWS",
+    "F16",
     "KERNEL_NAMES",
     "PATHS",
     "jit_available",

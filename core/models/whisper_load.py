@@ -9,15 +9,14 @@ CPU, which has no fast f16 arithmetic); an explicit dtype is used as given.
 
 Computing in f32 does not need the weights in f32. Where the device's qmatmul computes
 with f16 weights as they are stored (`backend.computes_quantized(F16)`: the CPU with the
-jit extra, whose kernels widen the halves in registers), a CTranslate2 model's linear
-weights and token table stay the file's f16 halves, as F16 QTensors under QuantLinear and
-QuantEmbedding (quant_layers.QuantizedLayers); norms, biases, convolutions and
-positions are widened. The values are the same (a half widens exactly); the sums' order
-differs. Every decode step reads half the bytes, and nothing is widened at load, but
-numba's import and start (~0.45 s of Python, 2 vCPUs) join the cold start.
-benchmarks/whisper.py, jfk.wav, 3 rounds' medians, kept halves vs widened (EMBER_JIT=0):
-tiny.en RTF 25.5x vs 20.9x, peak RSS 294 vs 238 MB, cold start 0.96 vs 0.69 s; base RTF
-12.1x vs 9.2x, peak RSS 383 vs 394 MB. EMBER_JIT=0 widens as before.
+jit extra, whose llvm_f16 kernels widen the halves in registers), a CTranslate2 model's
+linear weights and token table stay the file's f16 halves, as F16 QTensors under
+QuantLinear and QuantEmbedding (quant_layers.QuantizedLayers); norms, biases,
+convolutions and positions are widened. The values are the same (a half widens
+exactly); the sums' order differs. Nothing is widened at load and every decode step
+reads half the bytes. benchmarks/whisper.py, jfk.wav, 3 rounds' medians, kept halves vs
+widened (EMBER_JIT=0), one session: tiny.en cold start 0.64 vs 0.69 s, RTF 23.5x vs
+21.3x, peak RSS 244 vs 238 MB; base 1.36 vs 1.53 s, 10.7x vs 10.0x, 333 vs 391 MB.
 """
 
 import json
