@@ -81,11 +81,20 @@ QUANT = {
     "Q4_K": {"linear": "Q4_K", "embed": "Q8_0", "output": "Q4_K"},
     # mixed types in one layer, as llama.cpp's Q4_K_M does (q/k/v cannot be stacked)
     "mixed": {"linear": "Q4_K", "v": "Q8_0", "embed": "Q8_0", "output": "Q8_0"},
+    # halves: kept as F16 QTensors where the CPU computes with them (llvm_f16), dense elsewhere
+    "F16": {"linear": "F16", "embed": "F16", "output": "F16"},
 }
 
 
 @pytest.fixture(scope="module", params=sorted(QUANT))
 def quant_file(request, tmp_path_factory, hf_llama, hf_tokenizer):
+    path, seen = _write(tmp_path_factory, hf_llama, hf_tokenizer, QUANT[request.param], request.param)
+    return request.param, path, seen
+
+
+@pytest.fixture(scope="module", params=sorted(k for k in QUANT if k != "F16"))
+def block_quant_file(request, tmp_path_factory, hf_llama, hf_tokenizer):
+    """The files of ggml block types (what WebGPU's kernel keeps quantized)."""
     path, seen = _write(tmp_path_factory, hf_llama, hf_tokenizer, QUANT[request.param], request.param)
     return request.param, path, seen
 
@@ -163,6 +172,8 @@ def test_quantized_gguf_matches_its_dequantized_reference(quant_file, hf_llama, 
     if qname == "mixed":
         assert attn.qkv_proj.v_proj.qweight.ggml_type.name == "Q8_0"   # one qkv_proj over mixed types
         assert attn.qkv_proj.q_proj.qweight.ggml_type.name == "Q4_K"
+    elif qname == "F16" and not ember.Device.cpu().backend.computes_quantized(1):
+        assert attn.qkv_proj.weight.dtype == ember.f32  # dequantized: no kernel for halves
     else:
         assert attn.qkv_proj.qweight.ggml_type.name == QUANT[qname]["linear"]
     ref_model = _reference_from(hf_llama, seen, torch)
@@ -199,7 +210,7 @@ def test_quantized_greedy_agreement_with_f32(quant_file, f32_file, hf_llama, cap
     # A loose sanity bound: random tiny models amplify weight noise about 13x (measured:
     # 0.5% Q8_0 / 7.8% Q4_K per-weight noise gave 0.07 / 0.9 of the logit std). The exact
     # check is test_quantized_gguf_matches_its_dequantized_reference.
-    assert max(rel) < {"Q8_0": 0.15, "Q4_K": 2.0, "mixed": 2.0}[qname]
+    assert max(rel) < {"Q8_0": 0.15, "Q4_K": 2.0, "mixed": 2.0, "F16": 0.05}[qname]
 
 
 def test_q4_k_weights_take_under_0_3_of_f32(tmp_path_factory, hf_llama, hf_tokenizer, f32_file):
@@ -224,11 +235,11 @@ def test_gguf_on_each_device_matches_cpu(quant_file, hf_llama, device, monkeypat
     assert np.abs(got - cpu).max() <= tol
 
 
-def test_gguf_on_wgpu_keeps_weights_quantized(quant_file, hf_llama, wgpu):
+def test_gguf_on_wgpu_keeps_weights_quantized(block_quant_file, hf_llama, wgpu):
     """On WebGPU the linear layers keep their GGUF blocks (dequantized inside the matmul):
     the same greedy tokens as the CPU, and device memory for the weights is about the
     file's tensor bytes (f32 would be 3.8x for Q8_0, 7.1x for Q4_K)."""
-    qname, path, _ = quant_file
+    qname, path, _ = block_quant_file
     f = GGUFFile(path)
     quantized = sum(int(f.tensors[n].nbytes) for n in f.tensors
                     if n != "token_embd.weight" and f.tensors[n].ggml_type not in (0, 1, 30)

@@ -172,12 +172,20 @@ class GGUFSource:
             return self.file.path
         return f"{self.file.path} (tensor {self._names.get(name, name)!r})"
 
+    def _kept(self, ggml_type, device):
+        """Whether a 2-D tensor of this type stays in its file's type (a QTensor): every
+        block type, and F16 where the device computes with halves as stored (the CPU with
+        the jit extra: half the memory of the f32 copy, and of its reads a decode step)."""
+        if ggml_type not in _PLAIN:
+            return True
+        return ggml_type == GGMLType.F16 and device.backend.computes_quantized(GGMLType.F16)
+
     def load(self, name, device=None, dtype=None):
         gname = self._names[name]
         info = self.file.tensors[gname]
         device = as_device(device) if device is not None else as_device("cpu")
         want = dt.as_dtype(dtype) if dtype is not None else dt.f32
-        if info.ggml_type not in _PLAIN and len(info.shape) == 2 and not self.dequantize:
+        if len(info.shape) == 2 and not self.dequantize and self._kept(info.ggml_type, device):
             return self.file.qtensor(gname)
         t = from_numpy(self.file.dequantize(gname)).to(device)
         return t if t.dtype is want else t.to(want)
