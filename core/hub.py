@@ -14,6 +14,7 @@ import os
 import re
 import sys
 
+from .cache_dir import cache_dir
 from .errors import EmberError
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
@@ -111,7 +112,7 @@ def check_revision(revision):
 
 
 def ember_cache():
-    return os.environ.get("EMBER_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "ember")
+    return cache_dir()
 
 
 def ember_models_dir():

@@ -27,6 +27,7 @@ import zipfile
 from dataclasses import dataclass
 
 from . import owned
+from .cache_dir import cache_dir
 from .errors import EmberError
 
 MODEL_MARKER = ".ember-model"  # the same marker the embedding model's fetch writes
@@ -191,10 +192,7 @@ ITEMS = {
 
 
 def models_dir():
-    return os.path.join(
-        os.environ.get("EMBER_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "ember"),
-        "models",
-    )
+    return os.path.join(cache_dir(), "models")
 
 
 def item(name):

@@ -2,6 +2,8 @@
 products of the same halves, and the backend's answer to whether it computes with them
 (whisper_load keeps f16 weights where it does)."""
 
+import os
+
 import numpy as np
 import pytest
 from helpers import missing
@@ -114,3 +116,42 @@ def test_without_the_kernels_f16_takes_numpys_dequantizer(monkeypatch):
     assert_matmul_to_f32_rounding(quant.qmatmul(x, w, path="auto"), x, dense)
     with pytest.raises(aq.UnsupportedDType, match="llvmlite"):
         quant.qmatmul(x, w, path="fused")
+
+
+KERNEL_RUN = """
+import sys
+import os
+
+import numpy as np
+from ember.backends import llvm_f16
+k = llvm_f16.kernels()
+rng = np.random.default_rng(11)
+w = (rng.standard_normal((9, 70)) * 0.3).astype(np.float16).view(np.uint16)
+x = rng.standard_normal((2, 70)).astype(np.float32)
+out = np.empty((2, 9), np.float32)
+k.dot(w, x, out, 0, 9)
+sys.stdout.write(out.tobytes().hex())
+"""
+
+
+def test_the_compiled_code_is_kept_for_the_next_process(jit, tmp_path):
+    """The first process writes its machine code under $EMBER_CACHE/jit; the next loads it
+    (no passes, no code generation) and computes the same bits; a cache file LLVM cannot
+    load is compiled over, not trusted."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, EMBER_CACHE=str(tmp_path))
+
+    def run():
+        done = subprocess.run([sys.executable, "-c", KERNEL_RUN], env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    first = run()
+    kept = list((tmp_path / "jit").glob("llvm_f16-*.o"))
+    assert len(kept) == 1 and kept[0].stat().st_size > 0
+    assert run() == first
+    kept[0].write_bytes(b"not an object file")
+    assert run() == first

@@ -21,7 +21,8 @@ The sums carry LLVM's `fast` flags (reassociation lets the loop vectorizer split
 vector lanes, as numba's fastmath does for the other kernels); the decode is exact. They
 are called through ctypes, which releases the GIL, so row_parallel splits their rows
 over the cores. Unavailable (None) without llvmlite, with EMBER_JIT=0, or on an x86 CPU
-without F16C, where LLVM would call a library routine per element instead.
+without F16C, where LLVM would call a library routine per element instead. The machine
+code is kept in ember's cache for the next process (_ObjectCache).
 """
 
 import ctypes
@@ -37,6 +38,7 @@ _DOT_ARGS = (_P, _I, _P, _I, _P, _I, _I, _I, _I, _I)
 _DECODE_ARGS = (_P, _I, _P, _I, _I, _I, _I)
 PREFETCH_BYTES = 4096  # bytes of weight rows asked for ahead of the rows computed
 _LINE_HALVES = 32  # halves in a 64-byte cache line
+_DIGEST = 32  # bytes of SHA-256 before a cached object's code
 
 
 def kernels():
@@ -114,23 +116,75 @@ def _compile():
     features = llvm.get_host_cpu_features()
     if triple.startswith(("x86_64", "i386", "i686")) and not features.get("f16c", False):
         return None
+    cpu = llvm.get_host_cpu_name()
     machine = llvm.Target.from_triple(triple).create_target_machine(
-        cpu=llvm.get_host_cpu_name(), features=features.flatten(), opt=3, jit=True
+        cpu=cpu, features=features.flatten(), opt=3, jit=True
     )
-    module = llvm.parse_assembly(str(_ir_module(triple)))
+    text = str(_ir_module(triple))
+    module = llvm.parse_assembly(text)
     module.verify()
-    tuning = llvm.create_pipeline_tuning_options(speed_level=3)
-    tuning.loop_vectorization = True
-    tuning.slp_vectorization = True
-    passes = llvm.create_pass_builder(machine, tuning)
-    passes.getModulePassManager().run(module, passes)
+    cached = _ObjectCache(text, triple, cpu, features.flatten())
+    if cached.code is None:  # the optimization only matters to code about to be generated
+        tuning = llvm.create_pipeline_tuning_options(speed_level=3)
+        tuning.loop_vectorization = True
+        tuning.slp_vectorization = True
+        passes = llvm.create_pass_builder(machine, tuning)
+        passes.getModulePassManager().run(module, passes)
     engine = llvm.create_mcjit_compiler(module, machine)
+    engine.set_object_cache(cached.store, cached.load)
     engine.finalize_object()
     return F16Kernels(
         engine,
         engine.get_function_address("ember_f16_dot"),
         engine.get_function_address("ember_f16_decode"),
     )
+
+
+class _ObjectCache:
+    """The machine code of one build, kept in ember's cache (jit/ under $EMBER_CACHE) so
+    that later processes skip LLVM's passes and code generation (~0.05 s of a cold
+    start). Its file name is a hash of everything the code depends on (the IR, llvmlite's
+    version, the target triple, CPU and features): another build gets another file. The
+    file starts with the SHA-256 of the code after it, checked before LLVM sees the code
+    (LLVM aborts the process on an object it cannot read): a damaged file is compiled
+    over. A missing or unwritable cache only means compiling again."""
+
+    def __init__(self, text, triple, cpu, features):
+        import hashlib
+
+        import llvmlite
+
+        from ..cache_dir import cache_dir
+
+        key = "\0".join((text, llvmlite.__version__, triple, cpu, features))
+        name = f"llvm_f16-{hashlib.sha256(key.encode()).hexdigest()[:32]}.o"
+        self.path = os.path.join(cache_dir(), "jit", name)
+        self.code = None
+        try:
+            with open(self.path, "rb") as fh:
+                kept = fh.read()
+        except OSError:
+            return
+        digest, code = kept[:_DIGEST], kept[_DIGEST:]
+        if code and hashlib.sha256(code).digest() == digest:
+            self.code = code
+
+    def load(self, module):
+        return self.code
+
+    def store(self, module, code):
+        import hashlib
+
+        if self.code is not None:
+            return
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            part = f"{self.path}.{os.getpid()}.part"  # whole or absent: renamed into place
+            with open(part, "wb") as fh:
+                fh.write(hashlib.sha256(code).digest() + code)
+            os.replace(part, self.path)
+        except OSError:
+            pass
 
 
 # --- the IR ------------------------------------------------------------------------------------
