@@ -7,8 +7,9 @@ hardware's conversion (x86's F16C vcvtph2ps, ARM's fcvtl) inside loops LLVM vect
 Why llvmlite and not numba, which ember's other kernels use (array_qkernels): numba's
 import and its first call cost about 0.45 s of GIL-bound Python a process (2 vCPUs here),
 which a Whisper cold start (0.7 s in all) cannot hide; llvmlite (numba's own LLVM
-binding, installed with it by the ``ember[jit]`` extra) imports in 0.04 s and compiles
-these two small functions in about 0.04 s. The functions, in C terms:
+binding, installed with it by the ``ember[jit]`` extra) imports in 0.03 s and compiles
+these two small functions in 0.05 s, once: later processes load the machine code from
+ember's cache (_ObjectCache). The functions, in C terms:
 
     dot(const u16 *w, i64 ldw, const f32 *x, i64 ldx, f32 *out, i64 ldo,
         i64 m, i64 r0, i64 r1, i64 k)
@@ -17,17 +18,21 @@ these two small functions in about 0.04 s. The functions, in C terms:
     decode(const u16 *w, i64 ldw, f32 *out, i64 ldo, i64 r0, i64 r1, i64 k)
         out[(r - r0) * ldo + j] = f32(w[r * ldw + j])
 
-The sums carry LLVM's `fast` flags (reassociation lets the loop vectorizer split each into
-vector lanes, as numba's fastmath does for the other kernels); the decode is exact. They
-are called through ctypes, which releases the GIL, so row_parallel splits their rows
-over the cores. Unavailable (None) without llvmlite, with EMBER_JIT=0, or on an x86 CPU
-without F16C, where LLVM would call a library routine per element instead. The machine
-code is kept in ember's cache for the next process (_ObjectCache).
+dot takes two weight rows at a time (they share each load of x) and asks for the rows
+4 KiB ahead (LLVM's prefetch hint, as numba_prefetch does for the other kernels: a decode
+step reads each weight once, from memory, and without it Whisper's decode steps ran no
+faster than f32 GEMVs). The sums carry LLVM's `fast` flags (reassociation lets the loop
+vectorizer split each into vector lanes, as numba's fastmath does); the decode is exact.
+They are called through ctypes, which releases the GIL, so row_parallel splits their
+rows over the cores. Unavailable (None) without llvmlite, with EMBER_JIT=0, on an x86
+CPU without F16C (LLVM would call a library routine per element), or where the build
+fails (a warning says why; the callers then widen the halves as numpy does).
 """
 
 import ctypes
 import os
 import threading
+import warnings
 
 import numpy as np
 
@@ -48,7 +53,12 @@ def kernels():
     if not _state["tried"]:
         with _lock:
             if not _state["tried"]:
-                _state["kernels"] = _compile()
+                try:
+                    _state["kernels"] = _compile()
+                except Exception as exc:  # an LLVM that refuses the IR: numpy serves
+                    warnings.warn(
+                        f"llvm_f16: kernels not built ({exc}); f16 weights widen", stacklevel=2
+                    )
                 _state["tried"] = True
     return _state["kernels"]
 
