@@ -89,6 +89,11 @@ def engines(name, ref, ember_dir, onnx, x, threads, wgpu):
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    # Between its runs onnxruntime's pool threads spin on the cores, and the engines run
+    # in turn: ember's yolov8s-fall forward took 174 ms alone and 219 ms interleaved with
+    # it, 181 ms with the spinning off, onnxruntime's own 107.5 -> 110 ms (one session,
+    # 2 vCPUs). An application runs one of them; the spin would only tax its neighbour.
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = ort.InferenceSession(onnx, opts, providers=["CPUExecutionProvider"])
     feed = {session.get_inputs()[0].name: x}
     xt = torch.from_numpy(x)
