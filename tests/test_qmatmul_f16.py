@@ -83,6 +83,9 @@ def test_the_kernels_refuse_arrays_they_cannot_index(jit):
         jit.dot(
             w.astype(np.int32), np.zeros((1, 8), np.float32), np.zeros((1, 4), np.float32), 0, 4
         )
+    with pytest.raises(ValueError, match="uint16"):  # one row, its halves strided
+        jit.dot(np.zeros((1, 16), np.uint16)[:, ::2], np.zeros((1, 8), np.float32),
+                np.zeros((1, 1), np.float32), 0, 1)
     with pytest.raises(ValueError, match="float32"):
         jit.dot(w, np.zeros((1, 16), np.float32)[:, ::2], np.zeros((1, 4), np.float32), 0, 4)
 

@@ -75,41 +75,29 @@ class F16Kernels:
     def dot(self, w, x, out, r0, r1):
         """out[:, r0:r1] = x @ f32(w[r0:r1]).T (out may be a column slice of a wider array)."""
         _check(w, x, out)
-        self._dot(
-            w.ctypes.data,
-            w.strides[0] // 2,
-            x.ctypes.data,
-            x.strides[0] // 4,
-            out.ctypes.data,
-            out.strides[0] // 4,
-            x.shape[0],
-            r0,
-            r1,
-            w.shape[1],
-        )
+        self._dot(*_rows(w), *_rows(x), *_rows(out), x.shape[0], r0, r1, w.shape[1])
 
     def decode(self, w, out, r0, r1):
         """out[: r1 - r0] = f32(w[r0:r1]), exactly."""
         _check(w, None, out)
-        self._decode(
-            w.ctypes.data,
-            w.strides[0] // 2,
-            out.ctypes.data,
-            out.strides[0] // 4,
-            r0,
-            r1,
-            w.shape[1],
-        )
+        self._decode(*_rows(w), *_rows(out), r0, r1, w.shape[1])
+
+
+def _rows(a):
+    """(address, row stride in elements) of a 2-D array whose rows are contiguous."""
+    return a.ctypes.data, a.strides[0] // a.itemsize
 
 
 def _check(w, x, out):
     # the kernels index with row strides only: every row must be contiguous
-    if w.dtype != np.uint16 or w.ndim != 2 or (w.shape[0] > 1 and w.strides[1] != 2):
+    if w.dtype != np.uint16 or w.ndim != 2 or (w.shape[1] > 1 and w.strides[1] != 2):
         raise ValueError(
             f"llvm_f16: weight must be 2-D uint16 with contiguous rows, got {w.dtype} {w.strides}"
         )
     for a in (x, out):
-        if a is not None and (a.dtype != np.float32 or a.ndim != 2 or a.strides[1] != 4):
+        if a is not None and (
+            a.dtype != np.float32 or a.ndim != 2 or (a.shape[1] > 1 and a.strides[1] != 4)
+        ):
             raise ValueError(
                 f"llvm_f16: rows must be 2-D float32, contiguous, got {a.dtype} {a.strides}"
             )
