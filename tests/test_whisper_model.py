@@ -212,6 +212,34 @@ def test_ctranslate2_f16_model_bin_keeps_its_halves_where_the_cpu_computes_with_
     np.testing.assert_allclose(np.concatenate(steps, 1), logits, rtol=0, atol=1e-4)
 
 
+def test_hugging_face_f16_checkpoint_keeps_its_halves_where_the_cpu_computes_with_them(
+    cpu, tiny, tmp_path
+):
+    """A Hugging Face directory saved in f16 takes the same path as an f16 model.bin: its
+    linear weights and token table F16 QTensors over the safetensors' bytes, the logits
+    the f16-rounded model's."""
+    require("numba")
+    torch = require("torch")
+    from ember.io.quant import GGMLType
+    from ember.models.quant_layers import QuantEmbedding, QuantLinear
+
+    if not cpu.backend.computes_quantized(GGMLType.F16):
+        pytest.skip("EMBER_JIT=0: the CPU widens f16 weights")
+    model, _, _, features = tiny
+    half = copy.deepcopy(model).half()
+    half.save_pretrained(tmp_path / "hf-f16")
+    rounded = half.float()
+    ids = torch.randint(0, TEXT_TOKENS, (2, 5), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        logits = rounded(input_features=features, decoder_input_ids=ids).logits.numpy()
+    em = load_whisper(tmp_path / "hf-f16", device=cpu)
+    assert em.format == "huggingface" and em.dtype == ember.f32
+    assert isinstance(em.decoder.embed_tokens, QuantEmbedding)
+    assert all(m.weight.ggml_type == GGMLType.F16 for _, m in em.named_modules()
+               if isinstance(m, QuantLinear))
+    np.testing.assert_allclose(_logits(em, features, ids.numpy()), logits, rtol=0, atol=1e-4)
+
+
 def _resident_kib(path):
     """KiB of this process's memory maps of `path` now resident (Linux's smaps)."""
     total, mine = 0, False

@@ -9,8 +9,8 @@ CPU, which has no fast f16 arithmetic); an explicit dtype is used as given.
 
 Computing in f32 does not need the weights in f32. Where the device's qmatmul computes
 with f16 weights as they are stored (`backend.computes_quantized(F16)`: the CPU with the
-jit extra, whose llvm_f16 kernels widen the halves in registers), a CTranslate2 model's
-linear weights and token table stay the file's f16 halves, as F16 QTensors under
+jit extra, whose llvm_f16 kernels widen the halves in registers), an f16 checkpoint's
+(CTranslate2 or Hugging Face) linear weights and token table stay the file's f16 halves, as F16 QTensors under
 QuantLinear and QuantEmbedding (quant_layers.QuantizedLayers); norms, biases,
 convolutions and positions are widened. The values are the same (a half widens
 exactly); the sums' order differs. Nothing is widened at load and every decode step
@@ -77,14 +77,15 @@ def _open_ct2(path, device, dtype):
     if chosen is not dt.f32:
         return cfg, vb, None
     if _stored_dtype(vb) is dt.f16 and _computes_halves(device):
-        from .quant_layers import QuantizedLayers  # numpy's: not in the page
-
-        return (
-            cfg,
-            VarBuilder.from_tensors(_kept_halves(f, tensors), label=label),
-            QuantizedLayers(),
-        )
+        return _with_kept_halves(cfg, tensors, label, f.release_view)
     return cfg, VarBuilder.from_tensors(_widened(f, tensors, device), label=label), None
+
+
+def _with_kept_halves(cfg, tensors, label, release):
+    from .quant_layers import QuantizedLayers  # numpy's: not in the page
+
+    vb = VarBuilder.from_tensors(_kept_halves(tensors, release), label=label)
+    return cfg, vb, QuantizedLayers()
 
 
 def _computes_halves(device):
@@ -96,10 +97,11 @@ def _computes_halves(device):
     )
 
 
-def _kept_halves(f, tensors):
-    """The CTranslate2 tensors with each f16 matrix of a linear layer, and the token
-    table, as an F16 QTensor over the file's bytes; the other f16 tensors (norms, biases,
-    convolutions, positions) widened, their pages of the map given back."""
+def _kept_halves(tensors, release=None):
+    """The tensors (numpy arrays by Hugging Face name) with each f16 matrix of a linear
+    layer, and the token table, as an F16 QTensor over the file's bytes; the other f16
+    tensors (norms, biases, convolutions, positions) widened, and `release(array)` called
+    on each of those (CTranslate2File.release_view gives its pages of the map back)."""
     from ..io.half_widen import widen_f16
     from ..io.quant import GGMLType, QTensor
 
@@ -111,7 +113,8 @@ def _kept_halves(f, tensors):
             out[name] = QTensor(a.view("uint8"), GGMLType.F16, a.shape)
         else:
             out[name] = widen_f16(a)
-            f.release_view(a)
+            if release is not None:
+                release(a)
     return out
 
 
@@ -146,12 +149,22 @@ def _widened(f, tensors, device):
     return out
 
 
-def _open_hf(path):
+def _open_hf(path, device, dtype):
+    """(config, VarBuilder, layer factory or None) of a Hugging Face directory; an f16
+    checkpoint that loads as f32 keeps its halves where the device computes with them,
+    as a CTranslate2 one does (the safetensors' memory maps, not copies)."""
     cfg_json = _json(os.path.join(path, "config.json"))
     gen_path = os.path.join(path, "generation_config.json")
     gen = _json(gen_path) if os.path.isfile(gen_path) else None
     cfg = whisper_config.from_hf(cfg_json, os.path.join(path, "config.json"), gen)
-    return cfg, VarBuilder.from_dir(path)
+    vb = VarBuilder.from_dir(path)
+    chosen = dt.as_dtype(dtype) if dtype is not None else choose_dtype(vb, device)
+    if chosen is dt.f32 and _stored_dtype(vb) is dt.f16 and _computes_halves(device):
+        host = vb.with_device("cpu")
+        names = host.keys()  # a VarBuilder lists its names; it is not iterable
+        arrays = {name: host.get_unchecked(name).numpy() for name in names}
+        return _with_kept_halves(cfg, arrays, path, None)
+    return cfg, vb, None
 
 
 def _stored_dtype(vb):
@@ -171,10 +184,8 @@ def load_whisper(path, device=None, dtype=None):
     (dtype None: see choose_dtype)."""
     path = os.path.expanduser(os.fspath(path))
     fmt = model_format(path)
-    if fmt == "ctranslate2":
-        cfg, vb, layers = _open_ct2(path, device, dtype)
-    else:
-        (cfg, vb), layers = _open_hf(path), None
+    opener = _open_ct2 if fmt == "ctranslate2" else _open_hf
+    cfg, vb, layers = opener(path, device, dtype)
     if dtype is None:
         dtype = choose_dtype(vb, device)
     vb = vb.with_dtype(dtype).with_device(device)
