@@ -21,6 +21,11 @@ def contiguous_strides(shape):
 
 def normalize_dim(dim, ndim, op, shape=None):
     """Map a possibly negative dim into [0, ndim); name the op when it is out of range."""
+    if type(dim) is int:  # the common case first: a decode step asks ~800 times
+        if 0 <= dim < ndim:
+            return dim
+        if -ndim <= dim < 0:
+            return dim + ndim
     if not isinstance(dim, int):
         raise TypeError(f"{op}: dim must be an int, got {type(dim).__name__}")
     lo, hi = -max(ndim, 1), max(ndim, 1) - 1
