@@ -139,8 +139,8 @@ sys.stdout.write(out.tobytes().hex())
 
 def test_the_compiled_code_is_kept_for_the_next_process(jit, tmp_path):
     """The first process writes its machine code under $EMBER_CACHE/jit; the next loads it
-    (no passes, no code generation) and computes the same bits; a cache file LLVM cannot
-    load is compiled over, not trusted."""
+    (no passes, no code generation) and computes the same bits; a cache file that fails
+    its checksum is not trusted (the process compiles its own) and not overwritten."""
     import subprocess
     import sys
 
@@ -158,3 +158,6 @@ def test_the_compiled_code_is_kept_for_the_next_process(jit, tmp_path):
     assert run() == first
     kept[0].write_bytes(b"not an object file")
     assert run() == first
+    # a file that fails the check is neither trusted nor replaced: it may not be ember's
+    assert kept[0].read_bytes() == b"not an object file"
+    assert [p.name for p in (tmp_path / "jit").iterdir()] == [kept[0].name]  # no .part left

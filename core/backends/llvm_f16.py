@@ -30,6 +30,7 @@ fails (a warning says why; the callers then widen the halves as numpy does).
 """
 
 import ctypes
+import hashlib
 import os
 import threading
 import warnings
@@ -144,12 +145,12 @@ class _ObjectCache:
     start). Its file name is a hash of everything the code depends on (the IR, llvmlite's
     version, the target triple, CPU and features): another build gets another file. The
     file starts with the SHA-256 of the code after it, checked before LLVM sees the code
-    (LLVM aborts the process on an object it cannot read): a damaged file is compiled
-    over. A missing or unwritable cache only means compiling again."""
+    (LLVM aborts the process on an object it cannot read). A file that fails the check is
+    never trusted, nor replaced: this process compiles its own code and leaves the file as
+    it is (it may not be ember's). A missing or unwritable cache only means compiling
+    again."""
 
     def __init__(self, text, triple, cpu, features):
-        import hashlib
-
         import llvmlite
 
         from ..cache_dir import cache_dir
@@ -171,18 +172,24 @@ class _ObjectCache:
         return self.code
 
     def store(self, module, code):
-        import hashlib
-
+        """Write the code where no file is yet: written whole under a name of this
+        process's own, then linked into place, which fails where a file already is (one
+        another process has just written, or one that is not ember's), so nothing is
+        overwritten; the process's own name is removed either way."""
         if self.code is not None:
             return
+        part, made = f"{self.path}.{os.getpid()}.part", False
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            part = f"{self.path}.{os.getpid()}.part"  # whole or absent: renamed into place
-            with open(part, "wb") as fh:
+            with open(part, "xb") as fh:  # "x": a file of that name is left alone
+                made = True
                 fh.write(hashlib.sha256(code).digest() + code)
-            os.replace(part, self.path)
-        except OSError:
+            os.link(part, self.path)
+        except OSError:  # already there, unwritable, or no hard links here: not kept
             pass
+        finally:
+            if made:
+                os.remove(part)
 
 
 # --- the IR ------------------------------------------------------------------------------------

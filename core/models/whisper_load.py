@@ -10,9 +10,9 @@ CPU, which has no fast f16 arithmetic); an explicit dtype is used as given.
 Computing in f32 does not need the weights in f32. Where the device's qmatmul computes
 with f16 weights as they are stored (`backend.computes_quantized(F16)`: the CPU with the
 jit extra, whose llvm_f16 kernels widen the halves in registers), an f16 checkpoint's
-(CTranslate2 or Hugging Face) linear weights and token table stay the file's f16 halves, as F16 QTensors under
-QuantLinear and QuantEmbedding (quant_layers.QuantizedLayers); norms, biases,
-convolutions and positions are widened. The values are the same (a half widens
+(CTranslate2 or Hugging Face) linear weights and token table stay the file's f16 halves,
+as F16 QTensors under QuantLinear and QuantEmbedding (quant_layers.QuantizedLayers);
+norms, biases, convolutions and positions are widened. The values are the same (a half widens
 exactly); the sums' order differs. Nothing is widened at load and every decode step
 reads half the bytes. benchmarks/whisper.py, jfk.wav, 3 rounds' medians, kept halves vs
 widened (EMBER_JIT=0), one session: tiny.en cold start 0.64 vs 0.69 s, RTF 23.5x vs
