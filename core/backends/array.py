@@ -464,7 +464,12 @@ class ArrayBackend(Backend):
         """numpy reads the host weight where it lies (a view of the file's memory map):
         qmatmul dequantizes it a chunk of rows at a time, so the dense form never exists.
         Other array modules (cupy) take the dense device weight of the default."""
-        return weight if self._is_numpy else super().place_quantized(weight)
+        if not self._is_numpy:
+            return super().place_quantized(weight)
+        from .array_qmatmul import prepare
+
+        prepare(weight)  # its type's kernels loaded before any weight is read
+        return weight
 
     def computes_quantized(self, ggml_type):
         """numpy with the jit extra: F16 where llvm_f16 compiles its kernels here (llvmlite

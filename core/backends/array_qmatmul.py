@@ -27,7 +27,7 @@ import threading
 import numpy as np
 
 from ..errors import UnsupportedDType
-from . import llvm_f16
+from . import compiler_pages, llvm_f16
 from .optional_jit import jit_module
 from .row_parallel import run_rows, share_count
 
@@ -44,7 +44,7 @@ FUSED_MAX_ROWS = 4
 F16 = 1
 KERNEL_NAMES = {2: "q4_0", 3: "q4_1", 6: "q5_0", 7: "q5_1", 8: "q8_0"}
 KERNEL_NAMES.update({10: "q2_k", 11: "q3_k", 12: "q4_k", 13: "q5_k", 14: "q6_k"})
-_state = {"kernels": None, "tried": False}
+_state = {"kernels": None, "tried": False, "release": False}
 _lock = threading.Lock()
 
 
@@ -79,6 +79,30 @@ def jit_available():
 
 
 PATHS = ("auto", "fused", "decode", "numpy")
+_prepared: set = set()  # ggml types whose kernels prepare() has loaded
+
+
+def prepare(w):
+    """Has numba load (or compile) the fused (and spread) and decode kernels of w's ggml
+    type now, on w's first two rows, once a process: called as weights are placed, before any is read.
+    A kernel's first load pages LLVM's code in (about 60 MB), which the next product hands
+    back (compiler_pages); loaded at a model's first decode step instead, with every
+    weight resident, it raised SmolLM2-135M's peak RSS from 214 to 268 MiB."""
+    t = getattr(w, "ggml_type", None)
+    kernels = _kernels() if t is not None and int(t) not in _prepared else None
+    pair = kernels[0].get(int(t)) if kernels is not None else None
+    if pair is None or len(w.shape) != 2 or w.shape[0] < 2:
+        return
+    _prepared.add(int(t))
+    _state["release"] = True  # at the next product: the model's weights are placed by then
+    whole = getattr(w, "joined", None) or (getattr(w, "parts", None) or (w,))[0]
+    raw = whole.raw.reshape(whole.shape[0], -1)[:2]  # a stack's own raw would be a copy
+    x = np.zeros((1, w.shape[1]), np.float32)
+    xs = np.zeros((1, w.shape[1] // 16), np.float32)
+    pair[0](raw, x, xs, np.empty((1, 2), np.float32), 0, 2, kernels[1])
+    if pair[2] is not None and kernels[2].usable():  # the form on numba's threads
+        kernels[2].run(pair[2], raw, x, xs, np.empty((1, 2), np.float32), kernels[1], 1)
+    pair[1](raw, np.empty((2, w.shape[1]), np.float32), 0, 2, kernels[1])
 
 
 def qmatmul_rows(x2, w, out, *, path="auto", chunk_rows=None, chunk_bytes=None):
@@ -94,6 +118,9 @@ def qmatmul_rows(x2, w, out, *, path="auto", chunk_rows=None, chunk_bytes=None):
     for numpy, at least DECODE_CHUNK_BYTES for numba's decoders)."""
     if path not in PATHS:
         raise ValueError(f"qmatmul: path must be one of {PATHS}, got {path!r}")
+    if _state["release"]:  # kernels were loaded since the last product
+        _state["release"] = False
+        compiler_pages.release()
     t = getattr(w, "ggml_type", None)  # a duck-typed host weight may only dequantize rows
     if t is not None and int(t) == F16 and path != "numpy":
         halves = llvm_f16.kernels()
@@ -277,5 +304,6 @@ __all__ = [
     "KERNEL_NAMES",
     "PATHS",
     "jit_available",
+    "prepare",
     "qmatmul_rows",
 ]

@@ -37,6 +37,8 @@ import warnings
 
 import numpy as np
 
+from . import compiler_pages
+
 _state: dict = {"kernels": None, "tried": False}
 _lock = threading.Lock()
 _P, _I = ctypes.c_void_p, ctypes.c_int64
@@ -56,6 +58,7 @@ def kernels():
             if not _state["tried"]:
                 try:
                     _state["kernels"] = _compile()
+                    compiler_pages.release()  # the code is in place: LLVM's pages can go
                 except Exception as exc:  # an LLVM that refuses the IR: numpy serves
                     warnings.warn(
                         f"llvm_f16: kernels not built ({exc}); f16 weights widen", stacklevel=2

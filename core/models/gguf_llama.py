@@ -278,12 +278,12 @@ def load_gguf_model(path, device=None, dtype=dt.f32, dequantize=False, max_len=N
     model._gguf = f  # the memory map must outlive the quantized weights viewing it
     if isinstance(model.embed_tokens, QuantEmbedding):
         model.embed_tokens.out_dtype = dt.as_dtype(dtype)
-    if device.kind != "cpu":
-        # Upload now (not at the first forward), one layer at a time: raw blocks where the
-        # device has a kernel for the type, else f32 dequantized in row chunks.
-        for _, m in model.named_modules():
-            if isinstance(m, QuantLinear):
-                m.place(device, dtype)
+    # Place now (not at the first forward), one layer at a time: a GPU uploads raw blocks
+    # where it has a kernel for the type, else f32 dequantized in row chunks; the CPU keeps
+    # the file's view and loads its kernels for the types before any weight is read.
+    for _, m in model.named_modules():
+        if isinstance(m, QuantLinear):
+            m.place(device, dtype)
     return model
 
 
