@@ -145,3 +145,21 @@ def test_prepare_loads_a_types_kernels_from_a_stacks_first_part(jit, monkeypatch
     aq.qmatmul_rows(x, stack, np.empty((1, 6), np.float32))
     aq.qmatmul_rows(x, stack, np.empty((1, 6), np.float32))
     assert released == [1], "the first product after prepare() hands LLVM's pages back, once"
+
+
+def test_f16_weights_never_import_numba():
+    """F16 is llvm_f16's: placing such weights (a Whisper checkpoint) must not import
+    numba, a fifth of a second of a cold start and ~48 MB."""
+    out = _run(
+        """
+        import sys
+        import numpy as np
+        import ember
+        from ember.io.quant import GGMLType, QTensor
+
+        h = np.ones((4, 32), np.float16)
+        ember.Device.cpu().backend.place_quantized(QTensor(h.view(np.uint8), GGMLType.F16, h.shape))
+        print("numba" in sys.modules)
+        """
+    )
+    assert out == ["False"]

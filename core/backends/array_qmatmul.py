@@ -89,7 +89,8 @@ def prepare(w):
     back (compiler_pages); loaded at a model's first decode step instead, with every
     weight resident, it raised SmolLM2-135M's peak RSS from 214 to 268 MiB."""
     t = getattr(w, "ggml_type", None)
-    kernels = _kernels() if t is not None and int(t) not in _prepared else None
+    wanted = t is not None and int(t) in KERNEL_NAMES and int(t) not in _prepared
+    kernels = _kernels() if wanted else None  # never numba's import for F16 (llvm_f16's)
     pair = kernels[0].get(int(t)) if kernels is not None else None
     if pair is None or len(w.shape) != 2 or w.shape[0] < 2:
         return
