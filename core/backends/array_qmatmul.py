@@ -10,8 +10,9 @@ Two paths, one result (to f32 rounding: only the order of the additions differs)
   starts late on a busy machine takes fewer, and a kernel too short to pay for waking
   one runs on the caller alone (row_parallel.run_rows).
 - **dequantize + GEMM** (numpy alone, and every many-row x such as a prompt): a chunk of
-  weight rows at a time is dequantized into one reused f32 buffer that stays in cache and
-  multiplied by BLAS, so the dense weight never exists.
+  weight rows at a time is dequantized into an f32 buffer that stays in cache and
+  multiplied by BLAS, so the dense weight never exists. With numba the chunks go over
+  the cores, each thread decoding its chunk and running its GEMM on one BLAS thread.
 
 ggml's F16 (a half per weight: Whisper's f16 checkpoints, whisper_load) takes the same two
 paths with llvm_f16's kernels instead of numba's (see there for why).
@@ -28,6 +29,7 @@ import numpy as np
 
 from ..errors import UnsupportedDType
 from . import compiler_pages, llvm_f16
+from .blas_threads import single_thread_below
 from .optional_jit import jit_module
 from .row_parallel import run_rows, share_count
 
@@ -39,6 +41,8 @@ DECODE_CHUNK_BYTES = 4 << 20
 # x with at most this many rows takes the fused kernel (decode steps, small batches); more
 # rows amortise one dequantization over a GEMM, which BLAS does faster
 FUSED_MAX_ROWS = 4
+# a many-row product's weight splits in at least this many chunks (_decode_gemm)
+SPLIT_CHUNKS = 4
 # ggml type numbers (core/io/quant.py GGMLType; backends sit below io and do not import it):
 # F16, llvm_f16's, and array_qkernels' kernels by type
 F16 = 1
@@ -142,18 +146,15 @@ def qmatmul_rows(x2, w, out, *, path="auto", chunk_rows=None, chunk_bytes=None):
             f"numba: pip install 'ember[jit]')",
             ggml_type=t,
         )
-    if chunk_rows is None:
-        nbytes = chunk_bytes or CHUNK_BYTES
-        if pair is not None:
-            nbytes = max(nbytes, DECODE_CHUNK_BYTES)
-        chunk_rows = max(16, nbytes // max(1, 4 * w.shape[1]))
     if pair is None:
-        return _dequantize_gemm(x2, w, out, chunk_rows, None, None)
+        if chunk_rows is None:
+            chunk_rows = max(16, (chunk_bytes or CHUNK_BYTES) // max(1, 4 * w.shape[1]))
+        return _dequantize_gemm(x2, w, out, chunk_rows)
     if path == "fused" or (path == "auto" and x2.shape[0] <= FUSED_MAX_ROWS):
         if pair[2] is not None and kernels[2].usable():  # not in a forked child
             return _fused_spread(kernels[2], pair[0], pair[2], kernels[1], x2, w, out)
         return _fused(pair[0], kernels[1], x2, w, out)
-    return _dequantize_gemm(x2, w, out, chunk_rows, pair[1], kernels[1])
+    return _decode_gemm(x2, w, out, chunk_rows, chunk_bytes, pair[1], kernels[1])
 
 
 def _sums_and_rows(x2, w):
@@ -178,7 +179,8 @@ def _fused_spread(par, kernel, wide, f16, x2, w, out):
     xs, raw, parts = _sums_and_rows(x2, w)
     raws, outs = ([raw], [out]) if parts is None else _part_outputs(x2, parts)
     for raw, part_out in zip(raws, outs, strict=True):
-        threads = share_count(raw.shape[0], n_in * x2.shape[0], align=2)
+        # blas_free: no GEMM here, and _decode_gemm keeps BLAS's pool asleep
+        threads = share_count(raw.shape[0], n_in * x2.shape[0], align=2, blas_free=True)
         if threads > 1:
             par.run(wide, raw, x2, xs, part_out, f16, threads)
         else:
@@ -198,6 +200,7 @@ def _fused(kernel, f16, x2, w, out):
             n_out,
             n_in,
             align=2,
+            blas_free=True,  # no GEMM inside: BLAS's spinning pool is no reason to stay alone
         )
         return out
     # A row stack (io.quant.StackedQTensor): one pass of threads over all its rows, each
@@ -214,7 +217,7 @@ def _fused(kernel, f16, x2, w, out):
             if lo < hi:
                 kernel(raw, x2, xs, part_out, lo, hi, f16)
 
-    run_rows(rows, starts[-1], n_in, align=2)
+    run_rows(rows, starts[-1], n_in, align=2, blas_free=True)
     _place_parts(out, outs, w.offsets)
     return out
 
@@ -275,24 +278,59 @@ def _f16_parts(w):
     ]
 
 
-def _dequantize_gemm(x2, w, out, chunk_rows, decode, f16):
-    """Chunks of rows dequantized (by numba's row decoder where there is one, else by
-    numpy: the same bits) into one reused buffer, each chunk one GEMM."""
-    if decode is not None and getattr(w, "parts", None) is not None:
-        for part, off in zip(w.parts, w.offsets, strict=False):  # a row stack, part by part
-            _dequantize_gemm(x2, part, out[:, off : off + part.shape[0]], chunk_rows, decode, f16)
-        return out
+def _decode_gemm(x2, w, out, chunk_rows, chunk_bytes, decode, f16):
+    """numba's row decoder + GEMM, chunk by chunk, the chunks shared over row_parallel's
+    threads: each thread decodes a chunk and multiplies it on one BLAS thread, so the
+    decoding runs on every core too, and BLAS's own pool never wakes (where numpy was
+    imported before ember, its workers would then spin for ~0.1 s after a prompt, against
+    the next decode steps' kernels: SmolLM2-135M's first step took 100 ms instead of 20).
+    A weight's rows go in at least SPLIT_CHUNKS chunks of at most DECODE_CHUNK_BYTES of
+    f32 (or ``chunk_rows`` rows, or about ``chunk_bytes``): a fixed count, not the thread
+    count, so the bits do not depend on how many threads ran."""
+    n_in = w.shape[1]
+    pieces = []  # (raw rows, r0, r1, the output columns they make)
+    for part, at in _block_parts(w):
+        n = part.shape[0]
+        raw = part.raw.reshape(n, -1)
+        if chunk_rows is not None:
+            step = int(chunk_rows)
+        else:
+            most = max(16, max(chunk_bytes or 0, DECODE_CHUNK_BYTES) // (4 * n_in))
+            step = min(most, -(-n // SPLIT_CHUNKS))
+        step = max(1, min(step, n))
+        pieces += [(raw, r0, min(n, r0 + step), at) for r0 in range(0, n, step)]
+
+    def run(start, stop):
+        for raw, r0, r1, at in pieces[start:stop]:
+            chunk = np.empty((r1 - r0, n_in), np.float32)
+            decode(raw, chunk, r0, r1, f16)
+            np.matmul(x2, chunk.T, out=out[:, at + r0 : at + r1])
+
+    per_piece = x2.shape[0] * n_in * max(r1 - r0 for _, r0, r1, _ in pieces)
+    with single_thread_below(0):
+        run_rows(run, len(pieces), per_piece, blas_free=True, pieces=len(pieces))
+    return out
+
+
+def _block_parts(w):
+    """[(QTensor, first output column)] of a block-type weight: itself (or the one view
+    of an adjacent stack), or each part of a row stack whose parts lie apart."""
+    joined = getattr(w, "joined", None)
+    parts = getattr(w, "parts", None) if joined is None else None
+    if parts is None:
+        return [(w if joined is None else joined, 0)]
+    return list(zip(parts, w.offsets, strict=False))
+
+
+def _dequantize_gemm(x2, w, out, chunk_rows):
+    """Chunks of rows dequantized by numpy into one reused buffer, each chunk one GEMM
+    (numpy's dequantizer holds the GIL: no threads here; BLAS has the cores)."""
     n_out, n_in = w.shape
     step = max(1, min(int(chunk_rows), n_out))
     buf = np.empty((step, n_in), np.float32)
-    raw = w.raw.reshape(n_out, -1) if decode is not None else None
     for r0 in range(0, n_out, step):
         r1 = min(n_out, r0 + step)
-        if decode is not None:
-            chunk = buf[: r1 - r0]
-            decode(raw, chunk, r0, r1, f16)
-        else:
-            chunk = w.dequantize_rows(r0, r1, out=buf[: r1 - r0])
+        chunk = w.dequantize_rows(r0, r1, out=buf[: r1 - r0])
         np.matmul(x2, chunk.T, out=out[:, r0:r1])
     return out
 
