@@ -15,7 +15,7 @@ from test_gguf import assert_same_bits, random_blocks
 from ember.backends import array_qmatmul as aq
 from ember.errors import UnsupportedDType
 from ember.io import quant
-from ember.io.quant import BLOCK_SIZES, GGMLType, QTensor
+from ember.io.quant import BLOCK_SIZES, GGMLType, QTensor, StackedQTensor
 
 TYPES = [
     GGMLType.Q4_0,
@@ -142,6 +142,38 @@ def test_rows_split_over_threads_give_the_same_bits(jit, monkeypatch):
     assert len(ranges) > 1 and ranges[0][0] == 0 and ranges[-1][1] == w.shape[0]
     assert all(a[1] == b[0] and b[0] % 2 == 0 for a, b in itertools.pairwise(ranges))
     assert_same_bits(split, one)
+
+
+def test_a_prompts_chunks_go_over_the_threads_with_the_same_bits(jit, monkeypatch):
+    """The decode path splits a weight (and each part of a row stack) into a fixed count of
+    chunks, decoded and multiplied on whichever thread is free: one thread or three, the
+    same bits, and every weight row in exactly one chunk."""
+    from ember.backends import row_parallel
+
+    rng = np.random.default_rng(9)
+    parts = [weight(rng, GGMLType.Q4_1, 70, 4), weight(rng, GGMLType.Q4_1, 33, 4)]
+    w = StackedQTensor(parts)
+    x = rng.standard_normal((9, w.shape[1])).astype(np.float32)
+    monkeypatch.setitem(row_parallel._state, "workers", 1)
+    one = quant.qmatmul(x, w, path="decode")
+    decoded = []
+    kernels, f16, spread = aq._kernels()
+    counted = {
+        t: (dot, lambda raw, out, r0, r1, f, d=dec: decoded.append((raw.shape[0], r0, r1))
+            or d(raw, out, r0, r1, f), wide)
+        for t, (dot, dec, wide) in kernels.items()
+    }
+    monkeypatch.setitem(aq._state, "kernels", (counted, f16, spread))
+    monkeypatch.setitem(row_parallel._state, "workers", 3)
+    monkeypatch.setitem(row_parallel._state, "pool", None)
+    split = quant.qmatmul(x, w, path="decode")
+    assert_same_bits(split, one)
+    assert_matmul_to_f32_rounding(split, x, w.dequantize())
+    for p in parts:  # each part in at least SPLIT_CHUNKS chunks, covering its rows once
+        spans = sorted((r0, r1) for n, r0, r1 in decoded if n == p.shape[0])
+        assert len(spans) >= aq.SPLIT_CHUNKS
+        assert spans[0][0] == 0 and spans[-1][1] == p.shape[0]
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
 
 
 @pytest.mark.parametrize("t", [GGMLType.Q4_1, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K],
