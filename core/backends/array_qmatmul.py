@@ -31,7 +31,7 @@ from ..errors import UnsupportedDType
 from . import compiler_pages, llvm_f16
 from .blas_threads import single_thread_below
 from .optional_jit import jit_module
-from .row_parallel import run_rows, share_count
+from .row_parallel import blas_spins, run_rows, share_count
 
 # f32 bytes of weight rows per GEMM: numpy's dequantizer measured best at 1 MiB for a
 # decode step on 2 cores (bigger chunks let the BLAS threads contend with it); numba's
@@ -239,7 +239,8 @@ def _f16_rows(kernels, x2, w, out, path, chunk_rows, chunk_bytes):
     """qmatmul_rows for an F16 weight (a QTensor or a row stack of them) through
     llvm_f16's kernels: for few rows of x their dot products, the weight's rows split
     over the cores, each part written straight into its columns of out; for more, chunks
-    of rows widened into one buffer, each chunk a GEMM."""
+    of rows widened into one buffer, each chunk a GEMM on BLAS's threads (on ember's, as
+    _chunked_gemm, where BLAS's pool would spin)."""
     parts = _f16_parts(w)
     n_in = w.shape[1]
     if path == "fused" or (path == "auto" and x2.shape[0] <= FUSED_MAX_ROWS):
@@ -249,8 +250,14 @@ def _f16_rows(kernels, x2, w, out, path, chunk_rows, chunk_bytes):
                 lambda r0, r1, h=halves, c=cols: kernels.dot(h, x2, c, r0, r1),
                 halves.shape[0],
                 n_in * x2.shape[0],
+                blas_free=True,  # no GEMM inside, and _chunked_gemm keeps BLAS's pool asleep
             )
         return out
+    if blas_spins():  # BLAS's pool must stay asleep: the chunks over ember's threads
+        return _chunked_gemm(x2, out, parts, kernels.decode, chunk_rows, chunk_bytes)
+    # Else BLAS's threads: a Whisper encoder's 1500-row GEMMs ran 5% faster on them than
+    # as single-thread chunks side by side (each packs x again), where a prompt's 128 rows
+    # ran faster as chunks, their decoding shared too (_chunked_gemm)
     if chunk_rows is None:
         chunk_rows = max(16, max(chunk_bytes or 0, DECODE_CHUNK_BYTES) // (4 * n_in))
     step = max(1, min(int(chunk_rows), w.shape[0]))
@@ -279,31 +286,39 @@ def _f16_parts(w):
 
 
 def _decode_gemm(x2, w, out, chunk_rows, chunk_bytes, decode, f16):
-    """numba's row decoder + GEMM, chunk by chunk, the chunks shared over row_parallel's
-    threads: each thread decodes a chunk and multiplies it on one BLAS thread, so the
-    decoding runs on every core too, and BLAS's own pool never wakes (where numpy was
-    imported before ember, its workers would then spin for ~0.1 s after a prompt, against
-    the next decode steps' kernels: SmolLM2-135M's first step took 100 ms instead of 20).
-    A weight's rows go in at least SPLIT_CHUNKS chunks of at most DECODE_CHUNK_BYTES of
-    f32 (or ``chunk_rows`` rows, or about ``chunk_bytes``): a fixed count, not the thread
-    count, so the bits do not depend on how many threads ran."""
-    n_in = w.shape[1]
-    pieces = []  # (raw rows, r0, r1, the output columns they make)
-    for part, at in _block_parts(w):
-        n = part.shape[0]
-        raw = part.raw.reshape(n, -1)
-        if chunk_rows is not None:
-            step = int(chunk_rows)
-        else:
-            most = max(16, max(chunk_bytes or 0, DECODE_CHUNK_BYTES) // (4 * n_in))
-            step = min(most, -(-n // SPLIT_CHUNKS))
+    """numba's row decoders + GEMMs (_chunked_gemm) over a block-type weight's parts."""
+    parts = [(p.raw.reshape(p.shape[0], -1), at) for p, at in _block_parts(w)]
+
+    def rows(raw, chunk, r0, r1):
+        decode(raw, chunk, r0, r1, f16)
+
+    return _chunked_gemm(x2, out, parts, rows, chunk_rows, chunk_bytes)
+
+
+def _chunked_gemm(x2, out, parts, decode, chunk_rows, chunk_bytes):
+    """``out[:, at + r] = x2 @ decoded rows r`` for each part (its rows, first output
+    column) of a weight, ``decode(rows, chunk, r0, r1)`` writing rows r0:r1 as f32, chunk
+    by chunk, the chunks shared over row_parallel's threads: each thread decodes a chunk
+    and multiplies it on one BLAS thread, so the decoding runs on every core too and
+    BLAS's own pool never wakes (where numpy was imported before ember, its workers
+    would spin ~0.1 s after a prompt against the next decode steps' kernels:
+    SmolLM2-135M's first step took 100 ms instead of 20). A part goes in at least
+    SPLIT_CHUNKS chunks of at most DECODE_CHUNK_BYTES of f32 (or ``chunk_rows`` rows, or
+    about ``chunk_bytes``): a fixed count, not the thread count, so the bits do not
+    depend on how many threads ran."""
+    n_in = x2.shape[1]
+    most = max(16, max(chunk_bytes or 0, DECODE_CHUNK_BYTES) // (4 * n_in))
+    pieces = []  # (rows, r0, r1, first output column)
+    for rows, at in parts:
+        n = rows.shape[0]
+        step = int(chunk_rows) if chunk_rows is not None else min(most, -(-n // SPLIT_CHUNKS))
         step = max(1, min(step, n))
-        pieces += [(raw, r0, min(n, r0 + step), at) for r0 in range(0, n, step)]
+        pieces += [(rows, r0, min(n, r0 + step), at) for r0 in range(0, n, step)]
 
     def run(start, stop):
-        for raw, r0, r1, at in pieces[start:stop]:
+        for rows, r0, r1, at in pieces[start:stop]:
             chunk = np.empty((r1 - r0, n_in), np.float32)
-            decode(raw, chunk, r0, r1, f16)
+            decode(rows, chunk, r0, r1)
             np.matmul(x2, chunk.T, out=out[:, at + r0 : at + r1])
 
     per_piece = x2.shape[0] * n_in * max(r1 - r0 for _, r0, r1, _ in pieces)
