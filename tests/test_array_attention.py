@@ -1,7 +1,8 @@
-"""The numpy backend's own attention (array_attention: no mask, not causal) against the
-contract's composite on the same backend, on two threads: tiles of whole windows, tiles
-of one matrix's query rows, a lone matrix without batch dims, with and without a grid
-bias broadcast over heads; rows whose unshifted exponentials overflow or vanish."""
+"""The numpy backend's own attention (array_attention: not causal) against the contract's
+composite on the same backend, on two threads: tiles of whole windows, tiles of one
+matrix's query rows, a lone matrix without batch dims, with and without a grid bias
+broadcast over heads, under additive masks broadcast over heads and sequences; rows
+whose unshifted exponentials overflow or vanish."""
 
 import numpy as np
 import pytest
@@ -55,14 +56,57 @@ def test_numpy_attention_matches_the_composite(monkeypatch, budget, batch, with_
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
-def test_masked_or_causal_attention_takes_the_composite(monkeypatch):
+def test_causal_attention_takes_the_composite(monkeypatch):
     calls = []
     monkeypatch.setattr(array_attention, "attention", lambda *a: calls.append(1))
     q = ember.tensor(np.random.default_rng(1).standard_normal((2, 5, 4)).astype(np.float32))
-    mask = ember.zeros(5, 5)
-    a = F.scaled_dot_product_attention(q, q, q, mask=mask).numpy()
     b = F.scaled_dot_product_attention(q, q, q, is_causal=True).numpy()
-    assert calls == [] and a.shape == b.shape == (2, 5, 4)
+    assert calls == [] and b.shape == (2, 5, 4)
+
+
+def _composite_masked(q, k, v, mask, scale):
+    be = q.backend
+    lmask = mask.layout.broadcast_to(q.shape[:-1] + k.shape[-2:-1])
+    out = composites.scaled_dot_product_attention(
+        be, q.storage, q.layout, k.storage, k.layout, v.storage, v.layout, mask.storage,
+        lmask, scale, q.dtype, False, None)
+    return be.view(out, ember.Layout(q.shape[:-1] + v.shape[-1:]))
+
+
+@pytest.mark.parametrize("budget", [None, 3 * 40 * 24, 7 * 40],
+                         ids=["one-tile", "whole-matrices", "query-rows"])
+@pytest.mark.parametrize("mask_shape", [(1, 1, 24, 40), (2, 1, 24, 40), (2, 4, 1, 40)],
+                         ids=["every-head", "per-sequence", "per-key"])
+def test_masked_attention_matches_the_composite_tile_by_tile(monkeypatch, budget, mask_shape):
+    """A language model's prompt: an additive mask broadcast over heads (and sequences),
+    the most negative f32 where a key is hidden, one query row hiding every key (a
+    padding row: uniform weights, as the composite gives). Each tile reads only its own
+    part of the broadcast mask, never the whole of it."""
+    monkeypatch.setitem(row_parallel._state, "workers", 2)
+    monkeypatch.setattr(row_parallel, "MIN_PARALLEL_ELEMENTS", 1)
+    if budget is not None:
+        monkeypatch.setattr(array_attention, "FUSED_TILE_ELEMENTS", budget)
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((2, 4, 24, 16)).astype(np.float32)
+    k = rng.standard_normal((2, 4, 40, 16)).astype(np.float32)
+    v = rng.standard_normal((2, 4, 40, 8)).astype(np.float32)
+    lowest = np.finfo(np.float32).min
+    mask = np.where(rng.random(mask_shape) < 0.3, lowest, 0).astype(np.float32)
+    mask[..., -1] = 0
+    if mask_shape[-2] > 1:
+        mask[..., 3, :] = lowest  # a query that sees nothing
+    parts = []
+    real = array_attention.MaskTiles.part
+    monkeypatch.setattr(array_attention.MaskTiles, "part",
+                        lambda self, *a: parts.append(real(self, *a)) or parts[-1])
+    tq = ember.tensor
+    got = F.scaled_dot_product_attention(tq(q), tq(k), tq(v), mask=tq(mask)).numpy()
+    want = _composite_masked(tq(q), tq(k), tq(v), tq(mask), 16**-0.5)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert parts, "the numpy path did not run"
+    limit = budget or array_attention.FUSED_TILE_ELEMENTS
+    assert all(p.size <= max(limit, 24 * 40) for p in parts), [p.shape for p in parts]
+    assert sum(p.shape[0] * p.shape[1] for p in parts) == 2 * 4 * 24  # every query row once
 
 
 @pytest.mark.parametrize("size", [60.0, -60.0], ids=["overflow", "underflow"])
@@ -89,3 +133,24 @@ def test_rows_out_of_exp_range_are_redone_shifted(monkeypatch, size):
     want = (p / p.sum(-1, keepdims=True)) @ v.astype(np.float64)
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_masked_decode_step_takes_the_small_path():
+    """A decode step under a padding mask (a batch of prompts of different lengths): few
+    queries, a short cache, the mask broadcast over heads; the composite's values."""
+    from ember.backends import array_small_attention
+
+    rng = np.random.default_rng(6)
+    q = rng.standard_normal((2, 3, 3, 16)).astype(np.float32)  # 3 kv heads, 3 grouped queries
+    k = rng.standard_normal((2, 3, 30, 16)).astype(np.float32)
+    v = rng.standard_normal((2, 3, 30, 16)).astype(np.float32)
+    mask = np.zeros((2, 1, 1, 30), np.float32)
+    mask[1, ..., :7] = np.finfo(np.float32).min  # the second sequence's left padding
+    tq = ember.tensor
+    assert array_small_attention.is_small(q, k)
+    got = F.scaled_dot_product_attention(tq(q), tq(k), tq(v), mask=tq(mask)).numpy()
+    want = _composite_masked(tq(q), tq(k), tq(v), tq(mask), 16**-0.5)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(  # the padding's keys weigh nothing
+        got[1], F.scaled_dot_product_attention(tq(q[1]), tq(k[1, :, 7:]), tq(v[1, :, 7:])).numpy(),
+        rtol=1e-6, atol=1e-6)

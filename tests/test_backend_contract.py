@@ -169,6 +169,8 @@ def test_attention_runs_in_query_tiles_and_matches_numpy(device, causal, monkeyp
                                          is_causal=causal)
     want = _sdpa_reference(q, k, v, mask, 1 / np.sqrt(8), causal)
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+    if device.kind == "cpu" and not causal:
+        return  # numpy's own tiles (array_attention) serve: tests/test_array_attention.py
     assert calls and all(s[-2] <= 2 for s in calls)   # never the whole (7, 11) at once
 
 

@@ -340,22 +340,23 @@ class ArrayBackend(Backend):
     def scaled_dot_product_attention(
         self, q, lq, k, lk, v, lv, mask, lmask, scale, dtype, causal=False, grid_bias=None
     ):
-        """numpy, f32, no mask, not causal (a ViT's attention, SAM's): the composite's tiles
-        with every step on all cores and BLAS on one thread (array_attention); the rest
-        takes the composite."""
-        if not (self._is_numpy and dtype is dt.f32 and mask is None and not causal):
+        """numpy, f32, not causal (a ViT's attention, SAM's, a language model's prompt
+        under its mask): the composite's tiles with every step on all cores and BLAS on one
+        thread (array_attention); the rest takes the composite."""
+        if not (self._is_numpy and dtype is dt.f32 and not causal):
             return super().scaled_dot_product_attention(
                 q, lq, k, lk, v, lv, mask, lmask, scale, dtype, causal, grid_bias
             )
         xp = self.xp
         q, k, v = (_blasable(xp, self.view(s, lay)) for s, lay in ((q, lq), (k, lk), (v, lv)))
+        added = self.view(mask, lmask) if mask is not None else None
         if grid_bias is None and array_small_attention.is_small(q, k):  # a decode step's
-            return array_small_attention.attention(xp, q, k, v, scale).reshape(-1)
+            return array_small_attention.attention(xp, q, k, v, scale, added).reshape(-1)
         bias = None
         if grid_bias is not None:
             rows, lrows, cols, lcols = grid_bias
             bias = (self.view(rows, lrows), self.view(cols, lcols))
-        out = array_attention.attention(self, q, k, v, bias, scale, dtype)
+        out = array_attention.attention(self, q, k, v, bias, scale, dtype, added)
         return out.reshape(-1)
 
     def rope(self, storage, layout, cos, lcos, sin, lsin, dtype, interleaved=False):

@@ -1,10 +1,14 @@
-"""The numpy backend's attention without a mask or causal hiding (Whisper's encoder, a
-ViT's, SAM's decoder's): scaled q, the products, the grid bias added row bias first and
-an unshifted softmax with softmax_last_dim's safeguard, in tiles of about
+"""The numpy backend's attention without causal hiding (Whisper's encoder, a ViT's, SAM's
+decoder's, and a language model's prompt under its additive mask): scaled q, the
+products, the mask and then the grid bias added (row bias first), and an unshifted
+softmax with softmax_last_dim's safeguard, in tiles of about
 FUSED_TILE_ELEMENTS scores, each tile taken start to end (its scores, their
 exponentials, the product with v) by one thread with BLAS on one thread, the tiles
 shared out over row_parallel's threads. Results agree with the composite's to a few
 units in the last place: each row's sum divides the row's output instead of its weights.
+A mask broadcast over heads is read tile by tile (MaskTiles), never widened whole: a
+SmolLM2 prompt's attention (9 heads x 128 x 128 under one causal mask) took 0.56 ms here
+against 0.66 through the composite.
 
 Why tiles a thread runs start to end: a tile's scores are still in that core's cache
 when its exponentials and its second product read them. The earlier form ran each step
@@ -21,6 +25,8 @@ busy machine a two-thread BLAS call waits for both of its threads to get a core 
 ViT-B global layer took 28-30 s at load ~7 that way).
 """
 
+import itertools
+
 from ..intmath import ceil_div
 from .array_rows import SHIFT_FLOOR, softmax_rows
 from .blas_threads import one_thread_throughout
@@ -31,11 +37,13 @@ from .row_parallel import run_rows
 FUSED_TILE_ELEMENTS = 1 << 19
 
 
-def attention(be, q, k, v, grid_bias, scale, dtype):
-    """softmax((q * scale) @ k^T + grid bias) @ v (see Backend.scaled_dot_product_attention)
-    for the f32 array views q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv] of equal batch
-    dims, each matrix BLAS-ready, and grid_bias None or the views (rows [..., Tq, Kh],
-    cols [..., Tq, Kw]). Returns the output, a contiguous array [..., Tq, Dv]."""
+def attention(be, q, k, v, grid_bias, scale, dtype, mask=None):
+    """softmax((q * scale) @ k^T + mask + grid bias) @ v (see
+    Backend.scaled_dot_product_attention) for the f32 array views q [..., Tq, D], k [...,
+    Tk, D], v [..., Tk, Dv] of equal batch dims, each matrix BLAS-ready, mask None or a
+    view [..., Tq, Tk] (broadcast dims of stride 0 are fine: each tile takes only its own
+    part), and grid_bias None or the views (rows [..., Tq, Kh], cols [..., Tq, Kw]).
+    Returns the output, a contiguous array [..., Tq, Dv]."""
     xp = be.xp
     batch, tq, tk, dv = q.shape[:-2], q.shape[-2], k.shape[-2], v.shape[-1]
     out = xp.empty(batch + (tq, dv), q.dtype)
@@ -56,10 +64,13 @@ def attention(be, q, k, v, grid_bias, scale, dtype):
         bias = (rows, cols)
     tiles = fused_tiles(qs.shape[0], tq, tk, FUSED_TILE_ELEMENTS)
 
+    masks = None if mask is None else MaskTiles(xp, mask)
+
     def run(start, stop):
         for m0, m1, q0, q1 in tiles[start:stop]:
             part = None if bias is None else tuple(g[m0:m1, q0:q1] for g in bias)
-            tile(xp, qs[m0:m1, q0:q1], kt[m0:m1], vs[m0:m1], out3[m0:m1, q0:q1], part)
+            added = None if masks is None else masks.part(m0, m1, q0, q1)
+            tile(xp, qs[m0:m1, q0:q1], kt[m0:m1], vs[m0:m1], out3[m0:m1, q0:q1], part, added)
 
     # run_rows weighs work in numpy elementwise steps: a tile's are its scores' few passes
     # plus its products (a BLAS multiply-add is ~1/16 of a step)
@@ -69,14 +80,15 @@ def attention(be, q, k, v, grid_bias, scale, dtype):
     return out
 
 
-def tile(xp, qs, kt, v, out, bias=None):
-    """out [m, n, Dv] = softmax(qs @ kt + bias) @ v for the stacks qs [m, n, D] (q already
-    scaled), kt [m, D, Tk], v [m, Tk, Dv], on the calling thread. The exponentials are
+def tile(xp, qs, kt, v, out, bias=None, mask=None):
+    """out [m, n, Dv] = softmax(qs @ kt + mask + bias) @ v for the stacks qs [m, n, D] (q
+    already scaled), kt [m, D, Tk], v [m, Tk, Dv], mask None or [m, n, Tk], on the calling
+    thread. The exponentials are
     taken in place and each row's sum divides its output row, not its Tk weights (a pass
     over n x Dv values instead of n x Tk). Unshifted, as softmax_last_dim: a row whose sum
     overflows, is not finite or falls under its floor has its scores computed again and
     is softmaxed shifted by its own maximum (array_rows.softmax_rows)."""
-    scores = scores_of(xp, qs, kt, bias)
+    scores = scores_of(xp, qs, kt, bias, mask)
     flat = scores.reshape(-1, scores.shape[-1])
     with xp.errstate(over="ignore", under="ignore", invalid="ignore"):  # such rows are redone
         xp.exp(flat, out=flat)
@@ -84,7 +96,7 @@ def tile(xp, qs, kt, v, out, bias=None):
     redo = ~(total >= SHIFT_FLOOR) | ~xp.isfinite(total)
     if redo.any():
         rows = xp.nonzero(redo)[0]
-        again = scores_of(xp, qs, kt, bias).reshape(flat.shape)[rows]
+        again = scores_of(xp, qs, kt, bias, mask).reshape(flat.shape)[rows]
         part = xp.empty_like(again)
         with xp.errstate(all="ignore"):  # as softmax_last_dim's blocks run
             softmax_rows(xp, again, part)
@@ -94,12 +106,49 @@ def tile(xp, qs, kt, v, out, bias=None):
     out /= total.reshape(out.shape[:-1] + (1,))
 
 
-def scores_of(xp, qs, kt, bias):
-    """qs @ kt [m, n, Tk], plus the grid bias (rows [m, n, Kh], cols [m, n, Kw]) if any."""
+def scores_of(xp, qs, kt, bias, mask=None):
+    """qs @ kt [m, n, Tk], plus the mask [m, n, Tk] and then the grid bias (rows [m, n,
+    Kh], cols [m, n, Kw]) where given: the composite's order."""
     scores = xp.matmul(qs, kt)
+    if mask is not None:
+        scores += mask
     if bias is not None:
         add_grid_bias(scores, *bias)
     return scores
+
+
+class MaskTiles:
+    """A mask view [..., Tq, Tk] (its batch dims broadcast, often with stride 0: one
+    causal mask for every head) read as a stack [m, Tq, Tk] tile by tile: a view where
+    its batch dims merge into one, else each tile's own rows gathered (a copy the size of
+    the tile's scores, never the whole broadcast mask)."""
+
+    def __init__(self, xp, mask):
+        self.xp, self.mask = xp, mask
+        self.batch = mask.shape[:-2]
+        self.merged = _merged_batch(xp, mask)
+
+    def part(self, m0, m1, q0, q1):
+        if self.merged is not None:
+            return self.merged[m0:m1, q0:q1]
+        xp = self.xp
+        index = xp.unravel_index(xp.arange(m0, m1), self.batch)
+        return self.mask[..., q0:q1, :][index]
+
+
+def _merged_batch(xp, a):
+    """a [..., R, C] as a view [prod(batch), R, C], or None where its batch dims cannot
+    merge without a copy (dims of size 1 never stand in the way)."""
+    batch, strides = a.shape[:-2], a.strides[:-2]
+    kept = [(n, st) for n, st in zip(batch, strides, strict=True) if n != 1]
+    for (_, outer), (n, inner) in itertools.pairwise(kept):
+        if outer != inner * n:
+            return None
+    step = kept[-1][1] if kept else 0
+    m = 1
+    for n in batch:
+        m *= n
+    return xp.lib.stride_tricks.as_strided(a, (m,) + a.shape[-2:], (step,) + a.strides[-2:])
 
 
 def fused_tiles(m, tq, tk, budget):

@@ -26,9 +26,10 @@ def is_small(q, k):
     return q.shape[-2] <= SMALL_QUERIES and q[..., 0].size * k.shape[-2] <= SMALL_SCORES
 
 
-def attention(xp, q, k, v, scale):
-    """softmax((q * scale) @ k^T) @ v for the f32 views q [..., Tq, D], k [..., Tk, D],
-    v [..., Tk, Dv] (each matrix BLAS-ready): a contiguous array [..., Tq, Dv]."""
+def attention(xp, q, k, v, scale, mask=None):
+    """softmax((q * scale) @ k^T + mask) @ v for the f32 views q [..., Tq, D], k [..., Tk,
+    D], v [..., Tk, Dv] (each matrix BLAS-ready) and mask None or a view [..., Tq, Tk]: a
+    contiguous array [..., Tq, Dv]."""
     out = xp.empty(q.shape[:-1] + v.shape[-1:], q.dtype)
-    tile(xp, q * scale, xp.swapaxes(k, -1, -2), v, out)
+    tile(xp, q * scale, xp.swapaxes(k, -1, -2), v, out, mask=mask)
     return out
