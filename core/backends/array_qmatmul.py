@@ -328,12 +328,13 @@ def _chunked_gemm(x2, out, parts, decode, chunk_rows, chunk_bytes):
 
 
 def _block_parts(w):
-    """[(QTensor, first output column)] of a block-type weight: itself (or the one view
-    of an adjacent stack), or each part of a row stack whose parts lie apart."""
-    joined = getattr(w, "joined", None)
-    parts = getattr(w, "parts", None) if joined is None else None
+    """[(QTensor, first output column)] of a block-type weight: itself, or each part of a
+    row stack, an adjacent one too (io.quant.StackedQTensor, models.quant_layers.
+    AdjacentStack): a GEMM's bits depend on its width, so an adjacent stack must be
+    chunked part by part, as a plain stack of the same parts is, to keep its bits."""
+    parts = getattr(w, "parts", None)
     if parts is None:
-        return [(w if joined is None else joined, 0)]
+        return [(w, 0)]
     return list(zip(parts, w.offsets, strict=False))
 
 
