@@ -88,10 +88,11 @@ _prepared: set = set()  # ggml types whose kernels prepare() has loaded
 
 def prepare(w):
     """Has numba load (or compile) the fused (and spread) and decode kernels of w's ggml
-    type now, on w's first two rows, once a process: called as weights are placed, before any is read.
-    A kernel's first load pages LLVM's code in (about 60 MB), which the next product hands
-    back (compiler_pages); loaded at a model's first decode step instead, with every
-    weight resident, it raised SmolLM2-135M's peak RSS from 214 to 268 MiB."""
+    type now, on w's first two rows, once a process: called as weights are placed,
+    before any is read. A kernel's first load pages LLVM's code in (about 60 MB), which
+    the next product hands back (compiler_pages); loaded at a model's first decode step
+    instead, with every weight resident, it raised SmolLM2-135M's peak RSS from 214 to
+    268 MiB."""
     t = getattr(w, "ggml_type", None)
     wanted = t is not None and int(t) in KERNEL_NAMES and int(t) not in _prepared
     kernels = _kernels() if wanted else None  # never numba's import for F16 (llvm_f16's)
@@ -253,6 +254,9 @@ def _f16_rows(kernels, x2, w, out, path, chunk_rows, chunk_bytes):
                 blas_free=True,  # no GEMM inside, and _chunked_gemm keeps BLAS's pool asleep
             )
         return out
+    # many rows: part by part even where the parts are adjacent (a GEMM's bits depend on
+    # its width, so an adjacent stack keeps a plain stack's bits only chunked as it is)
+    parts = [(p.raw.view(np.uint16).reshape(p.shape), at) for p, at in _block_parts(w)]
     if blas_spins():  # BLAS's pool must stay asleep: the chunks over ember's threads
         return _chunked_gemm(x2, out, parts, kernels.decode, chunk_rows, chunk_bytes)
     # Else BLAS's threads: a Whisper encoder's 1500-row GEMMs ran 5% faster on them than
@@ -272,8 +276,9 @@ def _f16_rows(kernels, x2, w, out, path, chunk_rows, chunk_bytes):
 
 
 def _f16_parts(w):
-    """[(uint16 halves [rows, K], first output column)] of an F16 weight: one entry, or
-    one per part of a row stack whose parts lie apart."""
+    """[(uint16 halves [rows, K], first output column)] of an F16 weight for the dot
+    kernel: one entry (an adjacent stack's one view), or one per part of a row stack
+    whose parts lie apart."""
     joined = getattr(w, "joined", None)
     parts = getattr(w, "parts", None) if joined is None else None
     if parts is None:
