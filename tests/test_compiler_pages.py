@@ -2,6 +2,8 @@
 and the kernels a quantized model needs are loaded as its weights are placed, before any
 is read (array_qmatmul.prepare)."""
 
+import os
+import platform
 import subprocess
 import sys
 import textwrap
@@ -18,7 +20,7 @@ from ember.io.quant import GGMLType, StackedQTensor
 
 
 def _kernel_version():
-    return tuple(int(p) for p in __import__("platform").release().split(".")[:2] if p.isdigit())
+    return tuple(int(p) for p in platform.release().split(".")[:2] if p.isdigit())
 
 
 @pytest.fixture
@@ -33,8 +35,6 @@ def linux_pageout():
 
 def _run(code, *args, **env):
     """Runs code in a fresh interpreter and returns its last printed line, split."""
-    import os
-
     out = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code), *args],
         capture_output=True,
@@ -96,10 +96,9 @@ def test_keep_turns_release_off(own_llvm):
     assert after > before * 0.9, f"resident {before} KiB -> {after} KiB with keep"
 
 
-def test_kernels_compute_after_the_pages_went(linux_pageout):
+def test_kernels_compute_after_the_pages_went(linux_pageout, jit):
     """numba compiles a new kernel after a release (LLVM's pages come back from the file),
     and the ones loaded before still run."""
-    pytest.importorskip("numba")
     rng = np.random.default_rng(0)
     w = weight(rng, GGMLType.Q4_K, 6, 2)
     x = rng.standard_normal((2, w.shape[1])).astype(np.float32)
@@ -123,6 +122,7 @@ class _NoWholeRaw:
     def __init__(self, stack):
         self._stack = stack
         self.parts, self.ggml_type, self.shape = stack.parts, stack.ggml_type, stack.shape
+        self.offsets = stack.offsets
 
     @property
     def raw(self):
@@ -163,3 +163,25 @@ def test_f16_weights_never_import_numba():
         """
     )
     assert out == ["False"]
+
+
+class _Untouchable:
+    """A one-row part whose bytes must not be read: two rows past its start are not its."""
+
+    def __init__(self, part):
+        self.shape, self.ggml_type = part.shape, part.ggml_type
+
+    @property
+    def raw(self):
+        raise AssertionError("prepare() read rows of a one-row part")
+
+
+def test_prepare_passes_over_a_part_of_one_row(jit, monkeypatch):
+    rng = np.random.default_rng(2)
+    t = GGMLType.Q5_0
+    monkeypatch.setattr(aq, "_prepared", set())
+    stack = _NoWholeRaw(StackedQTensor([weight(rng, t, 1, 1), weight(rng, t, 5, 1)]))
+    stack.parts = (_Untouchable(stack.parts[0]), stack.parts[1])
+    aq.prepare(stack)
+    assert int(t) in aq._prepared
+    assert getattr(jit, "dot_" + aq.KERNEL_NAMES[int(t)]).signatures

@@ -26,6 +26,7 @@ ViT-B global layer took 28-30 s at load ~7 that way).
 """
 
 import itertools
+import math
 
 from ..intmath import ceil_div
 from .array_rows import SHIFT_FLOOR, softmax_rows
@@ -145,10 +146,8 @@ def _merged_batch(xp, a):
         if outer != inner * n:
             return None
     step = kept[-1][1] if kept else 0
-    m = 1
-    for n in batch:
-        m *= n
-    return xp.lib.stride_tricks.as_strided(a, (m,) + a.shape[-2:], (step,) + a.strides[-2:])
+    shape = (math.prod(batch),) + a.shape[-2:]
+    return xp.lib.stride_tricks.as_strided(a, shape, (step,) + a.strides[-2:])
 
 
 def fused_tiles(m, tq, tk, budget):

@@ -97,12 +97,14 @@ def prepare(w):
     wanted = t is not None and int(t) in KERNEL_NAMES and int(t) not in _prepared
     kernels = _kernels() if wanted else None  # never numba's import for F16 (llvm_f16's)
     pair = kernels[0].get(int(t)) if kernels is not None else None
-    if pair is None or len(w.shape) != 2 or w.shape[0] < 2:
+    # two rows of one plain weight: a stack's own raw would be a copy of every part, and
+    # the kernels do not check bounds, so a part of one row will not do
+    whole = next((p for p, _ in _block_parts(w) if len(p.shape) == 2 and p.shape[0] >= 2), None)
+    if pair is None or whole is None:
         return
     _prepared.add(int(t))
     _state["release"] = True  # at the next product: the model's weights are placed by then
-    whole = getattr(w, "joined", None) or (getattr(w, "parts", None) or (w,))[0]
-    raw = whole.raw.reshape(whole.shape[0], -1)[:2]  # a stack's own raw would be a copy
+    raw = whole.raw.reshape(whole.shape[0], -1)[:2]
     x = np.zeros((1, w.shape[1]), np.float32)
     xs = np.zeros((1, w.shape[1] // 16), np.float32)
     pair[0](raw, x, xs, np.empty((1, 2), np.float32), 0, 2, kernels[1])
