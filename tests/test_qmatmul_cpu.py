@@ -176,6 +176,22 @@ def test_a_prompts_chunks_go_over_the_threads_with_the_same_bits(jit, monkeypatc
         assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
 
 
+@pytest.mark.parametrize("m", [1, 3])
+def test_a_row_stacks_fused_product_is_its_parts_products_side_by_side(jit, m):
+    """With one row of x the fused kernels write each part straight into its columns of
+    the output; with more, into an array per part placed after: either way each part's
+    own product, bit for bit, at its offset (the first two parts large enough to be
+    shared over the threads, the last not)."""
+    rng = np.random.default_rng(12)
+    parts = [weight(rng, GGMLType.Q4_1, n, 16) for n in (300, 262, 33)]
+    w = StackedQTensor(parts)
+    x = rng.standard_normal((m, w.shape[1])).astype(np.float32)
+    got = quant.qmatmul(x, w, path="fused")
+    assert got.shape == (m, 595) and got.flags.c_contiguous
+    assert_same_bits(got, np.concatenate([quant.qmatmul(x, p, path="fused") for p in parts], 1))
+    assert_matmul_to_f32_rounding(got, x, w.dequantize())
+
+
 @pytest.mark.parametrize("t", [GGMLType.Q4_1, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K],
                          ids=lambda t: t.name)
 def test_numba_threads_split_rows_with_the_same_bits(jit, monkeypatch, t):

@@ -167,7 +167,9 @@ def _sums_and_rows(x2, w):
     are one run of bytes (models.gguf_llama.AdjacentStack) runs as that one view: its
     parts' even row counts keep every row's pair."""
     n_out, n_in = w.shape
-    xs = x2.reshape(x2.shape[0], n_in // 16, 16).sum(-1, dtype=np.float32)
+    # np.sum's own reduction (pairwise, in f32) without its Python wrapper: a decode step
+    # makes 121 of these
+    xs = np.add.reduce(x2.reshape(x2.shape[0], n_in // 16, 16), axis=-1)
     joined = getattr(w, "joined", None)
     parts = getattr(w, "parts", None) if joined is None else None
     if parts is not None:
@@ -180,7 +182,14 @@ def _fused_spread(par, kernel, wide, f16, x2, w, out):
     call per weight, or per part of a row stack, each into a C-contiguous output."""
     n_in = w.shape[1]
     xs, raw, parts = _sums_and_rows(x2, w)
-    raws, outs = ([raw], [out]) if parts is None else _part_outputs(x2, parts)
+    if parts is None:
+        raws, outs = [raw], [out]
+    elif x2.shape[0] == 1:
+        # one row of x (a decode step): each part's columns of out are C-contiguous, the
+        # kernels' layout, so they write there and nothing is placed after
+        raws, outs = _part_rows(parts), _part_columns(out, parts, w.offsets)
+    else:
+        raws, outs = _part_outputs(x2, parts)
     for raw, part_out in zip(raws, outs, strict=True):
         # blas_free: no GEMM here, and _decode_gemm keeps BLAS's pool asleep
         threads = share_count(raw.shape[0], n_in * x2.shape[0], align=2, blas_free=True)
@@ -188,7 +197,7 @@ def _fused_spread(par, kernel, wide, f16, x2, w, out):
             par.run(wide, raw, x2, xs, part_out, f16, threads)
         else:
             kernel(raw, x2, xs, part_out, 0, raw.shape[0], f16)
-    if parts is not None:
+    if parts is not None and x2.shape[0] != 1:
         _place_parts(out, outs, w.offsets)
     return out
 
@@ -225,10 +234,20 @@ def _fused(kernel, f16, x2, w, out):
     return out
 
 
+def _part_rows(parts):
+    """A row stack's parts as (N, bytes) views of their raw rows."""
+    return [p.raw.reshape(p.shape[0], -1) for p in parts]
+
+
+def _part_columns(out, parts, offsets):
+    """Each part's columns of a one-row out: a C-contiguous (1, N) view apiece."""
+    return [out[:, at : at + p.shape[0]] for p, at in zip(parts, offsets, strict=False)]
+
+
 def _part_outputs(x2, parts):
     """A row stack's parts as (N, bytes) views of their raw rows, and a C-contiguous
     output (the kernels' layout) for each."""
-    raws = [p.raw.reshape(p.shape[0], -1) for p in parts]
+    raws = _part_rows(parts)
     return raws, [np.empty((x2.shape[0], r.shape[0]), np.float32) for r in raws]
 
 
