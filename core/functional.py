@@ -630,6 +630,84 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale=None, is_causal=False
     return q._new(out, batch + (tq, v.shape[-1]))
 
 
+def rope_attention_step(
+    qkv, cos, sin, keys, values, length, n_heads, scale=None, interleaved=False
+):
+    """One decode step's attention over a KV cache, in one backend call
+    (Backend.rope_attention_step): the q and k heads of `qkv` [B, 1, n_heads + 2 * KV, D]
+    rotated by the [1, D/2] (or [B, 1, D/2]) cos/sin tables of its position, the rotated
+    k and the v heads written into the cache tensors `keys` and `values` [B, KV,
+    max_len, D] at position `length`, and the q heads' attention over the cache's first
+    length + 1 positions, unmasked. Returns [B, 1, n_heads * D]. The same values as
+    rope, an in-place copy and scaled_dot_product_attention with each KV head's query
+    heads grouped (a Llama-family layer's steps), without their Tensor steps between."""
+    op = "rope_attention_step"
+    qkv._require_kind(op, "f")
+    qkv._check_same(op, cos, sin, keys, values)
+    if qkv.ndim != 4 or keys.ndim != 4 or values.shape != keys.shape:
+        raise ShapeMismatch(
+            f"{op}: qkv must be [B, 1, heads, D] and keys/values one [B, KV, max_len, D] "
+            f"shape, got qkv {fmt_shape(qkv.shape)}, keys {fmt_shape(keys.shape)}, values "
+            f"{fmt_shape(values.shape)}",
+            op=op,
+            shapes=(qkv.shape, keys.shape, values.shape),
+        )
+    b, t, heads, d = qkv.shape
+    kv, max_len = keys.shape[1], keys.shape[2]
+    if (
+        t != 1
+        or d % 2
+        or keys.shape[0] != b
+        or keys.shape[3] != d
+        or kv < 1
+        or n_heads < 1
+        or n_heads % kv
+        or heads != n_heads + 2 * kv
+    ):
+        raise ShapeMismatch(
+            f"{op}: qkv {fmt_shape(qkv.shape)} must be one position of {n_heads} q heads "
+            f"and {kv} k and v heads each (the cache's {fmt_shape(keys.shape)}), of one "
+            f"even head size, and {n_heads} a multiple of {kv}",
+            op=op,
+            shapes=(qkv.shape, keys.shape),
+        )
+    if not 0 <= length < max_len:
+        raise InvalidArgument(
+            f"{op}: position {length} is outside the cache of {max_len} positions",
+            op=op,
+            length=length,
+            max_len=max_len,
+        )
+    allowed = ((1, d // 2), (b, 1, d // 2))
+    for table in (cos, sin):
+        if table.shape not in allowed or table.shape != cos.shape:
+            raise ShapeMismatch(
+                f"{op}: cos/sin must be {fmt_shape(allowed[0])} or {fmt_shape(allowed[1])}, "
+                f"got {fmt_shape(table.shape)}",
+                op=op,
+                shapes=(qkv.shape, table.shape),
+            )
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    out = qkv.backend.rope_attention_step(
+        qkv.storage,
+        qkv.layout,
+        cos.storage,
+        cos.layout,
+        sin.storage,
+        sin.layout,
+        keys.storage,
+        keys.layout,
+        values.storage,
+        values.layout,
+        int(length),
+        int(n_heads),
+        scale,
+        qkv.dtype,
+        bool(interleaved),
+    )
+    return qkv._new(out, (b, 1, n_heads * d))
+
+
 def _min_int(dtype):
     return {"u8": 0, "u32": 0, "i32": -(2**31), "i64": -(2**63)}[dtype.name]
 
@@ -649,6 +727,7 @@ __all__ = [
     "gated_activation",
     "rope",
     "scaled_dot_product_attention",
+    "rope_attention_step",
     "normalize_dim",
     "Tensor",
 ]

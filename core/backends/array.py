@@ -347,17 +347,23 @@ class ArrayBackend(Backend):
             return super().scaled_dot_product_attention(
                 q, lq, k, lk, v, lv, mask, lmask, scale, dtype, causal, grid_bias
             )
-        xp = self.xp
-        q, k, v = (_blasable(xp, self.view(s, lay)) for s, lay in ((q, lq), (k, lk), (v, lv)))
         added = self.view(mask, lmask) if mask is not None else None
-        if grid_bias is None and array_small_attention.is_small(q, k):  # a decode step's
-            return array_small_attention.attention(xp, q, k, v, scale, added).reshape(-1)
         bias = None
         if grid_bias is not None:
             rows, lrows, cols, lcols = grid_bias
             bias = (self.view(rows, lrows), self.view(cols, lcols))
-        out = array_attention.attention(self, q, k, v, bias, scale, dtype, added)
-        return out.reshape(-1)
+        q, k, v = (self.view(s, lay) for s, lay in ((q, lq), (k, lk), (v, lv)))
+        return self._attention(q, k, v, added, bias, scale, dtype).reshape(-1)
+
+    def _attention(self, q, k, v, added, bias, scale, dtype):
+        """numpy attention of the f32 arrays q, k, v under the mask `added` and the grid
+        `bias` (each or None): a decode step's few queries on this thread, the rest in
+        array_attention's tiles. Returns a contiguous array."""
+        xp = self.xp
+        q, k, v = _blasable(xp, q), _blasable(xp, k), _blasable(xp, v)
+        if bias is None and array_small_attention.is_small(q, k):  # a decode step's
+            return array_small_attention.attention(xp, q, k, v, scale, added)
+        return array_attention.attention(self, q, k, v, bias, scale, dtype, added)
 
     def rope(self, storage, layout, cos, lcos, sin, lsin, dtype, interleaved=False):
         """Backend.rope in four in-place passes over the output (the composite's nine ops
@@ -368,16 +374,64 @@ class ArrayBackend(Backend):
         c = self.load(cos, composites.table_layout(lcos, shape), dtype)
         s = self.load(sin, composites.table_layout(lsin, shape), dtype)
         out = xp.empty(shape, x.dtype)
-        if interleaved:
-            a, b, first, second = x[..., 0::2], x[..., 1::2], out[..., 0::2], out[..., 1::2]
-        else:
-            half = shape[-1] // 2
-            a, b, first, second = x[..., :half], x[..., half:], out[..., :half], out[..., half:]
-        xp.multiply(a, c, out=first)
-        first -= b * s
-        xp.multiply(b, c, out=second)
-        second += a * s
+        _rotate_into(xp, x, c, s, out, interleaved)
         return self.store(out, dtype)
+
+    def rope_attention_step(
+        self,
+        qkv,
+        lqkv,
+        cos,
+        lcos,
+        sin,
+        lsin,
+        keys,
+        lkeys,
+        values,
+        lvalues,
+        length,
+        n_heads,
+        scale,
+        dtype,
+        interleaved=False,
+    ):
+        """numpy, f32: the default's rope, cache writes and attention on the arrays
+        themselves (the same arithmetic: _rotate_into, then _attention), without the
+        loads, stores and views of three backend calls: 0.13 -> 0.08 ms a SmolLM2 layer."""
+        if not (self._is_numpy and dtype is dt.f32):
+            return super().rope_attention_step(
+                qkv,
+                lqkv,
+                cos,
+                lcos,
+                sin,
+                lsin,
+                keys,
+                lkeys,
+                values,
+                lvalues,
+                length,
+                n_heads,
+                scale,
+                dtype,
+                interleaved,
+            )
+        xp = self.xp
+        b, _, heads, d = lqkv.shape
+        kv = (heads - n_heads) // 2
+        heads_of = self.view(qkv, lqkv)[:, 0]  # [B, heads, D]
+        rotated = xp.empty((b, n_heads + kv, d), xp.float32)
+        # the tables [1, D/2] or [B, 1, D/2] broadcast over [B, heads, D/2] as they are
+        c, s = self.view(cos, lcos), self.view(sin, lsin)
+        _rotate_into(xp, heads_of[:, : n_heads + kv], c, s, rotated, interleaved)
+        cached_keys, cached_values = self.view(keys, lkeys), self.view(values, lvalues)
+        cached_keys[:, :, length] = rotated[:, n_heads:]
+        cached_values[:, :, length] = heads_of[:, n_heads + kv :]
+        end = length + 1
+        q = rotated[:, :n_heads].reshape(b, kv, n_heads // kv, d)
+        return self._attention(
+            q, cached_keys[:, :, :end], cached_values[:, :, :end], None, None, scale, dtype
+        ).reshape(-1)
 
     def layer_norm(
         self, storage, layout, w, lw, b, lb, eps, dtype, rms=False, residual=None, lres=None
@@ -537,6 +591,21 @@ class _Null:
 
     def __exit__(self, *exc):
         return False
+
+
+def _rotate_into(xp, x, c, s, out, interleaved):
+    """out = x rotated by the tables c, s (broadcast to x's shape with D halved), in four
+    in-place passes: a*cos - b*sin and b*cos + a*sin over the pair halves a, b of every
+    D (pairs (2i, 2i+1) when interleaved, else (i, i + D/2))."""
+    if interleaved:
+        a, b, first, second = x[..., 0::2], x[..., 1::2], out[..., 0::2], out[..., 1::2]
+    else:
+        half = x.shape[-1] // 2
+        a, b, first, second = x[..., :half], x[..., half:], out[..., :half], out[..., half:]
+    xp.multiply(a, c, out=first)
+    first -= b * s
+    xp.multiply(b, c, out=second)
+    second += a * s
 
 
 def _blasable(xp, x):

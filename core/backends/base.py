@@ -303,6 +303,48 @@ class Backend:
             self, q, lq, k, lk, v, lv, mask, lmask, scale, dtype, causal, grid_bias
         )
 
+    def rope_attention_step(
+        self,
+        qkv: Storage,
+        lqkv: Layout,
+        cos: Storage,
+        lcos: Layout,
+        sin: Storage,
+        lsin: Layout,
+        keys: Storage,
+        lkeys: Layout,
+        values: Storage,
+        lvalues: Layout,
+        length: int,
+        n_heads: int,
+        scale: float,
+        dtype: DType,
+        interleaved: bool = False,
+    ) -> Storage:
+        """One decode step's attention in a Llama-family layer, over a KV cache: qkv laid
+        out as [B, 1, n_heads + 2 * KV, D] (the q, k and v heads of one projection), the
+        cache's keys and values as [B, KV, max_len, D], cos/sin [1, D/2] or [B, 1, D/2].
+        The q and k heads are rotated (Backend.rope), the rotated k and the v heads
+        written at position `length` of the cache (in place), and the q heads attend,
+        unmasked, over its first length + 1 positions: each KV head's n_heads / KV query
+        heads as rows of one matrix. Returns the output [B, 1, n_heads * D], contiguous.
+        The default makes exactly the calls the model's own steps make (rope, copy_into,
+        scaled_dot_product_attention, on the same layouts): the same bits."""
+        return composites.rope_attention_step(
+            self,
+            qkv,
+            lqkv,
+            (cos, lcos),
+            (sin, lsin),
+            (keys, lkeys),
+            (values, lvalues),
+            length,
+            n_heads,
+            scale,
+            dtype,
+            interleaved,
+        )
+
     # --- quantized weights ------------------------------------------------------------------
     def keeps_quantized(self, ggml_type: int) -> bool:
         """Whether upload_quantized keeps weights of this ggml type quantized here (a kernel

@@ -6,7 +6,7 @@ where it has something faster. Operands are (storage, layout) pairs of one dtype
 function returns a new contiguous storage.
 """
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from .. import dtype as dt
 from ..hostdata import pack
@@ -211,6 +211,53 @@ def scaled_dot_product_attention(
         value, lvalue = tile(b0, nb, q0, n)
         be.copy_into(out, lead(Layout(out_shape), b0, nb).narrow(-2, q0, n), value, lvalue, dtype)
     return out
+
+
+class StepLayouts(NamedTuple):
+    """The views one decode step's attention reads and writes (rope_attention_step): the
+    ones the model's own Tensor steps make, so that both give the same bits."""
+
+    qk: Layout  # the q and k heads of qkv, heads first: [B, H + KV, 1, D]
+    rotated: Layout  # rope's contiguous output of them
+    new_keys: Layout  # its k heads: [B, KV, 1, D]
+    new_values: Layout  # qkv's v heads, heads first: [B, KV, 1, D]
+    key_slot: Layout  # the cache's position `length`: [B, KV, 1, D]
+    value_slot: Layout
+    queries: Layout  # the rotated q heads grouped by KV head: [B, KV, H / KV, D]
+    keys: Layout  # the cache's first length + 1 positions: [B, KV, length + 1, D]
+    values: Layout
+
+
+def step_layouts(lqkv, lkeys, lvalues, length, n_heads):
+    b, _, heads, d = lqkv.shape
+    kv = (heads - n_heads) // 2
+    rotated = Layout((b, n_heads + kv, 1, d))
+    return StepLayouts(
+        qk=lqkv.narrow(2, 0, n_heads + kv).transpose(1, 2),
+        rotated=rotated,
+        new_keys=rotated.narrow(1, n_heads, kv),
+        new_values=lqkv.narrow(2, n_heads + kv, kv).transpose(1, 2),
+        key_slot=lkeys.narrow(2, length, 1),
+        value_slot=lvalues.narrow(2, length, 1),
+        queries=rotated.narrow(1, 0, n_heads).reshape((b, kv, n_heads // kv, d)),
+        keys=lkeys.narrow(2, 0, length + 1),
+        values=lvalues.narrow(2, 0, length + 1),
+    )
+
+
+def rope_attention_step(
+    be: "Backend", qkv, lqkv, cos, sin, keys, values, length, n_heads, scale, dtype, interleaved
+):
+    """Backend.rope_attention_step through the backend's own rope, copy_into and
+    attention (cos, sin, keys and values as (storage, layout) pairs). The attention's
+    [B, KV, H / KV, D] output is [B, 1, H * D] as it lies."""
+    at = step_layouts(lqkv, keys[1], values[1], length, n_heads)
+    rotated = be.rope(qkv, at.qk, cos[0], cos[1], sin[0], sin[1], dtype, interleaved)
+    be.copy_into(keys[0], at.key_slot, rotated, at.new_keys, dtype)
+    be.copy_into(values[0], at.value_slot, qkv, at.new_values, dtype)
+    return be.scaled_dot_product_attention(
+        rotated, at.queries, keys[0], at.keys, values[0], at.values, None, None, scale, dtype
+    )
 
 
 def _add_grid_bias(be: "Backend", scores, grid_bias, q0, n, dtype):

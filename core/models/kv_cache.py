@@ -8,6 +8,7 @@ allocates no cache memory per token, on any device.
 
 from .. import dtype as dt
 from ..errors import EmberError
+from ..functional import rope_attention_step
 from ..tensor import zeros
 
 
@@ -24,12 +25,8 @@ class KVCache:
     def remaining(self):
         return self.max_len - self.length
 
-    def update(self, layer, k, v):
-        """Write k, v [batch, kv_heads, t, head_dim] at the current length; return the
-        filled prefix (length + t positions) of this layer's keys and values, as views."""
-        t = k.shape[2]
-        end = self.length + t
-        if end > self.max_len:
+    def _check_room(self, t):
+        if self.length + t > self.max_len:
             raise EmberError(
                 f"KVCache: writing {t} positions at {self.length} overflows the cache of "
                 f"{self.max_len}; create the cache with a larger max_len",
@@ -38,6 +35,13 @@ class KVCache:
                 new=t,
                 max_len=self.max_len,
             )
+
+    def update(self, layer, k, v):
+        """Write k, v [batch, kv_heads, t, head_dim] at the current length; return the
+        filled prefix (length + t positions) of this layer's keys and values, as views."""
+        t = k.shape[2]
+        end = self.length + t
+        self._check_room(t)
         keys, values = self.keys[layer], self.values[layer]
         for cache, new in ((keys, k), (values, v)):
             dst = cache.layout.narrow(2, self.length, t)
@@ -49,6 +53,25 @@ class KVCache:
             else:  # anything else gets copy_'s checks and errors
                 cache.narrow(2, self.length, t).copy_(new)
         return keys.narrow(2, 0, end), values.narrow(2, 0, end)
+
+    def attend_step(self, layer, qkv, tables, n_heads, scale, interleaved):
+        """One position's attention through this layer's cache in one backend call
+        (functional.rope_attention_step): qkv [batch, 1, n_heads + 2 * kv_heads, head_dim]
+        with its position's rotary `tables` (cos, sin); its rotated k and its v are
+        written at the current length. Returns [batch, 1, n_heads * head_dim]."""
+        self._check_room(1)
+        cos, sin = tables
+        return rope_attention_step(
+            qkv,
+            cos,
+            sin,
+            self.keys[layer],
+            self.values[layer],
+            self.length,
+            n_heads,
+            scale,
+            interleaved,
+        )
 
     def advance(self, t):
         """Called once per forward pass, after every layer has written its t positions."""

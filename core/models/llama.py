@@ -71,12 +71,28 @@ class Attention(Module):
         b, t, _ = x.shape
         hd, nh, nkv = self.head_dim, self.n_heads, self.n_kv
         qkv = self.qkv_proj(x).reshape(b, t, nh + 2 * nkv, hd)
+        mask = masks.get(self.window)
+        if t == 1 and cache is not None and mask is None and self._plain_heads(tables):
+            # A decode step: the steps below in one backend call, the same bits (their
+            # Tensor steps took 1.6 ms of SmolLM2-135M's 20 ms step on the CPU)
+            out = cache.attend_step(
+                self.layer_idx, qkv, tables[2], nh, self.scale, rope.interleaved
+            )
+            return self.o_proj(out)
         q, k = self.rotate_qk(qkv.narrow(2, 0, nh + nkv), rope, tables)
         v = qkv.narrow(2, nh + nkv, nkv).transpose(1, 2)
         if cache is not None:
             k, v = cache.update(self.layer_idx, k, v)
-        out = self.attend(q, k, v, masks.get(self.window))  # [b, nh, t, hd]
+        out = self.attend(q, k, v, mask)  # [b, nh, t, hd]
         return self.o_proj(out.transpose(1, 2).reshape(b, t, nh * hd))
+
+    def _plain_heads(self, tables):
+        """Whether the heads take whole-head rope (`tables` has functional.rope's, not a
+        partial rotation's) and rotate_qk and attend are this class's own: a family that
+        changes either (Gemma's q/k norms and soft-capping) keeps its own steps."""
+        cls = type(self)
+        own = cls.rotate_qk is Attention.rotate_qk and cls.attend is Attention.attend
+        return own and tables[2] is not None
 
     def rotate_qk(self, qk, rope, tables):
         """The q and k heads ([b, t, nh + nkv, hd], adjacent heads of one output) rotated
