@@ -12,9 +12,19 @@ import contextlib
 import glob
 import os
 import threading
+import time
 
-# Products with fewer multiply-adds than this run on one thread (about 0.3 ms of work).
+from .row_parallel import _choices  # the per-size timings run_rows keeps too
+
+# Products with fewer multiply-adds than this run on one thread (about 0.3 ms of work)...
 SMALL_GEMM_MACS = 1 << 23
+# ... except those from this many up, which run the way measured faster for their size
+# (row_parallel's choices: each way timed, the faster kept, the other tried again now
+# and then). A decode step's f32 GEMVs (one row of x, 0.3-1.8 M multiply-adds) read
+# their whole weight for little arithmetic: on two idle cores, two threads read it at
+# twice one's bandwidth (SmolLM2-135M's 120 GEMVs and head: 38-41 -> 26 ms a step),
+# while on a loaded machine a wake-up can cost more than the product (the 39 ms above).
+TIMED_FROM_MACS = 1 << 18
 
 _api = []  # [(set_fn, default_threads)] once probed; [] = not probed, [None] = unavailable
 
@@ -58,6 +68,34 @@ class _Single:
         return False
 
 
+def _timed_products():
+    """The key these products' timings go under in row_parallel's choices."""
+
+
+class _Timed:
+    """One product on one thread or on all, as row_parallel's choices say for its size,
+    timed for them."""
+
+    __slots__ = ("setter", "threads", "site", "shared", "began")
+
+    def __init__(self, setter, threads, macs):
+        self.setter, self.threads = setter, threads
+        self.site = _choices.site(_timed_products, macs)
+        self.shared = _choices.share(self.site)
+
+    def __enter__(self):
+        if not self.shared:
+            self.setter(1)
+        self.began = time.perf_counter()
+
+    def __exit__(self, *exc):
+        seconds = time.perf_counter() - self.began
+        if not self.shared:
+            self.setter(self.threads)
+        _choices.record(self.site, self.shared, seconds)
+        return False
+
+
 class _Nothing:
     def __enter__(self):
         return None
@@ -70,7 +108,10 @@ _NOTHING = _Nothing()
 
 
 def single_thread_below(macs, limit=SMALL_GEMM_MACS):
-    """A context manager: one BLAS thread if `macs` < limit, else nothing changes."""
+    """A context manager: one BLAS thread if `macs` < limit, else nothing changes; from
+    TIMED_FROM_MACS up to the limit, one thread or all, as measured faster here for the
+    product's size. OpenBLAS gives the same bits either way (every output is one
+    thread's dot product: tests/test_blas_threads.py)."""
     if macs >= limit or _pinned[0]:
         return _NOTHING
     if not _api:
@@ -78,6 +119,8 @@ def single_thread_below(macs, limit=SMALL_GEMM_MACS):
     api = _api[0]
     if api is None or api[1] <= 1:
         return _NOTHING
+    if macs >= TIMED_FROM_MACS:
+        return _Timed(*api, macs)
     return _Single(*api)
 
 
