@@ -99,6 +99,40 @@ def test_cached_decoding_matches_full_logits(family, torch):
         assert np.abs(step - ref[i]).max() <= 1e-4, (i, np.abs(step - ref[i]).max())
 
 
+def test_decode_steps_through_the_fused_step_keep_the_general_paths_bits(family, monkeypatch):
+    """Gemma 3's q/k-normed heads go through rope_attention_step (its sliding layers while
+    their window holds the whole cache), Gemma 2's capped scores never: the same logits,
+    bit for bit, as with the step turned off."""
+    from ember.models.gemma import GemmaAttention
+
+    name, hf, path = family
+    model = GemmaForCausalLM.from_pretrained(path)
+    ids = _prompt(hf.config.vocab_size, 4, 3)
+    calls = []
+    backend = type(model.device.backend)
+    real = backend.rope_attention_step
+    monkeypatch.setattr(backend, "rope_attention_step",
+                        lambda *a, **k: calls.append(a[11]) or real(*a, **k))
+
+    def steps():
+        cache = model.new_cache(1, 16)
+        out = [model([ids], cache=cache).numpy()[0, -1]]
+        for _ in range(6):  # positions 4 to 9: the window of 6 is passed on the way
+            out.append(model([[int(out[-1].argmax())]], cache=cache).numpy()[0, -1])
+        return np.stack(out)
+
+    fused = steps()
+    taken = list(calls)
+    monkeypatch.setattr(GemmaAttention, "fuses_step", lambda self, tables: False)
+    general = steps()
+    np.testing.assert_array_equal(fused, general)
+    assert calls == taken  # nothing more with the step off
+    if name == "gemma2":
+        assert taken == []
+    else:  # the full layer at every step, the two sliding ones at positions 4 and 5
+        assert taken == [4, 4, 4, 5, 5, 5, 6, 7, 8, 9]
+
+
 def test_greedy_generation_matches_transformers(family, device, torch):
     name, hf, path = family
     ids = _prompt(hf.config.vocab_size, 7, 2)

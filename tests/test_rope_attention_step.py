@@ -153,7 +153,7 @@ def test_a_decoder_layers_decode_steps_through_it_keep_the_general_paths_bits(
 
     fused = run()
     assert steps == [3, 4]  # the two decode steps went through it, the prompt did not
-    monkeypatch.setattr(Attention, "_plain_heads", lambda self, tables: False)
+    monkeypatch.setattr(Attention, "fuses_step", lambda self, tables: False)
     general = run()
     assert steps == [3, 4]
     for got, want in zip(fused, general, strict=True):

@@ -41,10 +41,23 @@ class GemmaAttention(Attention):
 
     def rotate_qk(self, qk, rope, tables):
         if self.qk_norm:
-            nh, nkv = self.n_heads, self.n_kv
-            q, k = self.q_norm(qk.narrow(2, 0, nh)), self.k_norm(qk.narrow(2, nh, nkv))
-            qk = cat([q, k], 2)
+            qk = cat(self._normed(qk), 2)
         return super().rotate_qk(qk, rope, tables)
+
+    def _normed(self, heads):
+        """[q, k] of heads [b, t, nh + nkv (+ nkv), hd], each through its RMS norm."""
+        nh, nkv = self.n_heads, self.n_kv
+        return [self.q_norm(heads.narrow(2, 0, nh)), self.k_norm(heads.narrow(2, nh, nkv))]
+
+    def fuses_step(self, tables):
+        # the fused step's attention is the plain one: Gemma 3's, not Gemma 2's capped
+        return self.softcap is None and tables[2] is not None
+
+    def step_heads(self, qkv):
+        if not self.qk_norm:
+            return qkv
+        nh, nkv = self.n_heads, self.n_kv
+        return cat(self._normed(qkv) + [qkv.narrow(2, nh + nkv, nkv)], 2)
 
     def attend(self, q, k, v, mask):
         if self.softcap is None:

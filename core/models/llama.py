@@ -72,11 +72,11 @@ class Attention(Module):
         hd, nh, nkv = self.head_dim, self.n_heads, self.n_kv
         qkv = self.qkv_proj(x).reshape(b, t, nh + 2 * nkv, hd)
         mask = masks.get(self.window)
-        if t == 1 and cache is not None and mask is None and self._plain_heads(tables):
+        if t == 1 and cache is not None and mask is None and self.fuses_step(tables):
             # A decode step: the steps below in one backend call, the same bits (their
             # Tensor steps took 1.6 ms of SmolLM2-135M's 20 ms step on the CPU)
             out = cache.attend_step(
-                self.layer_idx, qkv, tables[2], nh, self.scale, rope.interleaved
+                self.layer_idx, self.step_heads(qkv), tables[2], nh, self.scale, rope.interleaved
             )
             return self.o_proj(out)
         q, k = self.rotate_qk(qkv.narrow(2, 0, nh + nkv), rope, tables)
@@ -86,13 +86,18 @@ class Attention(Module):
         out = self.attend(q, k, v, mask)  # [b, nh, t, hd]
         return self.o_proj(out.transpose(1, 2).reshape(b, t, nh * hd))
 
-    def _plain_heads(self, tables):
-        """Whether the heads take whole-head rope (`tables` has functional.rope's, not a
-        partial rotation's) and rotate_qk and attend are this class's own: a family that
-        changes either (Gemma's q/k norms and soft-capping) keeps its own steps."""
+    def fuses_step(self, tables):
+        """Whether a decode step may take functional.rope_attention_step: whole-head rope
+        (`tables` has functional.rope's, not a partial rotation's), and rotate_qk and
+        attend this class's own. A family that changes them (gemma.py) says here when its
+        steps are still the fused op's, with step_heads giving it the heads it takes."""
         cls = type(self)
         own = cls.rotate_qk is Attention.rotate_qk and cls.attend is Attention.attend
         return own and tables[2] is not None
+
+    def step_heads(self, qkv):
+        """qkv [b, 1, heads, hd] as the fused step takes it: the heads rope rotates, and v."""
+        return qkv
 
     def rotate_qk(self, qk, rope, tables):
         """The q and k heads ([b, t, nh + nkv, hd], adjacent heads of one output) rotated
