@@ -24,7 +24,10 @@ from collections import defaultdict
 
 # The backend methods a forward pass calls (timed where they are the outermost call).
 TIMED = (
+    "qlinear",
     "qmatmul",
+    "rope_attention_step",
+    "gated_activation",
     "layer_norm",
     "rms_norm",
     "rope",
