@@ -218,8 +218,7 @@ class StepLayouts(NamedTuple):
     ones the model's own Tensor steps make, so that both give the same bits."""
 
     qk: Layout  # the q and k heads of qkv, heads first: [B, H + KV, 1, D]
-    rotated: Layout  # rope's contiguous output of them
-    new_keys: Layout  # its k heads: [B, KV, 1, D]
+    new_keys: Layout  # the k heads of rope's contiguous output of them: [B, KV, 1, D]
     new_values: Layout  # qkv's v heads, heads first: [B, KV, 1, D]
     key_slot: Layout  # the cache's position `length`: [B, KV, 1, D]
     value_slot: Layout
@@ -234,7 +233,6 @@ def step_layouts(lqkv, lkeys, lvalues, length, n_heads):
     rotated = Layout((b, n_heads + kv, 1, d))
     return StepLayouts(
         qk=lqkv.narrow(2, 0, n_heads + kv).transpose(1, 2),
-        rotated=rotated,
         new_keys=rotated.narrow(1, n_heads, kv),
         new_values=lqkv.narrow(2, n_heads + kv, kv).transpose(1, 2),
         key_slot=lkeys.narrow(2, length, 1),
