@@ -26,7 +26,7 @@ from collections import defaultdict
 TIMED = (
     "qlinear",
     "qmatmul",
-    "rope_attention_step",
+    "attention_step",
     "gated_activation",
     "layer_norm",
     "rms_norm",

@@ -630,20 +630,21 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale=None, is_causal=False
     return q._new(out, batch + (tq, v.shape[-1]))
 
 
-def rope_attention_step(
-    qkv, cos, sin, keys, values, length, n_heads, scale=None, interleaved=False
-):
-    """One decode step's attention over a KV cache, in one backend call
-    (Backend.rope_attention_step): the q and k heads of `qkv` [B, 1, n_heads + 2 * KV, D]
-    rotated by the [1, D/2] (or [B, 1, D/2]) cos/sin tables of its position, the rotated
-    k and the v heads written into the cache tensors `keys` and `values` [B, KV,
-    max_len, D] at position `length`, and the q heads' attention over the cache's first
-    length + 1 positions, unmasked. Returns [B, 1, n_heads * D]. The same values as
+def attention_step(qkv, keys, values, length, n_heads, scale=None, rope=None, interleaved=False):
+    """One decode step's self-attention over a KV cache, in one backend call
+    (Backend.attention_step): with `rope` = (cos, sin), the [1, D/2] (or [B, 1, D/2])
+    rotary tables of the position, the q and k heads of `qkv` [B, 1, n_heads + 2 * KV, D]
+    rotated first; the k and v heads written into the cache tensors `keys` and `values`
+    [B, KV, max_len, D] at position `length`; the q heads' attention over the cache's
+    first length + 1 positions, unmasked. Returns [B, 1, n_heads * D]. The same values as
     rope, an in-place copy and scaled_dot_product_attention with each KV head's query
-    heads grouped (a Llama-family layer's steps), without their Tensor steps between."""
-    op = "rope_attention_step"
+    heads grouped (a decoder layer's steps), without their Tensor steps between."""
+    op = "attention_step"
     qkv._require_kind(op, "f")
-    qkv._check_same(op, cos, sin, keys, values)
+    tables = tuple(rope) if rope is not None else ()
+    if len(tables) not in (0, 2):
+        raise InvalidArgument(f"{op}: rope must be (cos, sin) or None", op=op)
+    qkv._check_same(op, keys, values, *tables)
     if qkv.ndim != 4 or keys.ndim != 4 or values.shape != keys.shape:
         raise ShapeMismatch(
             f"{op}: qkv must be [B, 1, heads, D] and keys/values one [B, KV, max_len, D] "
@@ -656,7 +657,7 @@ def rope_attention_step(
     kv, max_len = keys.shape[1], keys.shape[2]
     if (
         t != 1
-        or d % 2
+        or (tables and d % 2)
         or keys.shape[0] != b
         or keys.shape[3] != d
         or kv < 1
@@ -667,7 +668,7 @@ def rope_attention_step(
         raise ShapeMismatch(
             f"{op}: qkv {fmt_shape(qkv.shape)} must be one position of {n_heads} q heads "
             f"and {kv} k and v heads each (the cache's {fmt_shape(keys.shape)}), of one "
-            f"even head size, and {n_heads} a multiple of {kv}",
+            f"head size (even with rope), and {n_heads} a multiple of {kv}",
             op=op,
             shapes=(qkv.shape, keys.shape),
         )
@@ -678,23 +679,23 @@ def rope_attention_step(
             length=length,
             max_len=max_len,
         )
-    allowed = ((1, d // 2), (b, 1, d // 2))
-    for table in (cos, sin):
-        if table.shape not in allowed or table.shape != cos.shape:
-            raise ShapeMismatch(
-                f"{op}: cos/sin must be {fmt_shape(allowed[0])} or {fmt_shape(allowed[1])}, "
-                f"got {fmt_shape(table.shape)}",
-                op=op,
-                shapes=(qkv.shape, table.shape),
-            )
+    laid = None
+    if tables:
+        cos, sin = tables
+        allowed = ((1, d // 2), (b, 1, d // 2))
+        for table in tables:
+            if table.shape not in allowed or table.shape != cos.shape:
+                raise ShapeMismatch(
+                    f"{op}: cos/sin must be {fmt_shape(allowed[0])} or "
+                    f"{fmt_shape(allowed[1])}, got {fmt_shape(table.shape)}",
+                    op=op,
+                    shapes=(qkv.shape, table.shape),
+                )
+        laid = (cos.storage, cos.layout, sin.storage, sin.layout)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    out = qkv.backend.rope_attention_step(
+    out = qkv.backend.attention_step(
         qkv.storage,
         qkv.layout,
-        cos.storage,
-        cos.layout,
-        sin.storage,
-        sin.layout,
         keys.storage,
         keys.layout,
         values.storage,
@@ -703,6 +704,7 @@ def rope_attention_step(
         int(n_heads),
         scale,
         qkv.dtype,
+        laid,
         bool(interleaved),
     )
     return qkv._new(out, (b, 1, n_heads * d))
@@ -727,7 +729,7 @@ __all__ = [
     "gated_activation",
     "rope",
     "scaled_dot_product_attention",
-    "rope_attention_step",
+    "attention_step",
     "normalize_dim",
     "Tensor",
 ]

@@ -100,7 +100,7 @@ def test_cached_decoding_matches_full_logits(family, torch):
 
 
 def test_decode_steps_through_the_fused_step_keep_the_general_paths_bits(family, monkeypatch):
-    """Gemma 3's q/k-normed heads go through rope_attention_step (its sliding layers while
+    """Gemma 3's q/k-normed heads go through attention_step (its sliding layers while
     their window holds the whole cache), Gemma 2's capped scores never: the same logits,
     bit for bit, as with the step turned off."""
     from ember.models.gemma import GemmaAttention
@@ -110,9 +110,9 @@ def test_decode_steps_through_the_fused_step_keep_the_general_paths_bits(family,
     ids = _prompt(hf.config.vocab_size, 4, 3)
     calls = []
     backend = type(model.device.backend)
-    real = backend.rope_attention_step
-    monkeypatch.setattr(backend, "rope_attention_step",
-                        lambda *a, **k: calls.append(a[11]) or real(*a, **k))
+    real = backend.attention_step
+    monkeypatch.setattr(backend, "attention_step",
+                        lambda *a, **k: calls.append(a[7]) or real(*a, **k))
 
     def steps():
         cache = model.new_cache(1, 16)

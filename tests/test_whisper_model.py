@@ -128,6 +128,45 @@ def test_greedy_tokens_match_transformers_generate(device, tiny, timestamps):
     ]
 
 
+def test_decode_steps_through_the_fused_self_attention_keep_the_general_paths_bits(
+    device, tiny, monkeypatch
+):
+    """A decode step's self-attention goes through attention_step (one backend call), in
+    the decoder's own steps and in greedy decoding's batch; the logits, tokens and
+    log-probabilities are those of the separate steps, bit for bit."""
+    from ember.models.whisper import Attention
+
+    model, path, tokens, features = tiny
+    em = load_whisper(path, device=device)
+    enc = em.encoder(ember.tensor(features.numpy()[:1], device=device))
+    ids = np.array([[tokens.sot, 11, 12, 13, 14, 15]])
+    opts = DecodeOptions(timestamps=True, suppress_tokens=SUPPRESS, max_new_tokens=12)
+    steps = []
+    backend = type(em.device.backend)
+    real = backend.attention_step
+    monkeypatch.setattr(backend, "attention_step",
+                        lambda *a, **k: steps.append(a[7]) or real(*a, **k))
+
+    def run():
+        cache = em.decoder.new_cache(enc)
+        logits = [em.decoder(ember.tensor(ids[:, :3], device=device), cache, False).numpy()]
+        logits += [em.decoder(ember.tensor(ids[:, i : i + 1], device=device), cache).numpy()
+                   for i in range(3, 6)]
+        got = greedy(em, enc, tokens, opts)
+        return np.concatenate(logits, 1), got.tokens, got.avg_logprob
+
+    fused = run()
+    layers = em.cfg.decoder_layers
+    assert steps[: 3 * layers] == [p for p in (3, 4, 5) for _ in range(layers)]
+    assert len(steps) > 3 * layers  # greedy's steps too
+    monkeypatch.setattr(Attention, "fuses_step", lambda self: False)
+    taken = len(steps)
+    general = run()
+    assert len(steps) == taken
+    np.testing.assert_array_equal(fused[0], general[0])
+    assert fused[1:] == general[1:]
+
+
 def test_ctranslate2_model_bin_loads_the_same_weights(cpu, tiny, tmp_path):
     ctranslate2 = require("ctranslate2")
     torch = require("torch")

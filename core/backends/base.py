@@ -303,14 +303,10 @@ class Backend:
             self, q, lq, k, lk, v, lv, mask, lmask, scale, dtype, causal, grid_bias
         )
 
-    def rope_attention_step(
+    def attention_step(
         self,
         qkv: Storage,
         lqkv: Layout,
-        cos: Storage,
-        lcos: Layout,
-        sin: Storage,
-        lsin: Layout,
         keys: Storage,
         lkeys: Layout,
         values: Storage,
@@ -319,29 +315,30 @@ class Backend:
         n_heads: int,
         scale: float,
         dtype: DType,
+        rope: tuple | None = None,
         interleaved: bool = False,
     ) -> Storage:
-        """One decode step's attention in a Llama-family layer, over a KV cache: qkv laid
-        out as [B, 1, n_heads + 2 * KV, D] (the q, k and v heads of one projection), the
-        cache's keys and values as [B, KV, max_len, D], cos/sin [1, D/2] or [B, 1, D/2].
-        The q and k heads are rotated (Backend.rope), the rotated k and the v heads
-        written at position `length` of the cache (in place), and the q heads attend,
-        unmasked, over its first length + 1 positions: each KV head's n_heads / KV query
-        heads as rows of one matrix. Returns the output [B, 1, n_heads * D], contiguous.
-        The default makes exactly the calls the model's own steps make (rope, copy_into,
-        scaled_dot_product_attention, on the same layouts): the same bits."""
-        return composites.rope_attention_step(
+        """One decode step's self-attention over a KV cache: qkv laid out as [B, 1,
+        n_heads + 2 * KV, D] (the q, k and v heads of one projection), the cache's keys
+        and values as [B, KV, max_len, D]. With `rope` = (cos, lcos, sin, lsin), tables
+        [1, D/2] or [B, 1, D/2], the q and k heads are rotated first (Backend.rope). The
+        k and v heads are written at position `length` of the cache (in place), and the
+        q heads attend, unmasked, over its first length + 1 positions: each KV head's
+        n_heads / KV query heads as rows of one matrix. Returns the output [B, 1,
+        n_heads * D], contiguous. The default makes exactly the calls a model's own steps
+        make (rope, copy_into, scaled_dot_product_attention, on the same layouts): the
+        same bits."""
+        return composites.attention_step(
             self,
             qkv,
             lqkv,
-            (cos, lcos),
-            (sin, lsin),
             (keys, lkeys),
             (values, lvalues),
             length,
             n_heads,
             scale,
             dtype,
+            rope,
             interleaved,
         )
 

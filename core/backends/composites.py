@@ -214,47 +214,57 @@ def scaled_dot_product_attention(
 
 
 class StepLayouts(NamedTuple):
-    """The views one decode step's attention reads and writes (rope_attention_step): the
-    ones the model's own Tensor steps make, so that both give the same bits."""
+    """The views one decode step's attention reads and writes (attention_step): the ones
+    a model's own Tensor steps make, so that both give the same bits. `heads` is the
+    layout of what k and the queries are read from: rope's contiguous output of the q and
+    k heads, or without rope qkv itself."""
 
     qk: Layout  # the q and k heads of qkv, heads first: [B, H + KV, 1, D]
-    new_keys: Layout  # the k heads of rope's contiguous output of them: [B, KV, 1, D]
+    new_keys: Layout  # the k heads in `heads`: [B, KV, 1, D]
     new_values: Layout  # qkv's v heads, heads first: [B, KV, 1, D]
     key_slot: Layout  # the cache's position `length`: [B, KV, 1, D]
     value_slot: Layout
-    queries: Layout  # the rotated q heads grouped by KV head: [B, KV, H / KV, D]
+    queries: Layout  # the q heads in `heads` grouped by KV head: [B, KV, H / KV, D]
     keys: Layout  # the cache's first length + 1 positions: [B, KV, length + 1, D]
     values: Layout
 
 
-def step_layouts(lqkv, lkeys, lvalues, length, n_heads):
+def step_layouts(lqkv, lkeys, lvalues, length, n_heads, rotated):
+    """StepLayouts for qkv laid out as lqkv; `rotated`: k and the queries come from rope's
+    contiguous output [B, H + KV, 1, D], else from qkv's own heads."""
     b, _, heads, d = lqkv.shape
     kv = (heads - n_heads) // 2
-    rotated = Layout((b, n_heads + kv, 1, d))
+    qk = lqkv.narrow(2, 0, n_heads + kv).transpose(1, 2)
+    source = Layout((b, n_heads + kv, 1, d)) if rotated else qk
+    # splitting one dim (the heads into KV groups) is always a view
+    queries = source.narrow(1, 0, n_heads).reshape((b, kv, n_heads // kv, d))
     return StepLayouts(
-        qk=lqkv.narrow(2, 0, n_heads + kv).transpose(1, 2),
-        new_keys=rotated.narrow(1, n_heads, kv),
+        qk=qk,
+        new_keys=source.narrow(1, n_heads, kv),
         new_values=lqkv.narrow(2, n_heads + kv, kv).transpose(1, 2),
         key_slot=lkeys.narrow(2, length, 1),
         value_slot=lvalues.narrow(2, length, 1),
-        queries=rotated.narrow(1, 0, n_heads).reshape((b, kv, n_heads // kv, d)),
+        queries=queries,
         keys=lkeys.narrow(2, 0, length + 1),
         values=lvalues.narrow(2, 0, length + 1),
     )
 
 
-def rope_attention_step(
-    be: "Backend", qkv, lqkv, cos, sin, keys, values, length, n_heads, scale, dtype, interleaved
+def attention_step(
+    be: "Backend", qkv, lqkv, keys, values, length, n_heads, scale, dtype, rope, interleaved
 ):
-    """Backend.rope_attention_step through the backend's own rope, copy_into and
-    attention (cos, sin, keys and values as (storage, layout) pairs). The attention's
+    """Backend.attention_step through the backend's own rope (where `rope` is given),
+    copy_into and attention (keys and values as (storage, layout) pairs). The attention's
     [B, KV, H / KV, D] output is [B, 1, H * D] as it lies."""
-    at = step_layouts(lqkv, keys[1], values[1], length, n_heads)
-    rotated = be.rope(qkv, at.qk, cos[0], cos[1], sin[0], sin[1], dtype, interleaved)
-    be.copy_into(keys[0], at.key_slot, rotated, at.new_keys, dtype)
+    at = step_layouts(lqkv, keys[1], values[1], length, n_heads, rope is not None)
+    heads = qkv
+    if rope is not None:
+        cos, lcos, sin, lsin = rope
+        heads = be.rope(qkv, at.qk, cos, lcos, sin, lsin, dtype, interleaved)
+    be.copy_into(keys[0], at.key_slot, heads, at.new_keys, dtype)
     be.copy_into(values[0], at.value_slot, qkv, at.new_values, dtype)
     return be.scaled_dot_product_attention(
-        rotated, at.queries, keys[0], at.keys, values[0], at.values, None, None, scale, dtype
+        heads, at.queries, keys[0], at.keys, values[0], at.values, None, None, scale, dtype
     )
 
 

@@ -8,7 +8,7 @@ allocates no cache memory per token, on any device.
 
 from .. import dtype as dt
 from ..errors import EmberError
-from ..functional import rope_attention_step
+from ..functional import attention_step
 from ..tensor import zeros
 
 
@@ -54,22 +54,21 @@ class KVCache:
                 cache.narrow(2, self.length, t).copy_(new)
         return keys.narrow(2, 0, end), values.narrow(2, 0, end)
 
-    def attend_step(self, layer, qkv, tables, n_heads, scale, interleaved):
-        """One position's attention through this layer's cache in one backend call
-        (functional.rope_attention_step): qkv [batch, 1, n_heads + 2 * kv_heads, head_dim]
-        with its position's rotary `tables` (cos, sin); its rotated k and its v are
-        written at the current length. Returns [batch, 1, n_heads * head_dim]."""
+    def attend_step(self, layer, qkv, n_heads, scale=None, rope=None, interleaved=False):
+        """One position's self-attention through this layer's cache in one backend call
+        (functional.attention_step): qkv [batch, 1, n_heads + 2 * kv_heads, head_dim],
+        rotated first by the position's rotary tables `rope` (cos, sin) where given; its
+        k and v are written at the current length. Returns [batch, 1, n_heads *
+        head_dim]."""
         self._check_room(1)
-        cos, sin = tables
-        return rope_attention_step(
+        return attention_step(
             qkv,
-            cos,
-            sin,
             self.keys[layer],
             self.values[layer],
             self.length,
             n_heads,
             scale,
+            rope,
             interleaved,
         )
 

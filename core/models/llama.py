@@ -76,7 +76,7 @@ class Attention(Module):
             # A decode step: the steps below in one backend call, the same bits (their
             # Tensor steps took 1.6 ms of SmolLM2-135M's 20 ms step on the CPU)
             out = cache.attend_step(
-                self.layer_idx, self.step_heads(qkv), tables[2], nh, self.scale, rope.interleaved
+                self.layer_idx, self.step_heads(qkv), nh, self.scale, tables[2], rope.interleaved
             )
             return self.o_proj(out)
         q, k = self.rotate_qk(qkv.narrow(2, 0, nh + nkv), rope, tables)
@@ -87,7 +87,7 @@ class Attention(Module):
         return self.o_proj(out.transpose(1, 2).reshape(b, t, nh * hd))
 
     def fuses_step(self, tables):
-        """Whether a decode step may take functional.rope_attention_step: whole-head rope
+        """Whether a decode step may take functional.attention_step: whole-head rope
         (`tables` has functional.rope's, not a partial rotation's), and rotate_qk and
         attend this class's own. A family that changes them (gemma.py) says here when its
         steps are still the fused op's, with step_heads giving it the heads it takes."""

@@ -90,6 +90,21 @@ class Attention(Module):
         d = self.n_heads * self.head_dim
         return tuple(self.heads(y.narrow(-1, i * d, d)) for i in range(3))
 
+    def fuses_step(self):
+        """Whether the fused projection serves (as in qkv_heads), so that a decode step's
+        self-attention may take functional.attention_step."""
+        parts = (self.q_proj, self.k_proj, self.v_proj)
+        return self._fuse and not any(p._forward_hooks for p in parts)
+
+    def step(self, x, kv, layer, residual):
+        """One position's self-attention, x [b, 1, d], through the decoder's KVCache `kv`
+        in one backend call (its k and v written at the cache's length), then out_proj
+        with `residual`: the same bits as qkv_heads, kv.update and attend."""
+        y = (self._qkv or self._fused())(x)
+        qkv = y.reshape(x.shape[0], 1, 3 * self.n_heads, self.head_dim)
+        out = kv.attend_step(layer, qkv, self.n_heads)
+        return self.out_proj(out, residual=residual)
+
     def heads(self, x):
         """[b, t, d] -> [b, heads, t, head_dim]"""
         b, t, _ = x.shape
@@ -180,9 +195,12 @@ class DecoderLayer(Module):
         are appended to the list `scores` before the softmax hides them."""
         h = self.self_attn_layer_norm(x)
         a = self.self_attn
-        q, k, v = a.qkv_heads(h)
-        k, v = cache.self_kv.update(self.index, k, v)
-        x = a.attend(q, k, v, residual=x, causal=x.shape[1] > 1)
+        if x.shape[1] == 1 and a.fuses_step():  # a decode step: one backend call
+            x = a.step(h, cache.self_kv, self.index, residual=x)
+        else:
+            q, k, v = a.qkv_heads(h)
+            k, v = cache.self_kv.update(self.index, k, v)
+            x = a.attend(q, k, v, residual=x, causal=x.shape[1] > 1)
         h = self.encoder_attn_layer_norm(x)
         c = self.encoder_attn
         ck, cv = cache.cross[self.index]

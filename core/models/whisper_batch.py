@@ -33,9 +33,12 @@ def _layer(layer, x, cache, mask):
     """DecoderLayer.forward with a self-attention mask instead of `is_causal`."""
     h = layer.self_attn_layer_norm(x)
     a = layer.self_attn
-    q, k, v = a.qkv_heads(h)
-    k, v = cache.self_kv.update(layer.index, k, v)
-    x = _attend(a, q, k, v, x, mask)
+    if mask is None and x.shape[1] == 1 and a.fuses_step():  # a step of rows without pads
+        x = a.step(h, cache.self_kv, layer.index, residual=x)
+    else:
+        q, k, v = a.qkv_heads(h)
+        k, v = cache.self_kv.update(layer.index, k, v)
+        x = _attend(a, q, k, v, x, mask)
     h = layer.encoder_attn_layer_norm(x)
     c = layer.encoder_attn
     ck, cv = cache.cross[layer.index]

@@ -1,8 +1,9 @@
-"""functional.rope_attention_step (Backend.rope_attention_step): a Llama-family decode
-step's rope, cache writes and attention in one backend call, on every device. It must give
-the bits of the Tensor steps the model takes otherwise (rope, copy_ into the cache,
-grouped-query attention), the contract's composite's bits, and numpy's values; and a
-decoder layer's decode step through it must give the layer's general path's bits."""
+"""functional.attention_step (Backend.attention_step): a decoder's one-position
+self-attention (rope where given, the cache writes, grouped-query attention) in one backend
+call, on every device. It must give the bits of the Tensor steps a model takes otherwise
+(rope, copy_ into the cache, the attention), the contract's composite's bits, and numpy's
+values; and a Llama decoder layer's decode step through it must give the layer's general
+path's bits (Whisper's and Gemma's: tests/test_whisper_model.py, tests/test_gemma.py)."""
 
 import numpy as np
 import pytest
@@ -30,17 +31,20 @@ def _inputs(device, kind, batch, per_row, length, seed):
     return qkv, qkv_np, cos, sin, cache
 
 
-def _reference(qkv, cos, sin, keys, values, length, scale, interleaved):
+def _reference(qkv, cos, sin, keys, values, length, scale, rope):
     """numpy in f64: the output [B, 1, NH * D] and the caches after the step."""
     b, g = qkv.shape[0], NH // KV
     x = qkv[:, 0].astype(np.float64)
     qk = x[:, : NH + KV]
-    c = cos.reshape(-1, 1, D // 2).astype(np.float64)
-    s = sin.reshape(-1, 1, D // 2).astype(np.float64)
-    a, o = (qk[..., 0::2], qk[..., 1::2]) if interleaved else (qk[..., : D // 2], qk[..., D // 2 :])
-    first, second = a * c - o * s, o * c + a * s
-    rot = np.stack([first, second], -1).reshape(qk.shape) if interleaved else \
-        np.concatenate([first, second], -1)
+    rot = qk
+    if rope is not None:
+        c = cos.reshape(-1, 1, D // 2).astype(np.float64)
+        s = sin.reshape(-1, 1, D // 2).astype(np.float64)
+        half = (qk[..., : D // 2], qk[..., D // 2 :])
+        a, o = (qk[..., 0::2], qk[..., 1::2]) if rope == "interleaved" else half
+        first, second = a * c - o * s, o * c + a * s
+        rot = np.stack([first, second], -1).reshape(qk.shape) if rope == "interleaved" else \
+            np.concatenate([first, second], -1)
     keys, values = keys.astype(np.float64), values.astype(np.float64)
     keys[:, :, length], values[:, :, length] = rot[:, NH:], x[:, NH + KV :]
     q = rot[:, :NH].reshape(b, KV, g, D)
@@ -50,10 +54,12 @@ def _reference(qkv, cos, sin, keys, values, length, scale, interleaved):
     return (p @ values[:, :, : length + 1]).reshape(b, 1, NH * D), keys, values
 
 
-def _spelled_out(qkv, cos, sin, keys, values, length, scale, interleaved):
-    """The Tensor steps llama.Attention takes without the fused op."""
+def _spelled_out(qkv, cos, sin, keys, values, length, scale, rope):
+    """The Tensor steps llama.Attention (whisper's without rope) takes without the op."""
     b = qkv.shape[0]
-    rot = F.rope(qkv.narrow(2, 0, NH + KV).transpose(1, 2), cos, sin, interleaved)
+    rot = qkv.narrow(2, 0, NH + KV).transpose(1, 2)
+    if rope is not None:
+        rot = F.rope(rot, cos, sin, rope == "interleaved")
     keys.narrow(2, length, 1).copy_(rot.narrow(1, NH, KV))
     values.narrow(2, length, 1).copy_(qkv.narrow(2, NH + KV, KV).transpose(1, 2))
     out = F.scaled_dot_product_attention(
@@ -66,27 +72,30 @@ def _spelled_out(qkv, cos, sin, keys, values, length, scale, interleaved):
 
 
 @pytest.mark.parametrize("kind", VARIANTS)
-@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("rope", [None, "half", "interleaved"])
 @pytest.mark.parametrize("batch,per_row", [(1, False), (2, False), (2, True)])
 def test_the_step_is_the_models_steps_and_the_composite_and_matches_numpy(
-    device, kind, interleaved, batch, per_row
+    device, kind, rope, batch, per_row
 ):
     length, scale = 3, 0.3
     qkv, qkv_np, cos, sin, cache = _inputs(device, kind, batch, per_row, length, 0)
     tcos, tsin = (ember.tensor(t, device=device) for t in (cos, sin))
+    interleaved = rope == "interleaved"
     runs = []
     for how in ("fused", "spelled out", "composite"):
         keys, values = (ember.tensor(c, device=device) for c in cache)
         if how == "fused":
-            out = F.rope_attention_step(qkv, tcos, tsin, keys, values, length, NH, scale,
-                                        interleaved)
+            tables = None if rope is None else (tcos, tsin)
+            out = F.attention_step(qkv, keys, values, length, NH, scale, tables, interleaved)
         elif how == "spelled out":
-            out = _spelled_out(qkv, tcos, tsin, keys, values, length, scale, interleaved)
+            out = _spelled_out(qkv, tcos, tsin, keys, values, length, scale, rope)
         else:
-            storage = composites.rope_attention_step(
-                device.backend, qkv.storage, qkv.layout, (tcos.storage, tcos.layout),
-                (tsin.storage, tsin.layout), (keys.storage, keys.layout),
-                (values.storage, values.layout), length, NH, scale, ember.f32, interleaved,
+            laid = None if rope is None else (tcos.storage, tcos.layout, tsin.storage,
+                                              tsin.layout)
+            storage = composites.attention_step(
+                device.backend, qkv.storage, qkv.layout, (keys.storage, keys.layout),
+                (values.storage, values.layout), length, NH, scale, ember.f32, laid,
+                interleaved,
             )
             out = Tensor(storage, Layout((batch, 1, NH * D)), ember.f32, device)
         assert out.shape == (batch, 1, NH * D)
@@ -94,7 +103,7 @@ def test_the_step_is_the_models_steps_and_the_composite_and_matches_numpy(
     for other in runs[1:]:  # every array the same bits: the output and both caches
         for got, want in zip(runs[0], other, strict=True):
             np.testing.assert_array_equal(got, want)
-    want = _reference(qkv_np, cos, sin, cache[0], cache[1], length, scale, interleaved)
+    want = _reference(qkv_np, cos, sin, cache[0], cache[1], length, scale, rope)
     for got, ref in zip(runs[0], want, strict=True):
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
     untouched = [p for p in range(MAX_LEN) if p != length]  # only the step's slot changes
@@ -104,10 +113,11 @@ def test_the_step_is_the_models_steps_and_the_composite_and_matches_numpy(
 
 def test_the_step_refuses_what_it_cannot_take(cpu):
     def call(qkv_shape=(1, 1, NH + 2 * KV, D), cache_shape=(1, KV, MAX_LEN, D), length=2,
-             table=(1, D // 2), n_heads=NH):
+             table=(1, D // 2), n_heads=NH, rope=True):
         z = ember.zeros
-        return F.rope_attention_step(z(*qkv_shape), z(*table), z(*table), z(*cache_shape),
-                                     z(*cache_shape), length, n_heads)
+        tables = (z(*table), z(*table)) if rope else None
+        return F.attention_step(z(*qkv_shape), z(*cache_shape), z(*cache_shape), length,
+                                n_heads, rope=tables)
 
     assert call().shape == (1, 1, NH * D)
     with pytest.raises(ember.ShapeMismatch, match="one position"):
@@ -122,6 +132,13 @@ def test_the_step_refuses_what_it_cannot_take(cpu):
         call(length=MAX_LEN)
     with pytest.raises(ember.ShapeMismatch, match="keys/values"):
         call(cache_shape=(KV, MAX_LEN, D))
+    with pytest.raises(ember.ShapeMismatch, match="even with rope"):
+        call(qkv_shape=(1, 1, NH + 2 * KV, 7), cache_shape=(1, KV, MAX_LEN, 7), table=(1, 3))
+    assert call(qkv_shape=(1, 1, NH + 2 * KV, 7), cache_shape=(1, KV, MAX_LEN, 7),
+                rope=False).shape == (1, 1, NH * 7)  # an odd head size without rope
+    with pytest.raises(ember.InvalidArgument, match=r"\(cos, sin\)"):
+        F.attention_step(ember.zeros(1, 1, NH + 2 * KV, D), ember.zeros(1, KV, MAX_LEN, D),
+                         ember.zeros(1, KV, MAX_LEN, D), 0, NH, rope=(ember.zeros(1, 4),))
 
 
 @pytest.mark.parametrize("interleaved", [False, True])
@@ -136,9 +153,9 @@ def test_a_decoder_layers_decode_steps_through_it_keep_the_general_paths_bits(
           for t in (3, 1, 1)]
     steps = []
     backend = type(device.backend)
-    real = backend.rope_attention_step
-    monkeypatch.setattr(backend, "rope_attention_step",
-                        lambda *a, **k: steps.append(a[11]) or real(*a, **k))
+    real = backend.attention_step
+    monkeypatch.setattr(backend, "attention_step",
+                        lambda *a, **k: steps.append(a[7]) or real(*a, **k))
 
     def run():
         cache = KVCache(1, 1, cfg.num_key_value_heads, 8, cfg.head_dim, device=device)
