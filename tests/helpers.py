@@ -33,3 +33,14 @@ def assert_close(actual, expected, dtype_name="f32", rtol=None, atol=None):
     np.testing.assert_allclose(np.asarray(actual, dtype=np.float64) if dtype_name in TOL else actual,
                                np.asarray(expected, dtype=np.float64) if dtype_name in TOL else expected,
                                rtol=r if rtol is None else rtol, atol=a if atol is None else atol)
+
+
+def record_attention_steps(monkeypatch, backend):
+    """A list that fills, call by call, with the cache position of every
+    Backend.attention_step that `backend`'s class runs from now on (the call still runs)."""
+    positions = []
+    cls = type(backend)
+    real = cls.attention_step
+    monkeypatch.setattr(cls, "attention_step",
+                        lambda *a, **k: positions.append(a[7]) or real(*a, **k))
+    return positions

@@ -7,6 +7,7 @@ path's bits (Whisper's and Gemma's: tests/test_whisper_model.py, tests/test_gemm
 
 import numpy as np
 import pytest
+from helpers import record_attention_steps
 from strided import VARIANTS, rng_for, variant
 from test_decode_fusions import _decoder_layer
 
@@ -151,11 +152,7 @@ def test_a_decoder_layers_decode_steps_through_it_keep_the_general_paths_bits(
     rng = rng_for("layer-steps", interleaved)
     xs = [ember.tensor(rng.standard_normal((1, t, 16)).astype(np.float32), device=device)
           for t in (3, 1, 1)]
-    steps = []
-    backend = type(device.backend)
-    real = backend.attention_step
-    monkeypatch.setattr(backend, "attention_step",
-                        lambda *a, **k: steps.append(a[7]) or real(*a, **k))
+    steps = record_attention_steps(monkeypatch, device.backend)
 
     def run():
         cache = KVCache(1, 1, cfg.num_key_value_heads, 8, cfg.head_dim, device=device)

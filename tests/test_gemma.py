@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 
-from helpers import require
+from helpers import record_attention_steps, require
 
 from ember.errors import FormatError
 from ember.generation import generate
@@ -108,11 +108,7 @@ def test_decode_steps_through_the_fused_step_keep_the_general_paths_bits(family,
     name, hf, path = family
     model = GemmaForCausalLM.from_pretrained(path)
     ids = _prompt(hf.config.vocab_size, 4, 3)
-    calls = []
-    backend = type(model.device.backend)
-    real = backend.attention_step
-    monkeypatch.setattr(backend, "attention_step",
-                        lambda *a, **k: calls.append(a[7]) or real(*a, **k))
+    calls = record_attention_steps(monkeypatch, model.device.backend)
 
     def steps():
         cache = model.new_cache(1, 16)

@@ -15,7 +15,7 @@ from ember.models.whisper_decoding import DecodeOptions, greedy, split_segments
 from ember.models.whisper_load import load_whisper
 from ember.models.whisper_tokens import WhisperTokens
 from ember.nn import VarBuilder
-from helpers import require
+from helpers import record_attention_steps, require
 from whisper_random import FRAMES, LANGS, TEXT_TOKENS, tiny_whisper_config
 
 SUPPRESS = (3, 5, 7)
@@ -141,11 +141,7 @@ def test_decode_steps_through_the_fused_self_attention_keep_the_general_paths_bi
     enc = em.encoder(ember.tensor(features.numpy()[:1], device=device))
     ids = np.array([[tokens.sot, 11, 12, 13, 14, 15]])
     opts = DecodeOptions(timestamps=True, suppress_tokens=SUPPRESS, max_new_tokens=12)
-    steps = []
-    backend = type(em.device.backend)
-    real = backend.attention_step
-    monkeypatch.setattr(backend, "attention_step",
-                        lambda *a, **k: steps.append(a[7]) or real(*a, **k))
+    steps = record_attention_steps(monkeypatch, em.device.backend)
 
     def run():
         cache = em.decoder.new_cache(enc)
