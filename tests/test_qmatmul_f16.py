@@ -100,25 +100,32 @@ def test_a_stack_of_f16_parts_runs_as_one_weight(jit):
         assert_matmul_to_f32_rounding(quant.qmatmul(x, stack, path=path), x, dense)
 
 
-def test_many_rows_give_the_same_bits_whether_or_not_blas_threads_spin(jit, monkeypatch):
-    """Where OpenBLAS's pool would spin, a many-row F16 product goes in chunks over ember's
-    threads (each on one BLAS thread) instead of BLAS's own: the same bits either way."""
-    from ember.backends import row_parallel
+@pytest.mark.parametrize("spin_bound", [False, True])
+def test_many_rows_go_in_fixed_chunks_over_embers_threads_whether_or_not_blas_spins(
+    jit, monkeypatch, spin_bound
+):
+    """A many-row F16 product goes in chunks over ember's threads, each on one BLAS
+    thread, whether or not OpenBLAS's pool would spin (numpy imported before ember or
+    after): a whole GEMM on BLAS's threads gives other bits on some hosts (Haswell
+    kernels), and the import order must not change a result. The chunks' bits equal
+    the same chunks multiplied one after another on one thread."""
+    from ember.backends import blas_threads, row_parallel
 
     rng = np.random.default_rng(12)
     w, dense = half_weight(rng, 203, 96)
     x = rng.standard_normal((37, 96)).astype(np.float32)
     monkeypatch.setitem(row_parallel._state, "workers", 2)
-    monkeypatch.setitem(row_parallel._state, "spin_bound", False)
-    on_blas = aq.qmatmul_rows(x, w, np.empty((37, 203), np.float32), path="decode")
+    monkeypatch.setitem(row_parallel._state, "spin_bound", spin_bound)
     chunks = []
     real = aq._chunked_gemm
     monkeypatch.setattr(aq, "_chunked_gemm", lambda *a: chunks.append(1) or real(*a))
-    monkeypatch.setitem(row_parallel._state, "spin_bound", True)
-    on_ember = aq.qmatmul_rows(x, w, np.empty((37, 203), np.float32), path="decode")
-    assert chunks, "a spinning BLAS pool did not send the product through ember's threads"
-    assert_same_bits(on_ember, on_blas)
-    assert_matmul_to_f32_rounding(on_ember, x, dense)
+    got = aq.qmatmul_rows(x, w, np.empty((37, 203), np.float32), path="decode")
+    assert chunks, "the product did not go through ember's chunks"
+    with blas_threads.one_thread_throughout():  # one thread: the chunks in turn
+        monkeypatch.setitem(row_parallel._state, "workers", 1)
+        alone = aq.qmatmul_rows(x, w, np.empty((37, 203), np.float32), path="decode")
+    assert_same_bits(got, alone)
+    assert_matmul_to_f32_rounding(got, x, dense)
 
 
 def test_the_cpu_says_it_computes_f16_weights_only_with_the_jit(jit, monkeypatch):

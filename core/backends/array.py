@@ -263,26 +263,29 @@ class ArrayBackend(Backend):
         )
         rows = la.numel // max(la.shape[-1], 1) if shared else la.shape[-2]
         macs = rows * la.shape[-1] * lb.shape[-1]
-        with self._gemm_threads(macs):
+
+        def compute():
             if shared:
                 # A weight shared across the batch: one large GEMM instead of one per row.
                 w2 = w[(0,) * len(batch)]
                 x2 = x.reshape(-1, la.shape[-1])
                 y = _blasable(xp, x2) @ _blasable(xp, w2)
-                y = y.reshape(batch + (la.shape[-2], lb.shape[-1]))
-            elif batch and self._is_numpy and macs < SMALL_GEMM_MACS:
-                y = stacked_matmul(xp, _blasable(xp, x), _blasable(xp, w))
-            else:
-                y = xp.matmul(_blasable(xp, x), _blasable(xp, w))
-        return self.store(y, dtype)
+                return y.reshape(batch + (la.shape[-2], lb.shape[-1]))
+            if batch and self._is_numpy and macs < SMALL_GEMM_MACS:
+                return stacked_matmul(xp, _blasable(xp, x), _blasable(xp, w))
+            return xp.matmul(_blasable(xp, x), _blasable(xp, w))
 
-    def _gemm_threads(self, macs):
-        """One BLAS thread for small products (see blas_threads); numpy only."""
+        return self.store(self._product(compute, macs, x, w, shared), dtype)
+
+    def _product(self, compute, macs, x, w, kind=None):
+        """compute() on as many BLAS threads as blas_threads.product says for its size
+        (numpy only): the operands' shapes, strides and dtype name the product."""
         if not self._is_numpy:
-            return _Null()
-        from .blas_threads import single_thread_below
+            return compute()
+        from .blas_threads import product
 
-        return single_thread_below(macs)
+        key = (x.shape, x.strides, w.shape, w.strides, x.dtype.str, kind)
+        return product(compute, macs, key)
 
     # --- indexing ---------------------------------------------------------------------------
     def _check_ids(self, ids, size, op, dim):
@@ -457,8 +460,9 @@ class ArrayBackend(Backend):
         xp = self.xp
         x = self.load(a, la, dtype)
         w = self.load(b, lb, dtype)
-        with self._gemm_threads(la.numel * lb.shape[-1]):
-            y = _blasable(xp, x) @ _blasable(xp, w)
+        y = self._product(
+            lambda: _blasable(xp, x) @ _blasable(xp, w), la.numel * lb.shape[-1], x, w
+        )
         if not y.flags.c_contiguous:  # cupy may hand back another order
             y = xp.ascontiguousarray(y)
         linear_epilogue(

@@ -31,7 +31,7 @@ from ..errors import UnsupportedDType
 from . import compiler_pages, llvm_f16
 from .blas_threads import single_thread_below
 from .optional_jit import jit_module
-from .row_parallel import blas_spins, run_rows, share_count
+from .row_parallel import run_rows, share_count
 
 # f32 bytes of weight rows per GEMM: numpy's dequantizer measured best at 1 MiB for a
 # decode step on 2 cores (bigger chunks let the BLAS threads contend with it); numba's
@@ -261,8 +261,7 @@ def _f16_rows(kernels, x2, w, out, path, chunk_rows, chunk_bytes):
     """qmatmul_rows for an F16 weight (a QTensor or a row stack of them) through
     llvm_f16's kernels: for few rows of x their dot products, the weight's rows split
     over the cores, each part written straight into its columns of out; for more, chunks
-    of rows widened into one buffer, each chunk a GEMM on BLAS's threads (on ember's, as
-    _chunked_gemm, where BLAS's pool would spin)."""
+    of rows widened and multiplied over ember's threads (_chunked_gemm)."""
     parts = _f16_parts(w)
     n_in = w.shape[1]
     if path == "fused" or (path == "auto" and x2.shape[0] <= FUSED_MAX_ROWS):
@@ -276,24 +275,14 @@ def _f16_rows(kernels, x2, w, out, path, chunk_rows, chunk_bytes):
             )
         return out
     # many rows: part by part even where the parts are adjacent (a GEMM's bits depend on
-    # its width, so an adjacent stack keeps a plain stack's bits only chunked as it is)
+    # its width, so an adjacent stack keeps a plain stack's bits only chunked as it is),
+    # in fixed chunks each multiplied on one BLAS thread, over ember's threads. Whether
+    # or not BLAS's pool would spin: a whole GEMM on BLAS's threads ran Whisper's encoder
+    # ~5% faster on an Intel host, but OpenBLAS's Haswell kernels give other bits on two
+    # threads or another width, and a result must not depend on whether numpy was
+    # imported before ember.
     parts = [(p.raw.view(np.uint16).reshape(p.shape), at) for p, at in _block_parts(w)]
-    if blas_spins():  # BLAS's pool must stay asleep: the chunks over ember's threads
-        return _chunked_gemm(x2, out, parts, kernels.decode, chunk_rows, chunk_bytes)
-    # Else BLAS's threads: a Whisper encoder's 1500-row GEMMs ran 5% faster on them than
-    # as single-thread chunks side by side (each packs x again), where a prompt's 128 rows
-    # ran faster as chunks, their decoding shared too (_chunked_gemm)
-    if chunk_rows is None:
-        chunk_rows = max(16, max(chunk_bytes or 0, DECODE_CHUNK_BYTES) // (4 * n_in))
-    step = max(1, min(int(chunk_rows), w.shape[0]))
-    buf = np.empty((step, n_in), np.float32)
-    for halves, at in parts:
-        for r0 in range(0, halves.shape[0], step):
-            r1 = min(halves.shape[0], r0 + step)
-            chunk = buf[: r1 - r0]
-            kernels.decode(halves, chunk, r0, r1)
-            np.matmul(x2, chunk.T, out=out[:, at + r0 : at + r1])
-    return out
+    return _chunked_gemm(x2, out, parts, kernels.decode, chunk_rows, chunk_bytes)
 
 
 def _f16_parts(w):

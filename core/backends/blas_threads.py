@@ -72,28 +72,70 @@ def _timed_products():
     """The key these products' timings go under in row_parallel's choices."""
 
 
+# Products (by shape, strides and dtype of both operands) whose result on all BLAS threads
+# was compared with one thread's: True where the bits were the same. OpenBLAS's SkylakeX
+# kernels give one thread's bits on any count; its Haswell ones (AMD hosts among them) do
+# not for 16+ rows (tests/test_blas_threads.py), and a choice made by timing must never
+# change a result. Bounded like row_parallel's choices.
+_same_bits: dict = {}
+
+
+def _bits_equal(a, b):
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
 class _Timed:
     """One product on one thread or on all, as row_parallel's choices say for its size,
-    timed for them."""
+    timed for them; all threads only for a product whose bits they were seen to keep."""
 
-    __slots__ = ("setter", "threads", "site", "shared", "began")
+    __slots__ = ("setter", "threads", "macs", "key")
 
-    def __init__(self, setter, threads, macs):
-        self.setter, self.threads = setter, threads
-        self.site = _choices.site(_timed_products, macs)
-        self.shared = _choices.share(self.site)
+    def __init__(self, setter, threads, macs, key):
+        self.setter, self.threads, self.macs, self.key = setter, threads, macs, key
 
-    def __enter__(self):
-        if not self.shared:
-            self.setter(1)
-        self.began = time.perf_counter()
+    def run(self, compute):
+        keeps = _same_bits.get(self.key)
+        if keeps is False:
+            return self._alone(compute)
+        site = _choices.site(_timed_products, self.macs)
+        shared = _choices.share(site)
+        began = time.perf_counter()
+        y = compute() if shared else self._alone(compute)
+        _choices.record(site, shared, time.perf_counter() - began)
+        if shared and keeps is None:
+            alone = self._alone(compute)  # once per product: are these one thread's bits?
+            if len(_same_bits) >= 4096:
+                _same_bits.clear()
+            _same_bits[self.key] = _bits_equal(y, alone)
+            return alone
+        return y
 
-    def __exit__(self, *exc):
-        seconds = time.perf_counter() - self.began
-        if not self.shared:
+    def _alone(self, compute):
+        self.setter(1)
+        try:
+            return compute()
+        finally:
             self.setter(self.threads)
-        _choices.record(self.site, self.shared, seconds)
-        return False
+
+
+def product(compute, macs, key):
+    """compute() (a BLAS product of `macs` multiply-adds that returns a new array, `key`
+    naming its operands' shapes, strides and dtypes, on which OpenBLAS's order of
+    additions depends): on one thread below TIMED_FROM_MACS, on all from SMALL_GEMM_MACS
+    and, between, the way measured faster here for its size (row_parallel's choices),
+    but all threads only once they gave this product one thread's bits. So the result
+    never depends on the timings."""
+    if macs >= SMALL_GEMM_MACS or _pinned[0]:
+        return compute()
+    if not _api:
+        _api.append(_probe())
+    api = _api[0]
+    if api is None or api[1] <= 1:
+        return compute()
+    if macs >= TIMED_FROM_MACS:
+        return _Timed(*api, macs, key).run(compute)
+    with _Single(*api):
+        return compute()
 
 
 class _Nothing:
@@ -108,10 +150,9 @@ _NOTHING = _Nothing()
 
 
 def single_thread_below(macs, limit=SMALL_GEMM_MACS):
-    """A context manager: one BLAS thread if `macs` < limit, else nothing changes; from
-    TIMED_FROM_MACS up to the limit, one thread or all, as measured faster here for the
-    product's size. OpenBLAS gives the same bits either way (every output is one
-    thread's dot product: tests/test_blas_threads.py)."""
+    """A context manager: one BLAS thread if `macs` < limit, else nothing changes (for
+    products that are not a single call returning a new array; `product` times the
+    middle range)."""
     if macs >= limit or _pinned[0]:
         return _NOTHING
     if not _api:
@@ -119,8 +160,6 @@ def single_thread_below(macs, limit=SMALL_GEMM_MACS):
     api = _api[0]
     if api is None or api[1] <= 1:
         return _NOTHING
-    if macs >= TIMED_FROM_MACS:
-        return _Timed(*api, macs)
     return _Single(*api)
 
 

@@ -96,13 +96,6 @@ def workers(blas_free=False):
     return n
 
 
-def blas_spins():
-    """Whether OpenBLAS's idle workers spin long here (numpy was loaded before ember could
-    set OPENBLAS_THREAD_TIMEOUT), so work that wants the cores keeps BLAS's pool asleep."""
-    workers()
-    return _state["spin_bound"]
-
-
 def set_workers(n):
     """From code, what EMBER_CPU_THREADS=n does (a Ray actor granted n CPUs); a setting in
     the environment wins. A pool of another size already started is replaced."""
