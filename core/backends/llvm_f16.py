@@ -9,7 +9,7 @@ import and its first call cost about 0.45 s of GIL-bound Python a process (2 vCP
 which a Whisper cold start (0.7 s in all) cannot hide; llvmlite (numba's own LLVM
 binding, installed with it by the ``ember[jit]`` extra) imports in 0.03 s and compiles
 these two small functions in 0.05 s, once: later processes load the machine code from
-ember's cache (_ObjectCache). The functions, in C terms:
+ember's cache (llvm_build.ObjectCache). The functions, in C terms:
 
     dot(const u16 *w, i64 ldw, const f32 *x, i64 ldx, f32 *out, i64 ldo,
         i64 m, i64 r0, i64 r1, i64 k)
@@ -30,7 +30,6 @@ fails (a warning says why; the callers then widen the halves as numpy does).
 """
 
 import ctypes
-import hashlib
 import os
 import threading
 import warnings
@@ -46,7 +45,6 @@ _DOT_ARGS = (_P, _I, _P, _I, _P, _I, _I, _I, _I, _I)
 _DECODE_ARGS = (_P, _I, _P, _I, _I, _I, _I)
 PREFETCH_BYTES = 4096  # bytes of weight rows asked for ahead of the rows computed
 _LINE_HALVES = 32  # halves in a 64-byte cache line
-_DIGEST = 32  # bytes of SHA-256 before a cached object's code
 
 
 def kernels():
@@ -108,33 +106,14 @@ def _check(w, x, out):
 
 
 def _compile():
-    try:
-        import llvmlite.binding as llvm
-    except ImportError:
+    from . import llvm_build
+
+    if llvm_build.llvm() is None:
         return None
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    triple = llvm.get_process_triple()
-    features = llvm.get_host_cpu_features()
+    triple, _, _, features = llvm_build.host()
     if triple.startswith(("x86_64", "i386", "i686")) and not features.get("f16c", False):
         return None
-    cpu = llvm.get_host_cpu_name()
-    machine = llvm.Target.from_triple(triple).create_target_machine(
-        cpu=cpu, features=features.flatten(), opt=3, jit=True
-    )
-    text = str(_ir_module(triple))
-    module = llvm.parse_assembly(text)
-    module.verify()
-    cached = _ObjectCache(text, triple, cpu, features.flatten())
-    if cached.code is None:  # the optimization only matters to code about to be generated
-        tuning = llvm.create_pipeline_tuning_options(speed_level=3)
-        tuning.loop_vectorization = True
-        tuning.slp_vectorization = True
-        passes = llvm.create_pass_builder(machine, tuning)
-        passes.getModulePassManager().run(module, passes)
-    engine = llvm.create_mcjit_compiler(module, machine)
-    engine.set_object_cache(cached.store, cached.load)
-    engine.finalize_object()
+    engine = llvm_build.compile_module("llvm_f16", _ir_module(triple))
     return F16Kernels(
         engine,
         engine.get_function_address("ember_f16_dot"),
@@ -142,62 +121,11 @@ def _compile():
     )
 
 
-class _ObjectCache:
-    """The machine code of one build, kept in ember's cache (jit/ under $EMBER_CACHE) so
-    that later processes skip LLVM's passes and code generation (~0.05 s of a cold
-    start). Its file name is a hash of everything the code depends on (the IR, llvmlite's
-    version, the target triple, CPU and features): another build gets another file. The
-    file starts with the SHA-256 of the code after it, checked before LLVM sees the code
-    (LLVM aborts the process on an object it cannot read). A file that fails the check is
-    never trusted, nor replaced: this process compiles its own code and leaves the file as
-    it is (it may not be ember's). A missing or unwritable cache only means compiling
-    again."""
-
-    def __init__(self, text, triple, cpu, features):
-        import llvmlite
-
-        from ..cache_dir import cache_dir
-
-        key = "\0".join((text, llvmlite.__version__, triple, cpu, features))
-        name = f"llvm_f16-{hashlib.sha256(key.encode()).hexdigest()[:32]}.o"
-        self.path = os.path.join(cache_dir(), "jit", name)
-        self.code = None
-        try:
-            with open(self.path, "rb") as fh:
-                kept = fh.read()
-        except OSError:
-            return
-        digest, code = kept[:_DIGEST], kept[_DIGEST:]
-        if code and hashlib.sha256(code).digest() == digest:
-            self.code = code
-
-    def load(self, module):
-        return self.code
-
-    def store(self, module, code):
-        """Write the code where no file is yet: written whole under a name of this
-        process's own, then linked into place, which fails where a file already is (one
-        another process has just written, or one that is not ember's), so nothing is
-        overwritten; the process's own name is removed either way."""
-        if self.code is not None:
-            return
-        part, made = f"{self.path}.{os.getpid()}.part", False
-        try:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            with open(part, "xb") as fh:  # "x": a file of that name is left alone
-                made = True
-                fh.write(hashlib.sha256(code).digest() + code)
-            os.link(part, self.path)
-        except OSError:  # already there, unwritable, or no hard links here: not kept
-            pass
-        finally:
-            if made:
-                os.remove(part)
-
-
 # --- the IR ------------------------------------------------------------------------------------
 def _ir_module(triple):
     from llvmlite import ir
+
+    from .llvm_ir import loop, no_alias, reduce
 
     i64, f32, i16 = ir.IntType(64), ir.FloatType(), ir.IntType(16)
     p16, p32 = i16.as_pointer(), f32.as_pointer()
@@ -218,7 +146,7 @@ def _ir_module(triple):
         "ember_f16_dot",
     )
     w, ldw, x, ldx, out, ldo, m, r0, r1, k = fn.args
-    _no_alias(w, x, out)
+    no_alias(w, x, out)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
 
     prefetch = module.declare_intrinsic(
@@ -240,7 +168,7 @@ def _ir_module(triple):
             i32 = ir.IntType(32)
             b.call(prefetch, [b.gep(row, [b.mul(c, i64(2))]), i32(0), i32(3), i32(1)])
 
-        _loop(b, i64(0), k, line, "pf", step=_LINE_HALVES)
+        loop(b, i64(0), k, line, "pf", step=_LINE_HALVES)
 
     def row_pair(b, ra):
         # rows ra and rb = ra + 1 share each load of x; past the last row rb is ra again,
@@ -263,14 +191,14 @@ def _ir_module(triple):
                     fast(b.fadd(acc[1], fast(b.fmul(half(b, wb, j), xj)))),
                 )
 
-            sa, sb = _reduce(b, k, (f32(0.0), f32(0.0)), step, "j")
+            sa, sb = reduce(b, k, (f32(0.0), f32(0.0)), step, "j")
             at = b.mul(i, ldo)
             b.store(sa, b.gep(out, [b.add(at, ra)]))
             b.store(sb, b.gep(out, [b.add(at, rb)]))
 
-        _loop(b, i64(0), m, dot_one, "i")
+        loop(b, i64(0), m, dot_one, "i")
 
-    _loop(b, r0, r1, row_pair, "r", step=2)
+    loop(b, r0, r1, row_pair, "r", step=2)
     b.ret_void()
 
     # decode
@@ -278,66 +206,13 @@ def _ir_module(triple):
         module, ir.FunctionType(ir.VoidType(), [p16, i64, p32, i64] + [i64] * 3), "ember_f16_decode"
     )
     w, ldw, out, ldo, r0, r1, k = fn.args
-    _no_alias(w, out)
+    no_alias(w, out)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
 
     def widen_row(b, r):
         wrow, orow = b.gep(w, [b.mul(r, ldw)]), b.gep(out, [b.mul(b.sub(r, r0), ldo)])
-        _loop(b, i64(0), k, lambda b, j: b.store(half(b, wrow, j), b.gep(orow, [j])), "j")
+        loop(b, i64(0), k, lambda b, j: b.store(half(b, wrow, j), b.gep(orow, [j])), "j")
 
-    _loop(b, r0, r1, widen_row, "r")
+    loop(b, r0, r1, widen_row, "r")
     b.ret_void()
     return module
-
-
-def _no_alias(*args):
-    for a in args:
-        a.add_attribute("noalias")
-
-
-def _loop(b, lo, hi, body, name, step=1):
-    """for (iv = lo; iv < hi; iv += step) body(b, iv), in LLVM's canonical loop form."""
-    from llvmlite import ir
-
-    before = b.block
-    head, done = b.append_basic_block(name + ".loop"), b.append_basic_block(name + ".done")
-    b.cbranch(b.icmp_signed("<", lo, hi), head, done)
-    b.position_at_end(head)
-    iv = b.phi(ir.IntType(64), name)
-    iv.add_incoming(lo, before)
-    body(b, iv)
-    nxt = b.add(iv, ir.IntType(64)(step))
-    iv.add_incoming(nxt, b.block)
-    b.cbranch(b.icmp_signed("<", nxt, hi), head, done)
-    b.position_at_end(done)
-
-
-def _reduce(b, n, zeros, step, name):
-    """accs = zeros; for (j = 0; j < n; j++) accs = step(b, j, accs); the final accs (a
-    tuple of scalars, carried side by side)."""
-    from llvmlite import ir
-
-    i64 = ir.IntType(64)
-    before = b.block
-    head, done = b.append_basic_block(name + ".loop"), b.append_basic_block(name + ".done")
-    b.cbranch(b.icmp_signed("<", i64(0), n), head, done)
-    b.position_at_end(head)
-    j = b.phi(i64, name)
-    j.add_incoming(i64(0), before)
-    accs = [b.phi(z.type, f"{name}.acc{a}") for a, z in enumerate(zeros)]
-    for acc, z in zip(accs, zeros, strict=True):
-        acc.add_incoming(z, before)
-    nexts = step(b, j, tuple(accs))
-    j_next = b.add(j, i64(1))
-    j.add_incoming(j_next, head)
-    for acc, nxt in zip(accs, nexts, strict=True):
-        acc.add_incoming(nxt, head)
-    b.cbranch(b.icmp_signed("<", j_next, n), head, done)
-    b.position_at_end(done)
-    totals = []
-    for z, nxt in zip(zeros, nexts, strict=True):
-        total = b.phi(z.type)
-        total.add_incoming(z, before)
-        total.add_incoming(nxt, head)
-        totals.append(total)
-    return tuple(totals)
