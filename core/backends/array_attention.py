@@ -8,7 +8,9 @@ shared out over row_parallel's threads. Results agree with the composite's to a 
 units in the last place: each row's sum divides the row's output instead of its weights.
 A mask broadcast over heads is read tile by tile (MaskTiles), never widened whole: a
 SmolLM2 prompt's attention (9 heads x 128 x 128 under one causal mask) took 0.56 ms here
-against 0.66 through the composite.
+against 0.66 through the composite. Where llvm_math's kernels are built, a tile's
+exponentials and row sums are one compiled pass (0.56 against 1.49 ns a score for
+numpy's exp and sum on an AVX2 host); they round otherwise than numpy's, within 1e-7.
 
 Why tiles a thread runs start to end: a tile's scores are still in that core's cache
 when its exponentials and its second product read them. The earlier form ran each step
@@ -91,9 +93,14 @@ def tile(xp, qs, kt, v, out, bias=None, mask=None):
     is softmaxed shifted by its own maximum (array_rows.softmax_rows)."""
     scores = scores_of(xp, qs, kt, bias, mask)
     flat = scores.reshape(-1, scores.shape[-1])
-    with xp.errstate(over="ignore", under="ignore", invalid="ignore"):  # such rows are redone
-        xp.exp(flat, out=flat)
-        total = xp.sum(flat, axis=-1)
+    kernels = _exp_kernels(xp, flat)
+    if kernels is not None:  # the exponentials and their sums in one compiled pass
+        total = xp.empty(flat.shape[0], flat.dtype)
+        kernels.exp_rows(flat, total)
+    else:
+        with xp.errstate(over="ignore", under="ignore", invalid="ignore"):  # rows redone
+            xp.exp(flat, out=flat)
+            total = xp.sum(flat, axis=-1)
     redo = ~(total >= SHIFT_FLOOR) | ~xp.isfinite(total)
     if redo.any():
         rows = xp.nonzero(redo)[0]
@@ -105,6 +112,15 @@ def tile(xp, qs, kt, v, out, bias=None, mask=None):
         total[rows] = 1.0
     xp.matmul(scores, v, out=out)
     out /= total.reshape(out.shape[:-1] + (1,))
+
+
+def _exp_kernels(xp, flat):
+    """llvm_math's kernels for numpy float32 scores with contiguous rows, else None."""
+    if getattr(xp, "__name__", "") != "numpy" or flat.dtype != xp.float32:
+        return None
+    from . import llvm_math
+
+    return llvm_math.kernels()
 
 
 def scores_of(xp, qs, kt, bias, mask=None):

@@ -1,5 +1,5 @@
 """Small llvmlite IR-building helpers shared by ember's hand-written LLVM kernels
-(llvm_f16's products, llvm_conv's convolutions): loops in LLVM's canonical form, so its
+(llvm_f16's products, llvm_softmax's exponentials): loops in LLVM's canonical form, so its
 loop vectorizer recognizes them, argument attributes, broadcasts and a vector exp."""
 
 from llvmlite import ir
@@ -65,35 +65,50 @@ def splat(b, scalar, lanes):
 
 
 def exp_neg(b, module, v):
-    """exp(-v) for a vector of f32 (array_conv_jit's algorithm, in IR): 2^t with t = -v /
-    ln 2 clamped to [-126, 127], split into 2^round(t), added to the exponent bits, times
-    2^f for |f| <= 1/2 from its Taylor polynomial of degree 6 (relative error below 2e-7).
-    NaN gives NaN; the sums may fuse into multiply-adds ("contract")."""
-    lanes = v.type.count
-    f32 = v.type.element
-
-    def const(x):
-        return ir.Constant(v.type, [x] * lanes)
-
-    def contract(instr):
-        instr.flags.append("contract")
-        return instr
-
-    name = f"llvm.floor.v{lanes}f32"
-    floor = module.globals.get(name) or ir.Function(module, ir.FunctionType(v.type, [v.type]), name)
-    t = b.fmul(v, const(-1.4426950408889634))
-    # "unordered or less": a NaN t becomes -126 here (the result is put right below),
-    # so the conversion to an integer never sees a NaN
-    t = b.select(b.fcmp_unordered("<", t, const(-126.0)), const(-126.0), t)
-    t = b.select(b.fcmp_ordered(">", t, const(127.0)), const(127.0), t)
-    r = b.call(floor, [b.fadd(t, const(0.5))])
-    f = b.fmul(b.fsub(t, r), const(0.6931471805599453))
-    p = const(1.0 / 720.0)
-    for k in (1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0):
-        p = contract(b.fadd(contract(b.fmul(p, f)), const(k)))
-    ints = ir.VectorType(ir.IntType(32), lanes)
-    shift = b.shl(b.fptosi(r, ints), ir.Constant(ints, [23] * lanes))
-    e = b.bitcast(b.add(b.bitcast(p, ints), shift), v.type)
+    """exp(-v) for f32 (a scalar or a vector), as 2^r e^f: x = -v clamped to [-126 ln 2,
+    127 ln 2], r = round(x / ln 2), f = x - r ln 2 in two steps (ln 2 split into a part
+    exact in f32 and the rest, so f keeps its digits for large x), e^f for |f| <= ln 2 / 2
+    from its Taylor polynomial of degree 7 (truncation 5e-9), and 2^r added to the
+    exponent bits: within 2e-7 relative of exp for -v in [-87, 88]. So exp(-v) is never 0
+    nor infinite (the clamp gives 2^-126 and 2^127 beyond); NaN gives NaN. The
+    polynomial's steps may fuse into multiply-adds (llvm.fmuladd: on every element alike)."""
+    lanes = getattr(v.type, "count", None)
+    f32 = v.type if lanes is None else v.type.element
     if f32 != ir.FloatType():
-        raise ValueError(f"exp_neg: f32 vectors only, got {v.type}")
+        raise ValueError(f"exp_neg: f32 values only, got {v.type}")
+    ints = ir.IntType(32) if lanes is None else ir.VectorType(ir.IntType(32), lanes)
+
+    def const(x, typ=v.type):
+        return ir.Constant(typ, x if lanes is None else [x] * lanes)
+
+    suffix = "f32" if lanes is None else f"v{lanes}f32"
+    floor = intrinsic(module, f"llvm.floor.{suffix}", v.type, 1)
+    fmuladd = intrinsic(module, f"llvm.fmuladd.{suffix}", v.type, 3)
+    lo, hi = -126.0 * LN2_HI, 127.0 * LN2_HI
+    x = b.fsub(const(-0.0), v)
+    # "unordered or less": a NaN becomes the low end here (the result is put right below),
+    # so the conversion to an integer never sees a NaN
+    x = b.select(b.fcmp_unordered("<", x, const(lo)), const(lo), x)
+    x = b.select(b.fcmp_ordered(">", x, const(hi)), const(hi), x)
+    r = b.call(floor, [b.call(fmuladd, [x, const(1.4426950408889634), const(0.5)])])
+    f = b.call(fmuladd, [r, const(-LN2_HI), x])
+    f = b.call(fmuladd, [r, const(-LN2_LO), f])
+    p = const(1.0 / 5040.0)
+    for k in (1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0):
+        p = b.call(fmuladd, [p, f, const(k)])
+    shift = b.shl(b.fptosi(r, ints), const(23, ints))
+    e = b.bitcast(b.add(b.bitcast(p, ints), shift), v.type)
     return b.select(b.fcmp_unordered("uno", v, v), v, e)
+
+
+# ln 2 as a float32 whose last 9 bits are clear (r * LN2_HI is exact for |r| < 2^9), and
+# the rest
+LN2_HI = 0.693145751953125
+LN2_LO = 1.4286068202862268e-06
+
+
+def intrinsic(module, name, typ, arity):
+    """The declaration of an overloaded LLVM intrinsic on `typ`, made once a module."""
+    if name in module.globals:
+        return module.globals[name]
+    return ir.Function(module, ir.FunctionType(typ, [typ] * arity), name)
