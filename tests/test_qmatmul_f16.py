@@ -188,4 +188,5 @@ def test_the_compiled_code_is_kept_for_the_next_process(jit, tmp_path):
     assert run() == first
     # a file that fails the check is neither trusted nor replaced: it may not be ember's
     assert kept[0].read_bytes() == b"not an object file"
-    assert [p.name for p in (tmp_path / "jit").iterdir()] == [kept[0].name]  # no .part left
+    names = [p.name for p in (tmp_path / "jit").iterdir()]
+    assert kept[0].name in names and not [n for n in names if n.endswith(".part")]

@@ -30,16 +30,9 @@ fails (a warning says why; the callers then widen the halves as numpy does).
 """
 
 import ctypes
-import os
-import threading
-import warnings
 
 import numpy as np
 
-from . import compiler_pages
-
-_state: dict = {"kernels": None, "tried": False}
-_lock = threading.Lock()
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 _DOT_ARGS = (_P, _I, _P, _I, _P, _I, _I, _I, _I, _I)
 _DECODE_ARGS = (_P, _I, _P, _I, _I, _I, _I)
@@ -48,21 +41,11 @@ _LINE_HALVES = 32  # halves in a 64-byte cache line
 
 
 def kernels():
-    """The compiled F16Kernels, or None where they cannot be had (see the module's note)."""
-    if os.environ.get("EMBER_JIT", "1") == "0":
-        return None
-    if not _state["tried"]:
-        with _lock:
-            if not _state["tried"]:
-                try:
-                    _state["kernels"] = _compile()
-                    compiler_pages.release()  # the code is in place: LLVM's pages can go
-                except Exception as exc:  # an LLVM that refuses the IR: numpy serves
-                    warnings.warn(
-                        f"llvm_f16: kernels not built ({exc}); f16 weights widen", stacklevel=2
-                    )
-                _state["tried"] = True
-    return _state["kernels"]
+    """The compiled F16Kernels, or None where they cannot be had (see the module's note;
+    llvm_build.kernels builds them with the other llvmlite kernels)."""
+    from . import llvm_build
+
+    return llvm_build.kernels("llvm_f16")
 
 
 class F16Kernels:
@@ -105,11 +88,9 @@ def _check(w, x, out):
             )
 
 
-def _compile():
+def build():
     from . import llvm_build
 
-    if llvm_build.llvm() is None:
-        return None
     triple, _, _, features = llvm_build.host()
     if triple.startswith(("x86_64", "i386", "i686")) and not features.get("f16c", False):
         return None

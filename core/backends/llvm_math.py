@@ -25,14 +25,7 @@ takes the same one. Unavailable (None) without llvmlite or where the build fails
 """
 
 import ctypes
-import os
-import threading
-import warnings
 
-from . import compiler_pages
-
-_state: dict = {"kernels": None, "tried": False}
-_lock = threading.Lock()
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 # exp_rows gives +inf above EXP_MAX (127 ln 2: exp_neg's range; float32's own exp
 # overflows at 88.72, and a softmax row holding such a score is redone shifted either
@@ -43,20 +36,11 @@ GELU_ZERO_BELOW = -20.0
 
 
 def kernels():
-    """The compiled MathKernels, or None where they cannot be had."""
-    if os.environ.get("EMBER_JIT", "1") == "0":
-        return None
-    if not _state["tried"]:
-        with _lock:
-            if not _state["tried"]:
-                try:
-                    _state["kernels"] = _compile()
-                    if _state["kernels"] is not None:
-                        compiler_pages.release()
-                except Exception as exc:  # an LLVM that refuses the IR: numpy serves
-                    warnings.warn(f"llvm_math: kernels not built ({exc})", stacklevel=2)
-                _state["tried"] = True
-    return _state["kernels"]
+    """The compiled MathKernels, or None where they cannot be had (llvm_build.kernels
+    builds them with the other llvmlite kernels)."""
+    from . import llvm_build
+
+    return llvm_build.kernels("llvm_math")
 
 
 class MathKernels:
@@ -93,11 +77,9 @@ def _check_contiguous(*arrays):
         raise ValueError(f"llvm_math: sizes {arrays[0].size} and {arrays[1].size} differ")
 
 
-def _compile():
+def build():
     from . import llvm_build
 
-    if llvm_build.llvm() is None:
-        return None
     triple, _, _, features = llvm_build.host()
     lanes = 16 if features.get("avx512f", False) else 8  # f32 lanes of the host's vectors
     return MathKernels(llvm_build.compile_module("llvm_math", _ir_module(triple, lanes)))
