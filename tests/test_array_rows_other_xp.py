@@ -1,6 +1,7 @@
 """The array backend's fused row ops on an array module that is not numpy (cupy's path:
 the whole range at once, no thread pool, no numpy error state), run here through a numpy
-stand-in under another name: they must give the numpy path's results."""
+stand-in under another name: they must give the numpy path's results (numpy's without
+llvm_math's kernels, EMBER_JIT=0: its compiled GELU is numpy's alone)."""
 import types
 
 import numpy as np
@@ -24,7 +25,8 @@ RNG = np.random.default_rng(0)
 
 
 @pytest.mark.parametrize("activation", [None, "gelu", "gelu_tanh", "silu", "relu", "tanh"])
-def test_linear_epilogue_matches_the_numpy_path(activation):
+def test_linear_epilogue_matches_the_numpy_path(activation, monkeypatch):
+    monkeypatch.setenv("EMBER_JIT", "0")
     y = RNG.standard_normal((700, 300)).astype(np.float32)   # several blocks on numpy
     bias, res = RNG.standard_normal(300).astype(np.float32), RNG.standard_normal((700, 300)).astype(np.float32)
     want = array_rows.linear_epilogue(np, y.copy(), bias, activation, res)
@@ -49,7 +51,8 @@ def test_softmax_matches_the_numpy_path(log):
                                array_rows.softmax_last_dim(np, x, log), rtol=2e-6, atol=1e-7)
 
 
-def test_backend_linear_on_the_stand_in():
+def test_backend_linear_on_the_stand_in(monkeypatch):
+    monkeypatch.setenv("EMBER_JIT", "0")
     be, ref = ArrayBackend(XP, "cupy-like"), ArrayBackend(np, "cpu")
     x = RNG.standard_normal((40, 64)).astype(np.float32)
     w = RNG.standard_normal((64, 96)).astype(np.float32)
