@@ -5,7 +5,8 @@ llvmlite is numba's LLVM binding (the ``ember[jit]`` extra installs it): it impo
 ~0.03 s, where numba's import and first call cost ~0.45 s of a process. A module is
 built at most once a process; `compile_module` runs LLVM's optimization passes only
 when no cached machine code matches (the passes and code generation are most of a
-build's time), and `compiler_pages.release()` hands LLVM's code pages back after.
+build's time; with it cached, the IR is not even generated), and
+`compiler_pages.release()` hands LLVM's code pages back after.
 """
 
 import hashlib
@@ -15,42 +16,41 @@ import threading
 import warnings
 
 _DIGEST = 32  # bytes of SHA-256 before a cached object's code
-# The modules of kernels built together, each with a `build()` returning its kernels (or
-# None where this CPU cannot have them): all at the first ask for any, then LLVM's code
-# pages handed back once (compiler_pages). Built one by one, each build after a release
-# read LLVM's pages back in (a Whisper cold start's second build took 60-84 ms instead of
-# ~10).
-MODULES = ("llvm_f16", "llvm_math")
+# Groups of kernel modules built together, each module with a `build()` returning its
+# kernels (or None where this CPU cannot have them): a group at the first ask for any of
+# its modules, then LLVM's code pages handed back once (compiler_pages). Built one by
+# one, each build after a release read LLVM's pages back in (a Whisper cold start's
+# second build took 60-84 ms instead of ~10). The convolutions are a group of their own:
+# a model without them (Whisper) should not parse their IR.
+GROUPS = (("llvm_f16", "llvm_math"), ("llvm_conv",))
 _built: dict = {}
 _lock = threading.Lock()
 
 
 def kernels(name):
-    """The kernels of module `name` (one of MODULES), or None: without llvmlite, with
+    """The kernels of module `name` (one of GROUPS'), or None: without llvmlite, with
     EMBER_JIT=0, on a CPU the module refuses, or where its build failed (a warning says
     why; callers then take their numpy path)."""
     if os.environ.get("EMBER_JIT", "1") == "0":
         return None
-    if not _built:
+    if name not in _built:
         with _lock:
-            if not _built:
-                _build_all()
-    return _built.get(name)
+            if name not in _built:
+                _build_group(next(g for g in GROUPS if name in g))
+    return _built[name]
 
 
-def _build_all():
+def _build_group(group):
     from . import compiler_pages
 
-    built = {}
+    built = dict.fromkeys(group)
     if llvm() is not None:
-        for name in MODULES:
+        for name in group:
             try:
                 built[name] = importlib.import_module(f"{__package__}.{name}").build()
             except Exception as exc:  # an LLVM that refuses the IR: numpy serves
                 warnings.warn(f"{name}: kernels not built ({exc})", stacklevel=4)
-                built[name] = None
         compiler_pages.release()  # the code is in place: LLVM's pages can go
-    built[None] = None  # marks the batch done, even where nothing could be built
     _built.update(built)
 
 
@@ -72,49 +72,68 @@ def host():
     return binding.get_process_triple(), binding.get_host_cpu_name(), features.flatten(), features
 
 
-def compile_module(name, module):
-    """An MCJIT engine holding the machine code of `module` (an llvmlite.ir.Module for
-    this process's triple), optimized at -O3 with loop and SLP vectorization, from
-    ember's cache when an earlier process built the same IR for the same CPU. Keep the
-    engine alive while its functions are called."""
+def compile_module(name, key, make_module):
+    """An MCJIT engine holding the machine code of the llvmlite.ir.Module `make_module()`
+    builds for this process's triple, optimized at -O3 with loop and SLP vectorization;
+    or, where an earlier process kept that code in ember's cache, an engine loaded from
+    it without building the module at all (generating and printing llvm_conv's IR took
+    0.38 s of a process, loading its object 5 ms). `key` must name everything the IR
+    depends on besides llvmlite and the CPU (see `source_key`). Keep the engine alive
+    while its functions are called."""
     binding = llvm()
     triple, cpu, flat, _ = host()
     machine = binding.Target.from_triple(triple).create_target_machine(
         cpu=cpu, features=flat, opt=3, jit=True
     )
-    text = str(module)
-    parsed = binding.parse_assembly(text)
+    cached = ObjectCache(name, key, triple, cpu, flat)
+    if cached.code is not None:
+        engine = binding.create_mcjit_compiler(
+            binding.parse_assembly(f'target triple = "{triple}"'), machine
+        )
+        engine.add_object_file(binding.ObjectFileRef.from_data(cached.code))
+        engine.finalize_object()
+        return engine
+    parsed = binding.parse_assembly(str(make_module()))
     parsed.verify()
-    cached = ObjectCache(name, text, triple, cpu, flat)
-    if cached.code is None:  # the optimization only matters to code about to be generated
-        tuning = binding.create_pipeline_tuning_options(speed_level=3)
-        tuning.loop_vectorization = True
-        tuning.slp_vectorization = True
-        passes = binding.create_pass_builder(machine, tuning)
-        passes.getModulePassManager().run(parsed, passes)
+    tuning = binding.create_pipeline_tuning_options(speed_level=3)
+    tuning.loop_vectorization = True
+    tuning.slp_vectorization = True
+    passes = binding.create_pass_builder(machine, tuning)
+    passes.getModulePassManager().run(parsed, passes)
     engine = binding.create_mcjit_compiler(parsed, machine)
     engine.set_object_cache(cached.store, cached.load)
     engine.finalize_object()
     return engine
 
 
+def source_key(*modules, params=()):
+    """A cache key for IR generated by `modules` (their source text: any edit is another
+    key) with `params`."""
+    texts = []
+    for module in modules:
+        with open(module.__file__, encoding="utf-8") as fh:
+            texts.append(fh.read())
+    return "\0".join(texts + [repr(params)])
+
+
 class ObjectCache:
     """The machine code of one build, kept in ember's cache (jit/ under $EMBER_CACHE) so
-    that later processes skip LLVM's passes and code generation. Its file name is the
-    module's name and a hash of everything the code depends on (the IR, llvmlite's
-    version, the target triple, CPU and features): another build gets another file. The
+    that later processes skip generating the IR, LLVM's passes and code generation. Its
+    file name is the module's name and a hash of everything the code depends on (the
+    IR generator's source and parameters, llvmlite's version, the target triple, CPU and
+    features): another build gets another file. The
     file starts with the SHA-256 of the code after it, checked before LLVM sees the code
     (LLVM aborts the process on an object it cannot read). A file that fails the check is
     never trusted, nor replaced: this process compiles its own code and leaves the file as
     it is (it may not be ember's). A missing or unwritable cache only means compiling
     again."""
 
-    def __init__(self, name, text, triple, cpu, features):
+    def __init__(self, name, key, triple, cpu, features):
         import llvmlite
 
         from ..cache_dir import cache_dir
 
-        key = "\0".join((text, llvmlite.__version__, triple, cpu, features))
+        key = "\0".join((key, llvmlite.__version__, triple, cpu, features))
         file = f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:32]}.o"
         self.path = os.path.join(cache_dir(), "jit", file)
         self.code = None

@@ -30,6 +30,7 @@ fails (a warning says why; the callers then widen the halves as numpy does).
 """
 
 import ctypes
+import sys
 
 import numpy as np
 
@@ -89,12 +90,13 @@ def _check(w, x, out):
 
 
 def build():
-    from . import llvm_build
+    from . import llvm_build, llvm_ir
 
     triple, _, _, features = llvm_build.host()
     if triple.startswith(("x86_64", "i386", "i686")) and not features.get("f16c", False):
         return None
-    engine = llvm_build.compile_module("llvm_f16", _ir_module(triple))
+    key = llvm_build.source_key(sys.modules[__name__], llvm_ir)
+    engine = llvm_build.compile_module("llvm_f16", key, lambda: _ir_module(triple))
     return F16Kernels(
         engine,
         engine.get_function_address("ember_f16_dot"),

@@ -25,6 +25,7 @@ takes the same one. Unavailable (None) without llvmlite or where the build fails
 """
 
 import ctypes
+import sys
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 # exp_rows gives +inf above EXP_MAX (127 ln 2: exp_neg's range; float32's own exp
@@ -78,11 +79,13 @@ def _check_contiguous(*arrays):
 
 
 def build():
-    from . import llvm_build
+    from . import llvm_build, llvm_ir
 
     triple, _, _, features = llvm_build.host()
     lanes = 16 if features.get("avx512f", False) else 8  # f32 lanes of the host's vectors
-    return MathKernels(llvm_build.compile_module("llvm_math", _ir_module(triple, lanes)))
+    key = llvm_build.source_key(sys.modules[__name__], llvm_ir, params=(lanes,))
+    engine = llvm_build.compile_module("llvm_math", key, lambda: _ir_module(triple, lanes))
+    return MathKernels(engine)
 
 
 # --- the IR ------------------------------------------------------------------------------------
