@@ -1,4 +1,4 @@
-"""Compiling ember's hand-written LLVM IR (llvm_f16, llvm_conv) for this CPU through
+"""Compiling ember's hand-written LLVM IR (llvm_f16, llvm_math) for this CPU through
 llvmlite alone, with the machine code kept in ember's cache for later processes.
 
 llvmlite is numba's LLVM binding (the ``ember[jit]`` extra installs it): it imports in
@@ -20,9 +20,9 @@ _DIGEST = 32  # bytes of SHA-256 before a cached object's code
 # kernels (or None where this CPU cannot have them): a group at the first ask for any of
 # its modules, then LLVM's code pages handed back once (compiler_pages). Built one by
 # one, each build after a release read LLVM's pages back in (a Whisper cold start's
-# second build took 60-84 ms instead of ~10). The convolutions are a group of their own:
-# a model without them (Whisper) should not parse their IR.
-GROUPS = (("llvm_f16", "llvm_math"), ("llvm_conv",))
+# second build took 60-84 ms instead of ~10). A module a model may not need (kernels for
+# one family) belongs in a group of its own.
+GROUPS = (("llvm_f16", "llvm_math"),)
 _built: dict = {}
 _lock = threading.Lock()
 
@@ -76,8 +76,9 @@ def compile_module(name, key, make_module):
     """An MCJIT engine holding the machine code of the llvmlite.ir.Module `make_module()`
     builds for this process's triple, optimized at -O3 with loop and SLP vectorization;
     or, where an earlier process kept that code in ember's cache, an engine loaded from
-    it without building the module at all (generating and printing llvm_conv's IR took
-    0.38 s of a process, loading its object 5 ms). `key` must name everything the IR
+    it without building the module at all (generating and printing the IR of nine
+    unrolled convolution kernels, in a trial, took 0.38 s of a process; loading their
+    object 5 ms). `key` must name everything the IR
     depends on besides llvmlite and the CPU (see `source_key`). Keep the engine alive
     while its functions are called."""
     binding = llvm()
