@@ -154,3 +154,31 @@ def test_a_masked_decode_step_takes_the_small_path():
     np.testing.assert_allclose(  # the padding's keys weigh nothing
         got[1], F.scaled_dot_product_attention(tq(q[1]), tq(k[1, :, 7:]), tq(v[1, :, 7:])).numpy(),
         rtol=1e-6, atol=1e-6)
+
+
+def test_big_matrices_that_fit_one_tile_spread_over_the_threads(monkeypatch):
+    """A decode step's cross-attention (heads x 1 query x many keys) fits one tile's
+    budget but is worth both cores: at least a tile per thread, each matrix its own, so
+    the bits are one tile's."""
+    assert array_attention.fused_tiles(8, 1, 1500, 1 << 19, spread=2) == [
+        (0, 4, 0, 1), (4, 8, 0, 1)]
+    assert array_attention.fused_tiles(8, 1, 1500, 1 << 19) == [(0, 8, 0, 1)]
+    assert array_attention.fused_tiles(3, 1, 10, 1 << 19, spread=8) == [
+        (0, 1, 0, 1), (1, 2, 0, 1), (2, 3, 0, 1)]
+    rng = np.random.default_rng(9)
+    q = rng.standard_normal((1, 8, 1, 64)).astype(np.float32)
+    k, v = (rng.standard_normal((1, 8, 1500, 64)).astype(np.float32) for _ in range(2))
+    tiles = []
+    real = array_attention.fused_tiles
+    monkeypatch.setattr(array_attention, "fused_tiles",
+                        lambda *a: tiles.append(real(*a)) or tiles[-1])
+    monkeypatch.setitem(row_parallel._state, "workers", 2)
+
+    class Backend:
+        xp = np
+
+    spread = array_attention.attention(Backend(), q, k, v, None, 0.125, None)
+    monkeypatch.setattr(array_attention, "SPREAD_MACS", 1 << 60)
+    alone = array_attention.attention(Backend(), q, k, v, None, 0.125, None)
+    assert len(tiles[0]) == 2 and len(tiles[1]) == 1
+    assert np.array_equal(spread.view(np.uint32), alone.view(np.uint32))

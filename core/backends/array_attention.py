@@ -33,11 +33,13 @@ import math
 from ..intmath import ceil_div
 from .array_rows import SHIFT_FLOOR, softmax_rows
 from .blas_threads import one_thread_throughout
-from .row_parallel import run_rows
+from .row_parallel import run_rows, workers
 
 # Scores per tile (2 MiB of f32, in a core's share of the cache; 2^17-2^20 measured
 # within 10% of each other on Whisper's and SAM's shapes).
 FUSED_TILE_ELEMENTS = 1 << 19
+# Multiply-adds of a call from which its matrices are spread over the threads
+SPREAD_MACS = 1 << 20
 
 
 def attention(be, q, k, v, grid_bias, scale, dtype, mask=None):
@@ -65,7 +67,11 @@ def attention(be, q, k, v, grid_bias, scale, dtype, mask=None):
             for g in grid_bias
         )
         bias = (rows, cols)
-    tiles = fused_tiles(qs.shape[0], tq, tk, FUSED_TILE_ELEMENTS)
+    # matrices big enough to pay a hand-off go in a tile per thread at least (a decode
+    # step's cross-attention: 8 heads x 1 query x 1500 keys, 6 MB of keys and values,
+    # fits one tile's budget and ran on one core)
+    spread = workers(blas_free=True) if qs.shape[0] * tk * (q.shape[-1] + dv) >= SPREAD_MACS else 1
+    tiles = fused_tiles(qs.shape[0], tq, tk, FUSED_TILE_ELEMENTS, spread)
 
     masks = None if mask is None else MaskTiles(xp, mask)
 
@@ -166,13 +172,15 @@ def _merged_batch(xp, a):
     return xp.lib.stride_tricks.as_strided(a, shape, (step,) + a.strides[-2:])
 
 
-def fused_tiles(m, tq, tk, budget):
+def fused_tiles(m, tq, tk, budget, spread=1):
     """[(m0, m1, q0, q1)]: tiles of about `budget` scores over m matrices of tq x tk
     scores, matrices m0:m1 by query rows q0:q1: several whole matrices to a tile where
-    they fit, else one matrix's rows in near-equal runs."""
+    they fit (in at least `spread` tiles where there are the matrices), else one
+    matrix's rows in near-equal runs. Each matrix's products and exponentials are its
+    own, so no tiling changes a bit."""
     per_matrix = tq * tk
     if per_matrix <= budget:
-        step = max(1, budget // per_matrix)
+        step = max(1, min(budget // per_matrix, ceil_div(m, spread)))
         return [(m0, min(m0 + step, m), 0, tq) for m0 in range(0, m, step)]
     n_runs = ceil_div(per_matrix, budget)
     rows = ceil_div(tq, n_runs)
