@@ -1,7 +1,7 @@
 """The array backend's in-place activation forms agree bit for bit with their ops.py rows
 (the reference forms), never write their input, and serve every float dtype and shape;
-exact GELU on float32, where llvm_math's kernel is built, is that kernel's, within 3e-7
-of float64 GELU."""
+exact GELU and SiLU on float32, where llvm_math's kernels are built, are those kernels',
+within 3e-7 of float64."""
 import math
 
 import numpy as np
@@ -9,7 +9,7 @@ import pytest
 
 import ember
 from ember.backends import llvm_math
-from ember.backends.array_fast import UNARY_INPLACE
+from ember.backends.array_fast import COMPILED, UNARY_INPLACE
 from ember.ops import UNARY
 
 SPECIAL = [0.0, -0.0, 1e-40, -1e-40, 1e-310, np.inf, -np.inf, np.nan, 30.0, -30.0, 1e30, -1e30]
@@ -25,9 +25,9 @@ def test_inplace_form_is_bit_identical_to_the_ops_row(op, np_dtype):
         got = UNARY_INPLACE[op](np, x)
         want = UNARY[op].array(np, x)
     kernels = llvm_math.kernels()
-    if op == "gelu" and np_dtype == np.float32 and kernels is not None:
-        want = np.empty_like(x)  # the backend's GELU is the compiled one, checked below
-        kernels.gelu(x, want)
+    if op in COMPILED and np_dtype == np.float32 and kernels is not None:
+        want = np.empty_like(x)  # the backend's op is the compiled one, checked below
+        kernels.apply(op, x, want)
     assert got.dtype == np_dtype
     bits = np.uint32 if np_dtype == np.float32 else np.uint64
     same = (got.view(bits) == want.view(bits)) | (np.isnan(got) & np.isnan(want))
@@ -85,3 +85,34 @@ def test_the_compiled_gelu_is_exact_gelu_to_float32_rounding():
     with np.errstate(all="ignore"):
         numpy_form = UNARY["gelu"].array(np, special)
     np.testing.assert_allclose(out, numpy_form, rtol=3e-7, atol=1e-38)
+
+
+def test_the_compiled_silu_is_silu_to_float32_rounding():
+    """llvm_math's SiLU: within 3e-7 relative of float64 everywhere (numpy's tanh form
+    loses digits for x < 0), on rows of a strided view and in place with the same bits,
+    the special values as numpy's form gives them."""
+    kernels = llvm_math.kernels()
+    if kernels is None:
+        pytest.skip("llvm_math's kernels are not built here (no llvmlite, or EMBER_JIT=0)")
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.standard_normal(60_001) * 4, rng.uniform(-99, 99, 20_000)])
+    x = x.astype(np.float32)
+    got = np.empty_like(x)
+    kernels.apply("silu", x, got)
+    want = x.astype(np.float64) / (1.0 + np.exp(-x.astype(np.float64)))
+    nonzero = np.abs(want) > 1e-30
+    assert (np.abs(got - want)[nonzero] / np.abs(want[nonzero])).max() < 3e-7
+    wide = rng.standard_normal((7, 2, 50)).astype(np.float32)
+    half = wide[:, 0, :33]  # rows 100 floats apart, 33 wide
+    out = np.empty((7, 33), np.float32)
+    kernels.apply("silu", half, out)
+    inplace = np.ascontiguousarray(half)
+    kernels.apply("silu", inplace, inplace)
+    assert np.array_equal(out.view(np.uint32), inplace.view(np.uint32))
+    special = np.array(SPECIAL, np.float32)
+    out = np.empty_like(special)
+    kernels.apply("silu", special, out)
+    with np.errstate(all="ignore"):
+        exact = special.astype(np.float64) / (1.0 + np.exp(-special.astype(np.float64)))
+    exact[np.isneginf(special)] = np.nan  # -inf * 0, as numpy's form gives it
+    np.testing.assert_allclose(out, exact, rtol=3e-7, atol=1e-38)  # SiLU(-30) = -2.8e-12

@@ -2,67 +2,89 @@
 carry them (`UnaryOp.fresh`, `UnaryOp.overwrite`): one algorithm per op, so these give
 the bits the rows' `array` forms give (tests/test_array_fast.py, test_one_algorithm.py).
 
-The exception is exact GELU on numpy float32 where llvm_math's kernel is built: every
-numpy path of "gelu" (a unary op, a linear layer's or a gated activation's epilogue)
-takes the kernel instead (one pass, 3.2 ms against 14.8 for 3M elements on one core of
-an AVX2 host), so the backend keeps one algorithm per op, the kernel's.
+The exception is exact GELU and SiLU on numpy float32 where llvm_math's kernels are
+built: every numpy path of those ops (a unary op, a linear layer's or a gated
+activation's epilogue) takes the kernel instead (one pass: GELU 3.2 ms against 14.8 for
+3M elements on one core of an AVX2 host), so the backend keeps one algorithm per op,
+the kernel's.
 """
 
 from ..ops import UNARY
 
-# Elements per piece of a compiled GELU that row_parallel may hand to another thread
-_GELU_PIECE = 1 << 16
+# Elements per piece of a compiled op that row_parallel may hand to another thread
+_PIECE = 1 << 16
+COMPILED = ("gelu", "silu")  # ops llvm_math computes for numpy float32
 
 
-def _compiled_gelu(xp, x):
-    """llvm_math's kernels where they take x (numpy float32), else None."""
-    if _numpy_f32(xp, x):
+def _compiled(xp, op, x):
+    """llvm_math's kernels where they compute `op` on x (numpy float32), else None."""
+    if op in COMPILED and getattr(xp, "__name__", "") == "numpy" and x.dtype == xp.float32:
         from . import llvm_math
 
         return llvm_math.kernels()
     return None
 
 
-def _numpy_f32(xp, x):
-    return getattr(xp, "__name__", "") == "numpy" and x.dtype == xp.float32
+def _fresh(op):
+    numpy_form = UNARY[op].fresh
+
+    def fresh(xp, x):
+        kernels = _compiled(xp, op, x)
+        if kernels is None:
+            return numpy_form(xp, x)
+        out = xp.empty(x.shape, x.dtype)
+        try:
+            _pieces(kernels, op, x, out)
+        except ValueError:  # rows that do not merge (a view llvm_math cannot walk)
+            _pieces(kernels, op, xp.ascontiguousarray(x), out)
+        return out
+
+    return fresh
 
 
-def _gelu_fresh(xp, x):
-    kernels = _compiled_gelu(xp, x)
-    if kernels is None:
-        return UNARY["gelu"].fresh(xp, x)
-    src = xp.ascontiguousarray(x)
-    out = xp.empty_like(src)
-    _gelu_pieces(kernels, src.reshape(-1), out.reshape(-1))
-    return out
-
-
-def _gelu_pieces(kernels, src, out):
+def _pieces(kernels, op, x, out):
+    """out = op(x), cut into pieces of about _PIECE elements (whole rows, or one row's
+    columns) shared over row_parallel's threads."""
     from .row_parallel import run_rows
 
-    n = src.size
-    pieces = -(-n // _GELU_PIECE)
+    if x.ndim < 2:
+        x, out = x.reshape(1, -1), out.reshape(1, -1)
+    cols = x.shape[-1]
+    rows, out2 = x.reshape(-1, cols), out.reshape(-1, cols)  # a copy only where rows do not merge
+    if x.size <= _PIECE:
+        kernels.apply(op, rows, out2)
+        return
+    if cols >= _PIECE:  # pieces of one row's columns
+        per_row = -(-cols // _PIECE)
+
+        def run(start, stop):
+            for p in range(start, stop):
+                r, c = divmod(p, per_row)
+                a, z = c * _PIECE, min(cols, (c + 1) * _PIECE)
+                kernels.apply(op, rows[r : r + 1, a:z], out2[r : r + 1, a:z])
+
+        run_rows(run, rows.shape[0] * per_row, _PIECE, blas_free=True)
+        return
+    step = max(1, _PIECE // cols)
 
     def run(start, stop):
-        a, z = start * _GELU_PIECE, min(n, stop * _GELU_PIECE)
-        kernels.gelu(src[a:z], out[a:z])
+        kernels.apply(op, rows[start * step : stop * step], out2[start * step : stop * step])
 
-    run_rows(run, pieces, _GELU_PIECE, blas_free=True)
+    run_rows(run, -(-rows.shape[0] // step), step * cols, blas_free=True)
 
 
 # Ops with a form that writes a fresh array in place step by step (x never written).
 UNARY_INPLACE = {name: row.fresh for name, row in UNARY.items() if row.fresh is not None}
-UNARY_INPLACE["gelu"] = _gelu_fresh
+UNARY_INPLACE.update({op: _fresh(op) for op in COMPILED})
 
 
 def apply_over(xp, op, y, scratch):
     """Unary `op` applied to the contiguous 1-D block y in place (a fresh GEMM output, in
     a linear layer's epilogue); scratch is two arrays of y's size and dtype."""
-    if op == "gelu":
-        kernels = _compiled_gelu(xp, y)
-        if kernels is not None:
-            kernels.gelu(y, y)
-            return
+    kernels = _compiled(xp, op, y)
+    if kernels is not None:
+        kernels.apply(op, y, y)
+        return
     row = UNARY[op]
     if row.overwrite is not None:
         row.overwrite(xp, y, scratch)

@@ -1,17 +1,22 @@
 """Elementwise f32 kernels for the numpy backend, compiled by LLVM through llvmlite
-(llvm_build): exact GELU, and the exponentials and row sums of an unshifted softmax.
+(llvm_build): exact GELU and SiLU, and the exponentials and row sums of an unshifted
+softmax.
 
 numpy's float32 tanh and exp cost 1.3-3.8 ns an element on an AVX2 host (AMD EPYC
 here, numpy 2.4), and GELU took 18 passes over memory besides: 14 ms for the
 1500 x 2048 output of one Whisper base encoder layer's fc1, about what its GEMM costs on
-two cores. Here one pass, the loop vectorized by LLVM (8 or 16 lanes), the exponential
-from llvm_ir.exp_neg (a degree-6 polynomial, relative error below 2e-7):
+two cores. Here one pass, vectorized (8 or 16 lanes), the exponential from
+llvm_ir.exp_neg (within 2e-7 relative of float64):
 
-    gelu(const f32 *x, f32 *out, i64 n)
-        out[i] = x / (1 + exp(-2 g(x)))     (= 0.5 x (1 + tanh(g(x))), ops.gelu_erf_block's
-                                             g; within 3e-7 relative of float64 GELU for
-                                             x > 0.01, 2e-7 absolute below; x * 0 under
-                                             -20, where GELU is below 1e-87)
+    gelu, silu(const f32 *x, i64 ldx, i64 rows, i64 cols, f32 *out, i64 ldo)
+        out[r * ldo + j] = f(x[r * ldx + j])   (rows of a strided view, or in place)
+        gelu(x) = x / (1 + exp(-2 g(x)))       (= 0.5 x (1 + tanh(g(x))), ops.gelu_erf_block's
+                                                g; within 3e-7 relative of float64 GELU for
+                                                x > 0.01, 2e-7 absolute below; x * 0 under
+                                                -20, where GELU is below 1e-87)
+        silu(x) = x / (1 + exp(-x))            (within 3e-7 relative everywhere, where numpy's
+                                                tanh form loses digits for x < 0; x * 0
+                                                under -100)
     exp_rows(f32 *s, i64 ld, i64 rows, i64 cols, f32 *total)
         s[r][j] = exp(s[r][j]) in place, total[r] = the row's sum, for r < rows, j < cols
         (+inf above 127 ln 2 = 88.03 and 0 below -87.34, EXP_MAX and EXP_MIN, so that
@@ -19,12 +24,14 @@ from llvm_ir.exp_neg (a degree-6 polynomial, relative error below 2e-7):
 
 Each element's value depends on nothing but its input, so blocks and threads never
 change a bit; a row sum's order is fixed by its length. These are other algorithms than
-numpy's, so with them (llvmlite installed, EMBER_JIT not 0) the CPU's GELU and attention
-differ from the numpy-only ones in the last bits; every size and path of one install
-takes the same one. Unavailable (None) without llvmlite or where the build fails.
+numpy's, so with them (llvmlite installed, EMBER_JIT not 0) the CPU's GELU, SiLU and
+attention differ from the numpy-only ones in the last bits; every size and path of one
+install takes the same one (array_fast). Unavailable (None) without llvmlite or where
+the build fails.
 """
 
 import ctypes
+import itertools
 import sys
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
@@ -34,6 +41,8 @@ _P, _I = ctypes.c_void_p, ctypes.c_int64
 # on through denormals to -103.3, terms no softmax sum notices)
 EXP_MAX, EXP_MIN = 88.02969193111305, -87.33654022216797
 GELU_ZERO_BELOW = -20.0
+SILU_ZERO_BELOW = -100.0  # SiLU(-100) = -3.7e-42; below it under float32's denormals
+ELEMENTWISE = ("gelu", "silu")
 
 
 def kernels():
@@ -47,15 +56,28 @@ def kernels():
 class MathKernels:
     def __init__(self, engine):
         self._engine = engine  # owns the machine code: kept alive with the functions
-        self._gelu = ctypes.CFUNCTYPE(None, _P, _P, _I)(engine.get_function_address("ember_gelu"))
+        self._maps = {
+            op: ctypes.CFUNCTYPE(None, _P, _I, _I, _I, _P, _I)(
+                engine.get_function_address(f"ember_{op}")
+            )
+            for op in ELEMENTWISE
+        }
         self._exp_rows = ctypes.CFUNCTYPE(None, _P, _I, _I, _I, _P)(
             engine.get_function_address("ember_exp_rows")
         )
 
+    def apply(self, op, x, out):
+        """out = op(x) (one of ELEMENTWISE) for float32 arrays of one shape whose last dim
+        is contiguous and whose other dims merge into rows (out may be x)."""
+        rows_x, ldx, cols = _rows(x)
+        rows_o, ldo, cols_o = _rows(out)
+        if (rows_x, cols) != (rows_o, cols_o):
+            raise ValueError(f"llvm_math.{op}: shapes {x.shape} and {out.shape} differ")
+        self._maps[op](x.ctypes.data, ldx, rows_x, cols, out.ctypes.data, ldo)
+
     def gelu(self, x, out):
-        """out = GELU(x) for contiguous float32 arrays of one size (out may be x)."""
-        _check_contiguous(x, out)
-        self._gelu(x.ctypes.data, out.ctypes.data, x.size)
+        """out = GELU(x) (see apply)."""
+        self.apply("gelu", x, out)
 
     def exp_rows(self, s, total):
         """exp of the 2-D float32 array s in place (rows contiguous), total[r] = row r's
@@ -64,18 +86,31 @@ class MathKernels:
             raise ValueError(
                 f"llvm_math.exp_rows: needs 2-D float32 rows, got {s.dtype} {s.strides}"
             )
-        _check_contiguous(total)
+        if total.dtype != "float32" or not total.flags.c_contiguous:
+            raise ValueError("llvm_math.exp_rows: totals must be contiguous float32")
         if total.size != s.shape[0]:
             raise ValueError(f"llvm_math.exp_rows: {total.size} totals for {s.shape[0]} rows")
         self._exp_rows(s.ctypes.data, s.strides[0] // 4, s.shape[0], s.shape[1], total.ctypes.data)
 
 
-def _check_contiguous(*arrays):
-    for a in arrays:
-        if a.dtype != "float32" or not a.flags.c_contiguous:
-            raise ValueError(f"llvm_math: needs contiguous float32, got {a.dtype} {a.strides}")
-    if len(arrays) == 2 and arrays[0].size != arrays[1].size:
-        raise ValueError(f"llvm_math: sizes {arrays[0].size} and {arrays[1].size} differ")
+def _rows(a):
+    """(rows, row stride in elements, columns) of a float32 array as 2-D rows: its last
+    dim contiguous, the others merging into one (a view, never a copy)."""
+    if a.dtype != "float32":
+        raise ValueError(f"llvm_math: needs float32, got {a.dtype}")
+    if a.ndim == 0 or a.size == 0:
+        return (0 if a.size == 0 else 1), 1, (a.size if a.ndim == 0 else a.shape[-1])
+    cols = a.shape[-1]
+    if cols > 1 and a.strides[-1] != 4:
+        raise ValueError(f"llvm_math: the last dim must be contiguous, got strides {a.strides}")
+    rows = a.size // cols
+    if rows == 1:
+        return 1, cols, cols
+    lead = [(n, st) for n, st in zip(a.shape[:-1], a.strides[:-1], strict=True) if n != 1]
+    for (_, outer), (n, inner) in itertools.pairwise(lead):
+        if outer != inner * n:
+            raise ValueError(f"llvm_math: rows that do not merge: strides {a.strides}")
+    return rows, lead[-1][1] // 4, cols
 
 
 def build():
@@ -104,6 +139,44 @@ def _fmuladd(module, typ):
     return intrinsic(module, "llvm.fmuladd." + ("f32" if lanes is None else f"v{lanes}f32"), typ, 3)
 
 
+def _zero_below(b, v, y, limit):
+    """y, but v * 0 where v < limit: -0 (NaN for -inf) as numpy's forms give there, where
+    exp_neg's clamp would leave v * 2^-127 for a true value under float32's range."""
+    return b.select(b.fcmp_ordered("<", v, _like(v, limit)), b.fmul(v, _like(v, 0.0)), y)
+
+
+def _map_rows(module, name, f, vec):
+    """``void name(const f32 *x, i64 ldx, i64 rows, i64 cols, f32 *out, i64 ldo)``:
+    out[r * ldo + j] = f(x[r * ldx + j]), f built for a vector and for one element."""
+    from llvmlite import ir
+
+    from .llvm_ir import I64, loop
+
+    f32 = ir.FloatType()
+    pf = f32.as_pointer()
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [pf, I64, I64, I64, pf, I64]), name)
+    x, ldx, rows, cols, out, ldo = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    lanes = vec.count
+    whole = b.mul(b.udiv(cols, I64(lanes)), I64(lanes))
+
+    def row(b, r):
+        src, dst = b.gep(x, [b.mul(r, ldx)]), b.gep(out, [b.mul(r, ldo)])
+
+        def vector(b, i):
+            v = b.load(b.bitcast(b.gep(src, [i]), vec.as_pointer()), align=4)
+            b.store(f(b, v), b.bitcast(b.gep(dst, [i]), vec.as_pointer()), align=4)
+
+        def one(b, i):
+            b.store(f(b, b.load(b.gep(src, [i]))), b.gep(dst, [i]))
+
+        loop(b, I64(0), whole, vector, "v", step=lanes)
+        loop(b, whole, cols, one, "i")
+
+    loop(b, I64(0), rows, row, "r")
+    b.ret_void()
+
+
 def _ir_module(triple, lanes):
     from llvmlite import ir
 
@@ -115,38 +188,25 @@ def _ir_module(triple, lanes):
     module = ir.Module(name="ember_math")
     module.triple = triple
 
-    # gelu: a loop over whole vectors, then one element at a time (the same steps, so the
-    # same bits either way); in place too, which the loop vectorizer would not take (out
-    # and x may be one array)
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [pf, pf, I64]), "ember_gelu")
-    x, out, n = fn.args
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-
+    # the elementwise maps, each over rows: a loop over whole vectors, then one element
+    # at a time (the same steps, so the same bits either way); in place too, which the
+    # loop vectorizer would not take (out and x may be one array)
     def gelu(b, v):
-        one = _like(v, 1.0)
         t = b.fmul(v, v)
         p = _like(v, _GELU_G[6])
         for c in _GELU_G[5::-1]:  # ((G6 t + G5) t + ... + G1) t + G0, gelu_erf_block's g
             p = b.call(_fmuladd(module, v.type), [p, t, _like(v, c)])
         g2 = b.fmul(b.fmul(p, v), _like(v, 2.0))
-        y = b.fdiv(v, b.fadd(one, exp_neg(b, module, g2)))
-        # below GELU_ZERO_BELOW the true value is under 1e-87: 0 (-0, as x * 0 in numpy's
-        # form; NaN for -inf, as there), where exp_neg's clamp would leave x * 2^-127
-        return b.select(
-            b.fcmp_ordered("<", v, _like(v, GELU_ZERO_BELOW)), b.fmul(v, _like(v, 0.0)), y
-        )
+        y = b.fdiv(v, b.fadd(_like(v, 1.0), exp_neg(b, module, g2)))
+        return _zero_below(b, v, y, GELU_ZERO_BELOW)
+
+    def silu(b, v):
+        y = b.fdiv(v, b.fadd(_like(v, 1.0), exp_neg(b, module, v)))
+        return _zero_below(b, v, y, SILU_ZERO_BELOW)
 
     vec = ir.VectorType(f32, lanes)
-    whole = b.mul(b.udiv(n, I64(lanes)), I64(lanes))
-
-    def gelu_vector(b, i):
-        src = b.bitcast(b.gep(x, [i]), vec.as_pointer())
-        dst = b.bitcast(b.gep(out, [i]), vec.as_pointer())
-        b.store(gelu(b, b.load(src, align=4)), dst, align=4)
-
-    loop(b, I64(0), whole, gelu_vector, "v", step=lanes)
-    loop(b, whole, n, lambda b, i: b.store(gelu(b, b.load(b.gep(x, [i]))), b.gep(out, [i])), "i")
-    b.ret_void()
+    for op, f in (("gelu", gelu), ("silu", silu)):
+        _map_rows(module, f"ember_{op}", f, vec)
 
     # exp_rows
     fn = ir.Function(
