@@ -34,7 +34,10 @@ def _fresh(op):
             return numpy_form(xp, x)
         out = xp.empty(x.shape, x.dtype)
         try:
-            _pieces(kernels, op, x, out)
+            if x.size <= _PIECE:  # one call (a decode step's rows): no pieces to share
+                kernels.apply(op, x, out)
+            else:
+                _pieces(kernels, op, x, out)
         except ValueError:  # rows that do not merge (a view llvm_math cannot walk)
             _pieces(kernels, op, xp.ascontiguousarray(x), out)
         return out

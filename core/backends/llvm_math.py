@@ -98,6 +98,8 @@ def _rows(a):
     dim contiguous, the others merging into one (a view, never a copy)."""
     if a.dtype != "float32":
         raise ValueError(f"llvm_math: needs float32, got {a.dtype}")
+    if a.flags.c_contiguous and a.ndim:  # the common case, without the walk below
+        return a.size // max(a.shape[-1], 1), max(a.shape[-1], 1), a.shape[-1]
     if a.ndim == 0 or a.size == 0:
         return (0 if a.size == 0 else 1), 1, (a.size if a.ndim == 0 else a.shape[-1])
     cols = a.shape[-1]
