@@ -76,3 +76,17 @@ def device(request):
 @pytest.fixture(scope="session")
 def cpu():
     return ember.Device.cpu()
+
+
+@pytest.fixture
+def math_kernels():
+    """llvm_math's compiled kernels (GELU, SiLU, softmax exponentials): a failure under
+    CI=true where they are not built, a skip on a machine without llvmlite."""
+    from ember.backends import llvm_math
+
+    k = llvm_math.kernels()
+    if k is None:
+        if ON_CI:
+            pytest.fail("llvm_math's kernels are not built (llvmlite missing or refused)")
+        pytest.skip("llvm_math's kernels are not built here (no llvmlite, or EMBER_JIT=0)")
+    return k

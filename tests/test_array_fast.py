@@ -56,20 +56,22 @@ def _gelu64(x):
     return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
 
 
-def test_the_compiled_gelu_is_exact_gelu_to_float32_rounding():
+def _mixed(seed, normal, span):
+    """float32 values: `normal` draws of 4 N(0, 1), then 20,000 uniform in (-span, span)."""
+    rng = np.random.default_rng(seed)
+    x = np.concatenate([rng.standard_normal(normal) * 4, rng.uniform(-span, span, 20_000)])
+    return x.astype(np.float32)
+
+
+def test_the_compiled_gelu_is_exact_gelu_to_float32_rounding(math_kernels):
     """llvm_math's GELU, in place and into another array, on vector blocks and their tails
     alike: within 3e-7 relative of float64 GELU for x > 0.01 and 2e-7 absolute below (as
     close as numpy's form), the special values as numpy's form gives them."""
-    kernels = llvm_math.kernels()
-    if kernels is None:
-        pytest.skip("llvm_math's kernels are not built here (no llvmlite, or EMBER_JIT=0)")
-    rng = np.random.default_rng(3)
-    x = np.concatenate([rng.standard_normal(100_003) * 4, rng.uniform(-25, 25, 20_000)])
-    x = x.astype(np.float32)
+    x = _mixed(3, 100_003, 25)
     got = np.empty_like(x)
-    kernels.gelu(x, got)
+    math_kernels.gelu(x, got)
     inplace = x.copy()
-    kernels.gelu(inplace, inplace)
+    math_kernels.gelu(inplace, inplace)
     assert np.array_equal(got.view(np.uint32), inplace.view(np.uint32))
     want = _gelu64(x.astype(np.float64))
     pos, neg = x > 0.01, x < 0
@@ -77,41 +79,36 @@ def test_the_compiled_gelu_is_exact_gelu_to_float32_rounding():
     assert np.abs(got - want)[neg].max() < 2e-7
     # one value in a vector block or in the tail gives the same bits
     same = np.full(19, x[7], np.float32)
-    kernels.gelu(same, same)
+    math_kernels.gelu(same, same)
     assert len(set(same.view(np.uint32).tolist())) == 1
     special = np.array(SPECIAL, np.float32)
     out = np.empty_like(special)
-    kernels.gelu(special, out)
+    math_kernels.gelu(special, out)
     with np.errstate(all="ignore"):
         numpy_form = UNARY["gelu"].array(np, special)
     np.testing.assert_allclose(out, numpy_form, rtol=3e-7, atol=1e-38)
 
 
-def test_the_compiled_silu_is_silu_to_float32_rounding():
+def test_the_compiled_silu_is_silu_to_float32_rounding(math_kernels):
     """llvm_math's SiLU: within 3e-7 relative of float64 everywhere (numpy's tanh form
     loses digits for x < 0), on rows of a strided view and in place with the same bits,
-    the special values as numpy's form gives them."""
-    kernels = llvm_math.kernels()
-    if kernels is None:
-        pytest.skip("llvm_math's kernels are not built here (no llvmlite, or EMBER_JIT=0)")
-    rng = np.random.default_rng(5)
-    x = np.concatenate([rng.standard_normal(60_001) * 4, rng.uniform(-99, 99, 20_000)])
-    x = x.astype(np.float32)
+    and at the special values."""
+    x = _mixed(5, 60_001, 99)
     got = np.empty_like(x)
-    kernels.apply("silu", x, got)
+    math_kernels.apply("silu", x, got)
     want = x.astype(np.float64) / (1.0 + np.exp(-x.astype(np.float64)))
     nonzero = np.abs(want) > 1e-30
     assert (np.abs(got - want)[nonzero] / np.abs(want[nonzero])).max() < 3e-7
-    wide = rng.standard_normal((7, 2, 50)).astype(np.float32)
+    wide = np.random.default_rng(6).standard_normal((7, 2, 50)).astype(np.float32)
     half = wide[:, 0, :33]  # rows 100 floats apart, 33 wide
     out = np.empty((7, 33), np.float32)
-    kernels.apply("silu", half, out)
+    math_kernels.apply("silu", half, out)
     inplace = np.ascontiguousarray(half)
-    kernels.apply("silu", inplace, inplace)
+    math_kernels.apply("silu", inplace, inplace)
     assert np.array_equal(out.view(np.uint32), inplace.view(np.uint32))
     special = np.array(SPECIAL, np.float32)
     out = np.empty_like(special)
-    kernels.apply("silu", special, out)
+    math_kernels.apply("silu", special, out)
     with np.errstate(all="ignore"):
         exact = special.astype(np.float64) / (1.0 + np.exp(-special.astype(np.float64)))
     exact[np.isneginf(special)] = np.nan  # -inf * 0, as numpy's form gives it
