@@ -69,9 +69,9 @@ def test_the_compiled_gelu_is_exact_gelu_to_float32_rounding(math_kernels):
     close as numpy's form), the special values as numpy's form gives them."""
     x = _mixed(3, 100_003, 25)
     got = np.empty_like(x)
-    math_kernels.gelu(x, got)
+    math_kernels.apply("gelu", x, got)
     inplace = x.copy()
-    math_kernels.gelu(inplace, inplace)
+    math_kernels.apply("gelu", inplace, inplace)
     assert np.array_equal(got.view(np.uint32), inplace.view(np.uint32))
     want = _gelu64(x.astype(np.float64))
     pos, neg = x > 0.01, x < 0
@@ -79,11 +79,11 @@ def test_the_compiled_gelu_is_exact_gelu_to_float32_rounding(math_kernels):
     assert np.abs(got - want)[neg].max() < 2e-7
     # one value in a vector block or in the tail gives the same bits
     same = np.full(19, x[7], np.float32)
-    math_kernels.gelu(same, same)
+    math_kernels.apply("gelu", same, same)
     assert len(set(same.view(np.uint32).tolist())) == 1
     special = np.array(SPECIAL, np.float32)
     out = np.empty_like(special)
-    math_kernels.gelu(special, out)
+    math_kernels.apply("gelu", special, out)
     with np.errstate(all="ignore"):
         numpy_form = UNARY["gelu"].array(np, special)
     np.testing.assert_allclose(out, numpy_form, rtol=3e-7, atol=1e-38)

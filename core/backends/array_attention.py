@@ -31,6 +31,7 @@ import itertools
 import math
 
 from ..intmath import ceil_div
+from . import llvm_math
 from .array_rows import SHIFT_FLOOR, softmax_rows
 from .blas_threads import one_thread_throughout
 from .row_parallel import run_rows, workers
@@ -99,7 +100,7 @@ def tile(xp, qs, kt, v, out, bias=None, mask=None):
     is softmaxed shifted by its own maximum (array_rows.softmax_rows)."""
     scores = scores_of(xp, qs, kt, bias, mask)
     flat = scores.reshape(-1, scores.shape[-1])
-    kernels = _exp_kernels(xp, flat)
+    kernels = llvm_math.for_array(xp, flat)
     if kernels is not None:  # the exponentials and their sums in one compiled pass
         total = xp.empty(flat.shape[0], flat.dtype)
         kernels.exp_rows(flat, total)
@@ -118,15 +119,6 @@ def tile(xp, qs, kt, v, out, bias=None, mask=None):
         total[rows] = 1.0
     xp.matmul(scores, v, out=out)
     out /= total.reshape(out.shape[:-1] + (1,))
-
-
-def _exp_kernels(xp, flat):
-    """llvm_math's kernels for numpy float32 scores with contiguous rows, else None."""
-    if getattr(xp, "__name__", "") != "numpy" or flat.dtype != xp.float32:
-        return None
-    from . import llvm_math
-
-    return llvm_math.kernels()
 
 
 def scores_of(xp, qs, kt, bias, mask=None):

@@ -10,19 +10,16 @@ the kernel's.
 """
 
 from ..ops import UNARY
+from . import llvm_math
 
 # Elements per piece of a compiled op that row_parallel may hand to another thread
 _PIECE = 1 << 16
-COMPILED = ("gelu", "silu")  # ops llvm_math computes for numpy float32
+COMPILED = llvm_math.ELEMENTWISE  # ops llvm_math computes for numpy float32
 
 
 def _compiled(xp, op, x):
     """llvm_math's kernels where they compute `op` on x (numpy float32), else None."""
-    if op in COMPILED and getattr(xp, "__name__", "") == "numpy" and x.dtype == xp.float32:
-        from . import llvm_math
-
-        return llvm_math.kernels()
-    return None
+    return llvm_math.for_array(xp, x) if op in COMPILED else None
 
 
 def _fresh(op):

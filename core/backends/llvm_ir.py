@@ -1,6 +1,6 @@
 """Small llvmlite IR-building helpers shared by ember's hand-written LLVM kernels
-(llvm_f16's products, llvm_softmax's exponentials): loops in LLVM's canonical form, so its
-loop vectorizer recognizes them, argument attributes, broadcasts and a vector exp."""
+(llvm_f16's products, llvm_math's elementwise kernels): loops in LLVM's canonical form, so
+its loop vectorizer recognizes them, argument attributes, intrinsics and exp(-v)."""
 
 from llvmlite import ir
 
@@ -54,14 +54,6 @@ def reduce(b, n, zeros, step, name):
         total.add_incoming(nxt, head)
         totals.append(total)
     return tuple(totals)
-
-
-def splat(b, scalar, lanes):
-    """A vector of `lanes` copies of a scalar (a broadcast)."""
-    vec = ir.VectorType(scalar.type, lanes)
-    one = b.insert_element(ir.Constant(vec, ir.Undefined), scalar, I64(0))
-    mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
-    return b.shuffle_vector(one, ir.Constant(vec, ir.Undefined), mask)
 
 
 def exp_neg(b, module, v):

@@ -53,6 +53,13 @@ def kernels():
     return llvm_build.kernels("llvm_math")
 
 
+def for_array(xp, a):
+    """kernels() where they take `a` (a numpy float32 array), else None."""
+    if getattr(xp, "__name__", "") != "numpy" or a.dtype != xp.float32:
+        return None
+    return kernels()
+
+
 class MathKernels:
     def __init__(self, engine):
         self._engine = engine  # owns the machine code: kept alive with the functions
@@ -74,10 +81,6 @@ class MathKernels:
         if (rows_x, cols) != (rows_o, cols_o):
             raise ValueError(f"llvm_math.{op}: shapes {x.shape} and {out.shape} differ")
         self._maps[op](x.ctypes.data, ldx, rows_x, cols, out.ctypes.data, ldo)
-
-    def gelu(self, x, out):
-        """out = GELU(x) (see apply)."""
-        self.apply("gelu", x, out)
 
     def exp_rows(self, s, total):
         """exp of the 2-D float32 array s in place (rows contiguous), total[r] = row r's
