@@ -1,5 +1,6 @@
 """Small llvmlite IR-building helpers shared by ember's hand-written LLVM kernels
-(llvm_f16's products, llvm_math's elementwise kernels): loops in LLVM's canonical form, so
+(llvm_f16's products, llvm_math's elementwise kernels, llvm_norm's norms,
+llvm_attention's decode-step attention): loops in LLVM's canonical form, so
 its loop vectorizer recognizes them, argument attributes, intrinsics and exp(-v)."""
 
 from llvmlite import ir
@@ -30,7 +31,7 @@ def loop(b, lo, hi, body, name, step=1):
 
 def reduce(b, n, zeros, step, name):
     """accs = zeros; for (j = 0; j < n; j++) accs = step(b, j, accs); the final accs (a
-    tuple of scalars, carried side by side)."""
+    tuple of scalars, carried side by side). step may hold loops of its own."""
     before = b.block
     head, done = b.append_basic_block(name + ".loop"), b.append_basic_block(name + ".done")
     b.cbranch(b.icmp_signed("<", I64(0), n), head, done)
@@ -41,17 +42,18 @@ def reduce(b, n, zeros, step, name):
     for acc, z in zip(accs, zeros, strict=True):
         acc.add_incoming(z, before)
     nexts = step(b, j, tuple(accs))
+    latch = b.block  # the body's last block: step may have made blocks (a nested loop)
     j_next = b.add(j, I64(1))
-    j.add_incoming(j_next, head)
+    j.add_incoming(j_next, latch)
     for acc, nxt in zip(accs, nexts, strict=True):
-        acc.add_incoming(nxt, head)
+        acc.add_incoming(nxt, latch)
     b.cbranch(b.icmp_signed("<", j_next, n), head, done)
     b.position_at_end(done)
     totals = []
     for z, nxt in zip(zeros, nexts, strict=True):
         total = b.phi(z.type)
         total.add_incoming(z, before)
-        total.add_incoming(nxt, head)
+        total.add_incoming(nxt, latch)
         totals.append(total)
     return tuple(totals)
 
