@@ -79,14 +79,34 @@ def cpu():
 
 
 @pytest.fixture
+def attention_kernels():
+    """llvm_attention's compiled kernel (a decode step's attention): as math_kernels."""
+    from ember.backends import llvm_attention
+
+    return _built(llvm_attention, "llvm_attention")
+
+
+@pytest.fixture
+def norm_kernels():
+    """llvm_norm's compiled layer and RMS norms: as math_kernels."""
+    from ember.backends import llvm_norm
+
+    return _built(llvm_norm, "llvm_norm")
+
+
+def _built(module, name):
+    k = module.kernels()
+    if k is None:
+        if ON_CI:
+            pytest.fail(f"{name}'s kernels are not built (llvmlite missing or refused)")
+        pytest.skip(f"{name}'s kernels are not built here (no llvmlite, or EMBER_JIT=0)")
+    return k
+
+
+@pytest.fixture
 def math_kernels():
     """llvm_math's compiled kernels (GELU, SiLU, softmax exponentials): a failure under
     CI=true where they are not built, a skip on a machine without llvmlite."""
     from ember.backends import llvm_math
 
-    k = llvm_math.kernels()
-    if k is None:
-        if ON_CI:
-            pytest.fail("llvm_math's kernels are not built (llvmlite missing or refused)")
-        pytest.skip("llvm_math's kernels are not built here (no llvmlite, or EMBER_JIT=0)")
-    return k
+    return _built(llvm_math, "llvm_math")

@@ -1,7 +1,8 @@
 """The array backend's fused row ops on an array module that is not numpy (cupy's path:
 the whole range at once, no thread pool, no numpy error state), run here through a numpy
 stand-in under another name: they must give the numpy path's results (numpy's without
-llvm_math's kernels, EMBER_JIT=0: its compiled GELU is numpy's alone)."""
+llvm_math's and llvm_norm's kernels, EMBER_JIT=0: their compiled GELU and norms are
+numpy's alone)."""
 import types
 
 import numpy as np
@@ -35,7 +36,8 @@ def test_linear_epilogue_matches_the_numpy_path(activation, monkeypatch):
 
 
 @pytest.mark.parametrize("rms", [False, True])
-def test_norm_matches_the_numpy_path(rms):
+def test_norm_matches_the_numpy_path(rms, monkeypatch):
+    monkeypatch.setenv("EMBER_JIT", "0")  # numpy's own norm, not llvm_norm's
     x = RNG.standard_normal((900, 384)).astype(np.float32)
     w, b, r = (RNG.standard_normal(384).astype(np.float32), RNG.standard_normal(384).astype(np.float32),
                RNG.standard_normal((900, 384)).astype(np.float32))

@@ -1,6 +1,8 @@
-"""The numpy backend's attention for a decode step's few queries (array_small_attention)
-against array_attention's tiles on the same views: the same bits, and array_attention
-keeps every case above the small path's bounds."""
+"""The numpy backend's attention for a decode step's few queries (array_small_attention):
+llvm_attention's compiled kernel where it is built, numpy's tile arithmetic otherwise
+(EMBER_JIT=0: array_attention's bits on the same views); float64's values either way,
+the numpy form for what the kernel does not take, and array_attention keeps every case
+above the small path's bounds."""
 
 import numpy as np
 import pytest
@@ -18,9 +20,21 @@ def _views(rng, batch, tq, tk, d, cache):
     return q, kv[0][..., :tk, :], kv[1][..., :tk, :]
 
 
-@pytest.mark.parametrize("shape", [((1, 3), 3, 161), ((2, 4), 1, 37), ((), 8, 5)],
-                         ids=["gqa-decode", "batch-of-two", "no-batch"])
-def test_small_attention_has_the_tiled_paths_bits(shape):
+def _reference(q, k, v, scale, mask=None):
+    s = (q.astype(np.float64) * scale) @ np.swapaxes(k, -1, -2).astype(np.float64)
+    if mask is not None:
+        s = s + mask
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return (p / p.sum(-1, keepdims=True)) @ v.astype(np.float64)
+
+
+SHAPES = [((1, 3), 3, 161), ((2, 4), 1, 37), ((), 8, 5), ((1, 8), 1, 1500)]
+IDS = ["gqa-decode", "batch-of-two", "no-batch", "cross-attention"]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
+def test_small_attention_without_the_kernel_has_the_tiled_paths_bits(shape, monkeypatch):
+    monkeypatch.setenv("EMBER_JIT", "0")
     batch, tq, tk = shape
     q, k, v = _views(np.random.default_rng(3), batch, tq, tk, 64, tk + 40)
     be = ember.Device.cpu().backend
@@ -29,10 +43,53 @@ def test_small_attention_has_the_tiled_paths_bits(shape):
     want = array_attention.attention(be, q, k, v, None, 0.125, ember.float32)
     assert got.shape == want.shape and got.flags.c_contiguous
     np.testing.assert_array_equal(got, want)
-    s = (q.astype(np.float64) * 0.125) @ np.swapaxes(k, -1, -2).astype(np.float64)
-    p = np.exp(s - s.max(-1, keepdims=True))
-    ref = (p / p.sum(-1, keepdims=True)) @ v.astype(np.float64)
-    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got, _reference(q, k, v, 0.125), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
+def test_the_kernel_gives_float64s_values_on_strided_stacks(shape, masked, attention_kernels,
+                                                            monkeypatch):
+    batch, tq, tk = shape
+    rng = np.random.default_rng(5)
+    q, k, v = _views(rng, batch, tq, tk, 64, tk + 40)  # k, v: strided views of a cache
+    mask = None
+    if masked:
+        mask = np.where(rng.random(batch + (tq, tk)) < 0.3, -np.inf, 0).astype(np.float32)
+        mask[..., 0] = 0  # every row keeps a key
+    calls = []
+    real = attention_kernels.attend
+    monkeypatch.setattr(attention_kernels, "attend", lambda *a: calls.append(a) or real(*a))
+    got = array_small_attention.attention(np, q, k, v, 0.125, mask)
+    assert len(calls) == 1  # the kernel took it, in one call
+    assert got.shape == batch + (tq, 64) and got.flags.c_contiguous
+    np.testing.assert_allclose(got, _reference(q, k, v, 0.125, mask), rtol=1e-5, atol=1e-6)
+
+
+def test_what_the_kernel_leaves_goes_the_numpy_way(attention_kernels):
+    """A mask broadcast over heads (strides that do not merge), a row with every key
+    masked, a NaN: numpy's tile on the whole call, so numpy's results to the bit (a
+    fully masked row: its NaNs)."""
+    rng = np.random.default_rng(7)
+    q = rng.standard_normal((2, 3, 3, 16)).astype(np.float32)
+    k, v = (rng.standard_normal((2, 3, 30, 16)).astype(np.float32) for _ in range(2))
+    padding = np.zeros((2, 1, 1, 30), np.float32)
+    padding[1, ..., :7] = -np.inf
+    no_key = np.zeros((2, 3, 3, 30), np.float32)
+    no_key[0, 1, 2] = -np.inf
+    q_nan = q.copy()
+    q_nan[1, 0, 0, 0] = np.nan
+    cases = [(q, np.broadcast_to(padding, (2, 3, 3, 30))), (q, no_key), (q_nan, None)]
+
+    with np.errstate(invalid="ignore"):
+        got = [array_small_attention.attention(np, a, k, v, 0.25, m) for a, m in cases]
+        for g, (a, m) in zip(got, cases, strict=True):
+            want = np.empty_like(g)
+            array_attention.tile(np, a * 0.25, np.swapaxes(k, -1, -2), v, want, mask=m)
+            np.testing.assert_array_equal(g, want)
+    np.testing.assert_allclose(got[0], _reference(q, k, v, 0.25, cases[0][1]), rtol=1e-5,
+                               atol=1e-6)
+    assert np.isnan(got[1][0, 1, 2]).all() and np.isnan(got[2][1, 0, 0]).all()
 
 
 def test_decode_attention_takes_the_small_path_and_large_ones_do_not(monkeypatch):
@@ -42,8 +99,7 @@ def test_decode_attention_takes_the_small_path_and_large_ones_do_not(monkeypatch
                         lambda *a: calls.append(a[1].shape) or real(*a))
     rng = np.random.default_rng(4)
     q, k, v = (ember.tensor(a) for a in _views(rng, (1, 3), 3, 20, 16, 30))
-    want = array_attention.attention(q.backend, q.numpy(), k.numpy(), v.numpy(), None,
-                                     0.25, ember.float32)
+    want = real(np, q.numpy(), k.numpy(), v.numpy(), 0.25)
     np.testing.assert_array_equal(F.scaled_dot_product_attention(q, k, v).numpy(), want)
     assert calls == [(1, 3, 3, 16)]
     # more query rows than a decode step's (a prompt, a ViT window), or more scores in

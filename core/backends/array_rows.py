@@ -10,6 +10,7 @@ block size or the number of threads; softmax shifts a row by 0 or by its own max
 decided by that row alone (softmax_last_dim), so it does not either.
 """
 
+from . import llvm_norm
 from .array_fast import apply_over
 from .row_parallel import MIN_PARALLEL_ELEMENTS, run_rows
 
@@ -84,6 +85,18 @@ def norm_last_dim(xp, x, weight, bias, eps, rms, residual=None):
     x2 = x.reshape(-1, cols)
     r2 = residual.reshape(-1, cols) if residual is not None else None
     out = xp.empty(x2.shape, x.dtype)
+    compiled = llvm_norm.for_rows(xp, x2, r2, weight, bias)
+    if compiled is not None:  # one compiled pass a row (llvm_norm), the blocks as below
+
+        def rows(r0, r1, scratch):
+            part = None if r2 is None else r2[r0:r1]
+            compiled.norm(x2[r0:r1], out[r0:r1], weight, bias, eps, rms, part)
+
+        if x2.size < MIN_PARALLEL_ELEMENTS:  # a decode step's row: no hand-off
+            rows(0, x2.shape[0], None)
+        else:
+            _for_blocks(xp, x2.shape[0], cols, rows)
+        return out.reshape(x.shape)
 
     def body(r0, r1, scratch):
         xb, y = x2[r0:r1], out[r0:r1]

@@ -1,4 +1,5 @@
 """The numpy backend's attention for a few queries against a short cache (a decode step):
+one call of llvm_attention's compiled kernel for every head where it is built, else
 array_attention's tile arithmetic on the whole, on the calling thread.
 
 A decode step of SmolLM2-135M attends 30 times, each 3 kv heads x 3 query rows against
@@ -7,10 +8,15 @@ BLAS pinned to one thread and restored, the stack offered to row_parallel's thre
 softmax through the backend's load/store) cost 0.42 ms CPU per call there against
 0.09 ms for the three numpy calls alone, ~10 ms of a ~90 ms step. Below SMALL_SCORES
 scores there is one tile, no stack is split and OpenBLAS runs such small products on one
-thread anyway, so these are the same calls on the same operands as array_attention's
-one tile: the same bits.
+thread anyway. The compiled kernel then takes the dozen numpy calls of that tile (3 x 3 x
+160 x 64: 64 -> 46 us a call with its Python, on an AMD EPYC host); its sums are
+another order than BLAS's, so its results differ from the tile's in the last bits, and
+every path of a decode step (Backend.attention_step, the Tensor steps it fuses, the
+contract's composite) comes here alike. Without llvmlite (or with EMBER_JIT=0) the tile
+runs, with array_attention's bits on the same views.
 """
 
+from . import llvm_attention
 from .array_attention import tile
 
 # Query rows per matrix (a decode step's grouped heads: 3 for SmolLM2, up to 8 in common
@@ -31,5 +37,51 @@ def attention(xp, q, k, v, scale, mask=None):
     D], v [..., Tk, Dv] (each matrix BLAS-ready) and mask None or a view [..., Tq, Tk]: a
     contiguous array [..., Tq, Dv]."""
     out = xp.empty(q.shape[:-1] + v.shape[-1:], q.dtype)
-    tile(xp, q * scale, xp.swapaxes(k, -1, -2), v, out, mask=mask)
+    if not _compiled(xp, q, k, v, scale, mask, out):
+        tile(xp, q * scale, xp.swapaxes(k, -1, -2), v, out, mask=mask)
     return out
+
+
+def _compiled(xp, q, k, v, scale, mask, out):
+    """out through llvm_attention's kernel, in one call; False where it cannot take the
+    operands (not numpy float32, a last dim not contiguous, batch dims that do not merge:
+    a mask broadcast over heads) or left a row undone (a maximum score not finite)."""
+    kernels = llvm_attention.kernels() if xp.__name__ == "numpy" else None
+    if kernels is None or q.dtype != xp.float32 or out.size == 0:
+        return False
+    tq, tk, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    batch = q.shape[:-2]
+    if (
+        k.shape != batch + (tk, d)
+        or v.shape[:-1] != batch + (tk,)
+        or out.shape != batch + (tq, v.shape[-1])
+        or (mask is not None and mask.shape != batch + (tq, tk))
+    ):
+        return False  # the kernel reads what the shapes say: only exact stacks go in
+    steps = [None if a is None else _matrix_stride(a) for a in (q, k, v, mask, out)]
+    if any(st is None for st, a in zip(steps, (q, k, v, mask, out), strict=True) if a is not None):
+        return False
+    operands = [
+        None if a is None else (a, st, a.strides[-2] // 4)
+        for a, st in zip((q, k, v, mask, out), steps, strict=True)
+    ]
+    scratch = xp.empty(2 * tk + d, xp.float32)
+    return kernels.attend(operands, q.size // (tq * d), tq, tk, d, v.shape[-1], scale, scratch) == 0
+
+
+def _matrix_stride(a):
+    """The stride in f32 elements from one matrix of a [..., R, C] to the next, its batch
+    dims as one (dims of size 1 aside), its last dim contiguous, strides not negative;
+    None where they do not merge so."""
+    strides = a.strides
+    if a.ndim < 2 or (a.shape[-1] > 1 and strides[-1] != 4) or min(strides) < 0:
+        return None
+    inner = expected = None  # the innermost batch dim's stride; the next one's, merged
+    for n, st in zip(reversed(a.shape[:-2]), reversed(strides[:-2]), strict=True):
+        if n == 1:
+            continue
+        if expected is not None and st != expected:
+            return None
+        inner = st if inner is None else inner
+        expected = st * n
+    return 0 if inner is None else inner // 4

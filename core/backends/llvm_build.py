@@ -1,5 +1,6 @@
-"""Compiling ember's hand-written LLVM IR (llvm_f16, llvm_math) for this CPU through
-llvmlite alone, with the machine code kept in ember's cache for later processes.
+"""Compiling ember's hand-written LLVM IR (llvm_f16, llvm_math, llvm_norm, llvm_attention)
+for this CPU through llvmlite alone, with the machine code kept in ember's cache for
+later processes.
 
 llvmlite is numba's LLVM binding (the ``ember[jit]`` extra installs it): it imports in
 ~0.03 s, where numba's import and first call cost ~0.45 s of a process. A module is
@@ -22,7 +23,7 @@ _DIGEST = 32  # bytes of SHA-256 before a cached object's code
 # one, each build after a release read LLVM's pages back in (a Whisper cold start's
 # second build took 60-84 ms instead of ~10). A module a model may not need (kernels for
 # one family) belongs in a group of its own.
-GROUPS = (("llvm_f16", "llvm_math"),)
+GROUPS = (("llvm_f16", "llvm_math", "llvm_norm", "llvm_attention"),)
 _built: dict = {}
 _lock = threading.Lock()
 
