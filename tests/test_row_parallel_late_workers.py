@@ -124,6 +124,35 @@ def test_sites_are_told_apart_by_code_and_size():
     assert choices.site(f, 1000) is choices.site(f, 1023)  # one power of two
     assert choices.site(f, 1000) is not choices.site(f, 1024)
     assert choices.site(f, 1000) is not choices.site(g, 1000)
+    # a caller's key tells apart calls of one code and size (a model's layers of one kind)
+    assert choices.site(f, 1000, ("layer", 1)) is choices.site(f, 1023, ("layer", 1))
+    assert choices.site(f, 1000, ("layer", 1)) is not choices.site(f, 1000, ("layer", 2))
+    assert choices.site(f, 1000, ("layer", 1)) is not choices.site(f, 1000)
+
+
+def test_each_convolution_layer_decides_for_itself(monkeypatch):
+    """Two convolutions of one size whose bands share oppositely: keyed by the layer's
+    geometry, each keeps its own way (by size alone, one's timings decided for both)."""
+    import numpy as np
+
+    from ember.backends import array_conv
+
+    monkeypatch.setattr(row_parallel, "_choices", row_parallel._Choices())
+    monkeypatch.setitem(row_parallel._state, "workers", 2)
+    sites = []
+    real = row_parallel._Choices.site
+
+    def site(self, fn, elements, key=None):
+        sites.append(key)
+        return real(self, fn, elements, key)
+
+    monkeypatch.setattr(row_parallel._Choices, "site", site)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 16, 64, 64)).astype(np.float32)
+    w3, w1 = rng.standard_normal((16, 16, 3, 3)), rng.standard_normal((144, 16, 1, 1))
+    for w, pad in ((w3.astype(np.float32), 1), (w1.astype(np.float32), 0)):
+        array_conv.conv2d(np, x, w, None, (1, 1), (pad, pad), (1, 1), 1)
+    assert len(sites) == 2 and sites[0] != sites[1] and None not in sites
 
 
 def test_one_slow_run_does_not_turn_a_site_but_lasting_load_does():

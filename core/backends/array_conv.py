@@ -216,5 +216,7 @@ def conv2d(xp, x, w, bias, stride, padding, dilation, groups, activation=None):
     # band, the bands spread over row_parallel's threads (blas_free: BLAS's own pool
     # stays asleep, so the bands split even where its workers would spin).
     with single_thread_below(0):
-        run_rows(run, len(bands), per_band, blas_free=True, pieces=len(bands))
+        # keyed by the layer's geometry: its own timings decide whether it shares
+        key = (x.shape, w.shape, stride, padding, dilation, groups, winograd)
+        run_rows(run, len(bands), per_band, blas_free=True, pieces=len(bands), key=key)
     return out

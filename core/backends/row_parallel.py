@@ -137,7 +137,7 @@ def share_count(rows, elements_per_row, align=1, blas_free=False):
     return max(1, min(n, rows * elements_per_row // MIN_PARALLEL_ELEMENTS, ceil_div(rows, align)))
 
 
-def run_rows(fn, rows, elements_per_row, align=1, blas_free=False, pieces=None):
+def run_rows(fn, rows, elements_per_row, align=1, blas_free=False, pieces=None, key=None):
     """Call fn(start, stop) over [0, rows) in contiguous ranges, shared by the caller and up
     to `workers() - 1` pool threads when the work is large enough. Range ends are
     multiples of `align`; every row runs exactly once; the first failure (in row order)
@@ -153,12 +153,14 @@ def run_rows(fn, rows, elements_per_row, align=1, blas_free=False, pieces=None):
     costs a sleeping thread's wake-up and, for every range, the GIL passing between the
     threads; on some hosts (a VM whose idle vCPUs halt) each wake-up takes 0.1-0.3 ms, and a
     decode step's sub-millisecond kernels then ran slower on two threads than on one
-    (SmolLM2-135M Q4_1: 107 ms a step against 73)."""
+    (SmolLM2-135M Q4_1: 107 ms a step against 73). `key` (hashable) tells apart calls of
+    one site and size that share differently (a model's layers of one kind: see
+    _Choices.site)."""
     n = share_count(rows, elements_per_row, align, blas_free)
     if n <= 1:
         fn(0, rows)
         return
-    site = _choices.site(fn, rows * elements_per_row)
+    site = _choices.site(fn, rows * elements_per_row, key)
     shared = _choices.share(site)
     pool = _pool() if shared else None  # made (once) before the clock starts
     began = time.perf_counter()
@@ -212,9 +214,15 @@ class _Choices:
     def __init__(self):
         self.sites = {}
 
-    def site(self, fn, elements):
+    def site(self, fn, elements, key=None):
+        """fn's code and its work's size to a power of two, and the caller's `key`: one
+        conv2d code serves every layer of a model, and layers of one size can share
+        oppositely (yolov8n, 2 threads: of its 2^26-element layers the ones run alone were
+        as fast alone, others 1.6x faster shared; keyed by size alone, half of its layers
+        ran on one core and the forward took 1.29x less time than on one thread, against
+        1.56x for the layers each at its best)."""
         code = getattr(fn, "__code__", None) or type(fn)
-        key = (code, int(elements).bit_length())
+        key = (code, int(elements).bit_length(), key)
         entry = self.sites.get(key)
         if entry is None:
             if len(self.sites) >= 4096:  # bounded: a long-lived process's many shapes
