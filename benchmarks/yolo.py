@@ -27,6 +27,10 @@ Needs torch and ultralytics (and onnxruntime): run it from the environment that
 yolo_parity.py's docstring describes, not the test environment.
 
     yolo-venv/bin/python benchmarks/yolo.py --images 10 --threads 2   # --skip-wgpu --no-fall
+
+The environment needs ember's `jit` extra (numba, llvmlite) as a user's install has it:
+the report's "ember's jit kernels" line says MISSING otherwise, and ember's row is then
+its numpy-only path (yolov8n 150 against 93 ms a forward here).
     .venv/bin/python benchmarks/yolo.py --page-only --page-imgsz 320   # the page row alone
 """
 
@@ -240,7 +244,11 @@ def main():
     ap.add_argument("--models", default="yolov8n,yolov8s")
     ap.add_argument("--images", type=int, default=10, help="timed rounds per engine")
     ap.add_argument(
-        "--warmup", type=int, default=0, help="untimed calls beyond the output check's one"
+        "--warmup",
+        type=int,
+        default=5,
+        help="untimed calls per engine beyond the output check's one (ember's CPU decides "
+        "each layer's thread split from its first four calls)",
     )
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--skip-wgpu", action="store_true")

@@ -19,6 +19,7 @@ in torchvision, which breaks transformers): run it from an environment of its ow
     python -m venv --system-site-packages yolo-venv   # beside the CPU torch
     yolo-venv/bin/pip install --no-deps ultralytics opencv-python-headless matplotlib \\
         polars ultralytics-thop ...
+    yolo-venv/bin/pip install numba   # ember's jit extra, for benchmarks/yolo.py's timings
     yolo-venv/bin/python benchmarks/yolo_parity.py --devices cpu,wgpu
 
 Ultralytics' settings file is written under a temporary HOME/XDG_CONFIG_HOME, never the
