@@ -192,3 +192,33 @@ def test_spin_bound_only_when_the_timeout_came_too_late():
     assert n == 1 and free == min(cores, 8)
     env["EMBER_CPU_THREADS"] = "1"
     assert counts()[:2] == [1, 1]
+
+
+@pytest.mark.parametrize("size,kernel,stride,padding,dilation,rows", [
+    ((3, 9, 11), (3, 3), (1, 1), (1, 1), (1, 1), (0, 9)),
+    ((3, 9, 11), (3, 3), (1, 1), (1, 1), (1, 1), (4, 7)),     # a band inside the map
+    ((2, 13, 10), (3, 3), (2, 2), (1, 1), (1, 1), (3, 7)),    # stride 2 (YOLO's downsampling)
+    ((2, 17, 17), (5, 5), (2, 1), (2, 0), (1, 1), (0, 7)),
+    ((4, 12, 12), (3, 3), (1, 1), (2, 2), (2, 2), (5, 12)),   # dilated
+    ((2, 5, 5), (3, 3), (1, 1), (4, 3), (1, 1), (0, 11)),     # padding wider than the map
+])
+def test_band_columns_are_the_taps_of_the_padded_input(size, kernel, stride, padding,
+                                                        dilation, rows):
+    """A band's im2col columns (one strided copy of its zero-bordered input rows) against
+    the definition: tap (a, b) of output (r, j) reads padded input (r sh + a dh, j sw + b dw)."""
+    rng = np.random.default_rng(1)
+    src = rng.standard_normal(size).astype(np.float32)
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
+    oh = (size[1] + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    ow = (size[2] + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    r0, r1 = rows
+    padded = np.pad(src, ((0, 0), (ph, ph), (pw, pw)))
+    want = np.empty((size[0], kh, kw, r1 - r0, ow), np.float32)
+    for a in range(kh):
+        for b in range(kw):
+            for r in range(r0, r1):
+                want[:, a, b, r - r0] = padded[:, r * sh + a * dh, b * dw : b * dw + (ow - 1) * sw + 1 : sw]
+    assert r1 <= oh
+    got = array_conv._band_columns(np, src, r0, r1, ow, kernel, stride, padding, dilation)
+    assert got.flags.c_contiguous
+    np.testing.assert_array_equal(got, want)
