@@ -72,24 +72,20 @@ class AttentionKernels:
 
 
 def build():
-    from . import llvm_build, llvm_ir
+    from . import llvm_build
 
-    triple = llvm_build.host()[0]
-    key = llvm_build.source_key(sys.modules[__name__], llvm_ir)
-    engine = llvm_build.compile_module("llvm_attention", key, lambda: _ir_module(triple))
-    return AttentionKernels(engine)
+    return AttentionKernels(llvm_build.compile_kernels(sys.modules[__name__], _ir_module))
 
 
 # --- the IR ------------------------------------------------------------------------------------
 def _ir_module(triple):
     from llvmlite import ir
 
-    from .llvm_ir import I64, loop, no_alias, reduce
+    from .llvm_ir import I64, loop, new_module, no_alias, reduce
 
     f32 = ir.FloatType()
     pf = f32.as_pointer()
-    module = ir.Module(name="ember_attention")
-    module.triple = triple
+    module = new_module("ember_attention", triple)
     operand = [pf, I64, I64]
     fn = ir.Function(
         module,
@@ -173,25 +169,15 @@ def _ir_module(triple):
             def larger(b, a, c):
                 return b.select(b.fcmp_ordered(">", c, a), c, a)
 
+            def keys(count):
+                """a reduce step over `count` keys at a time: the running maximum"""
+                return lambda b, t, acc: (larger(b, acc[0], scores_from(b, t, count)),)
+
             whole = b.mul(b.sdiv(tk, I64(KEYS_AT_ONCE)), I64(KEYS_AT_ONCE))
-            top = _fold(
-                b,
-                I64(0),
-                whole,
-                KEYS_AT_ONCE,
-                f32(float("-inf")),
-                lambda b, t, acc: larger(b, acc, scores_from(b, t, KEYS_AT_ONCE)),
-                "score",
+            (top,) = reduce(
+                b, whole, (f32(float("-inf")),), keys(KEYS_AT_ONCE), "score", stride=KEYS_AT_ONCE
             )
-            top = _fold(
-                b,
-                whole,
-                tk,
-                1,
-                top,
-                lambda b, t, acc: larger(b, acc, scores_from(b, t, 1)),
-                "score1",
-            )
+            (top,) = reduce(b, tk, (top,), keys(1), "score1", start=whole)
             finite = b.fcmp_ordered("<", b.call(_fabs(module), [top]), f32(float("inf")))
             with b.if_else(finite) as (then, otherwise):
                 with then:
@@ -267,28 +253,3 @@ def _softmax_row(b, module, scores, tk, top, vbase, v_r, orow, dv):
         lambda b, j: b.store(b.fdiv(b.load(b.gep(orow, [j])), total), b.gep(orow, [j])),
         "divide",
     )
-
-
-def _fold(b, lo, hi, step, zero, body, name):
-    """acc = zero; for (t = lo; t < hi; t += step) acc = body(b, t, acc); the final acc."""
-    from .llvm_ir import I64
-
-    before = b.block
-    head, done = b.append_basic_block(name + ".loop"), b.append_basic_block(name + ".done")
-    b.cbranch(b.icmp_signed("<", lo, hi), head, done)
-    b.position_at_end(head)
-    t = b.phi(I64, name)
-    t.add_incoming(lo, before)
-    acc = b.phi(zero.type)
-    acc.add_incoming(zero, before)
-    nxt = body(b, t, acc)
-    latch = b.block
-    t_next = b.add(t, I64(step))
-    t.add_incoming(t_next, latch)
-    acc.add_incoming(nxt, latch)
-    b.cbranch(b.icmp_signed("<", t_next, hi), head, done)
-    b.position_at_end(done)
-    final = b.phi(zero.type)
-    final.add_incoming(zero, before)
-    final.add_incoming(nxt, latch)
-    return final

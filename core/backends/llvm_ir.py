@@ -8,6 +8,13 @@ from llvmlite import ir
 I64 = ir.IntType(64)
 
 
+def new_module(name, triple):
+    """An empty llvmlite module for `triple` (the process's, from llvm_build.host)."""
+    module = ir.Module(name=name)
+    module.triple = triple
+    return module
+
+
 def no_alias(*args):
     """Mark pointer arguments as not overlapping one another (lets LLVM vectorize)."""
     for a in args:
@@ -29,21 +36,23 @@ def loop(b, lo, hi, body, name, step=1):
     b.position_at_end(done)
 
 
-def reduce(b, n, zeros, step, name):
-    """accs = zeros; for (j = 0; j < n; j++) accs = step(b, j, accs); the final accs (a
-    tuple of scalars, carried side by side). step may hold loops of its own."""
+def reduce(b, n, zeros, step, name, start=None, stride=1):
+    """accs = zeros; for (j = start; j < n; j += stride) accs = step(b, j, accs); the
+    final accs (a tuple of scalars, carried side by side); start 0 where None. step may
+    hold loops of its own."""
+    start = I64(0) if start is None else start
     before = b.block
     head, done = b.append_basic_block(name + ".loop"), b.append_basic_block(name + ".done")
-    b.cbranch(b.icmp_signed("<", I64(0), n), head, done)
+    b.cbranch(b.icmp_signed("<", start, n), head, done)
     b.position_at_end(head)
     j = b.phi(I64, name)
-    j.add_incoming(I64(0), before)
+    j.add_incoming(start, before)
     accs = [b.phi(z.type, f"{name}.acc{a}") for a, z in enumerate(zeros)]
     for acc, z in zip(accs, zeros, strict=True):
         acc.add_incoming(z, before)
     nexts = step(b, j, tuple(accs))
     latch = b.block  # the body's last block: step may have made blocks (a nested loop)
-    j_next = b.add(j, I64(1))
+    j_next = b.add(j, I64(stride))
     j.add_incoming(j_next, latch)
     for acc, nxt in zip(accs, nexts, strict=True):
         acc.add_incoming(nxt, latch)

@@ -81,24 +81,20 @@ class NormKernels:
 
 
 def build():
-    from . import llvm_build, llvm_ir
+    from . import llvm_build
 
-    triple = llvm_build.host()[0]
-    key = llvm_build.source_key(sys.modules[__name__], llvm_ir)
-    engine = llvm_build.compile_module("llvm_norm", key, lambda: _ir_module(triple))
-    return NormKernels(engine)
+    return NormKernels(llvm_build.compile_kernels(sys.modules[__name__], _ir_module))
 
 
 # --- the IR ------------------------------------------------------------------------------------
 def _ir_module(triple):
     from llvmlite import ir
 
-    from .llvm_ir import I64, intrinsic, loop, reduce
+    from .llvm_ir import I64, intrinsic, loop, new_module, reduce
 
     f32 = ir.FloatType()
     pf = f32.as_pointer()
-    module = ir.Module(name="ember_norm")
-    module.triple = triple
+    module = new_module("ember_norm", triple)
     sqrt = intrinsic(module, "llvm.sqrt.f32", f32, 1)
     fn = ir.Function(
         module,
