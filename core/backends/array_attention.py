@@ -153,15 +153,23 @@ class MaskTiles:
 
 def _merged_batch(xp, a):
     """a [..., R, C] as a view [prod(batch), R, C], or None where its batch dims cannot
-    merge without a copy (dims of size 1 never stand in the way)."""
-    batch, strides = a.shape[:-2], a.strides[:-2]
-    kept = [(n, st) for n, st in zip(batch, strides, strict=True) if n != 1]
+    merge without a copy."""
+    step = batch_stride(a)
+    if step is None:
+        return None
+    shape = (math.prod(a.shape[:-2]),) + a.shape[-2:]
+    return xp.lib.stride_tricks.as_strided(a, shape, (step,) + a.strides[-2:])
+
+
+def batch_stride(a):
+    """The stride in bytes from one matrix of a [..., R, C] to the next, its batch dims
+    merged into one (dims of size 1 never stand in the way; 0 without batch dims), or
+    None where they cannot merge without a copy."""
+    kept = [(n, st) for n, st in zip(a.shape[:-2], a.strides[:-2], strict=True) if n != 1]
     for (_, outer), (n, inner) in itertools.pairwise(kept):
         if outer != inner * n:
             return None
-    step = kept[-1][1] if kept else 0
-    shape = (math.prod(batch),) + a.shape[-2:]
-    return xp.lib.stride_tricks.as_strided(a, shape, (step,) + a.strides[-2:])
+    return kept[-1][1] if kept else 0
 
 
 def fused_tiles(m, tq, tk, budget, spread=1):

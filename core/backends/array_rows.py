@@ -10,6 +10,8 @@ block size or the number of threads; softmax shifts a row by 0 or by its own max
 decided by that row alone (softmax_last_dim), so it does not either.
 """
 
+import contextlib
+
 from . import llvm_norm
 from .array_fast import apply_over
 from .row_parallel import MIN_PARALLEL_ELEMENTS, run_rows
@@ -20,10 +22,12 @@ from .row_parallel import MIN_PARALLEL_ELEMENTS, run_rows
 BLOCK = 1 << 18
 
 
-def _for_blocks(xp, rows, cols, body, scratch=0, dtype=None):
+def _for_blocks(xp, rows, cols, body, scratch=0, dtype=None, quiet=True):
     """body(r0, r1, scratch) over [0, rows) in blocks of ~BLOCK elements, on all cores for
     numpy; cupy (one device, its own parallelism) takes the whole range at once. `scratch`
-    is that many 1-D arrays of `dtype` per thread, each as long as a block."""
+    is that many 1-D arrays of `dtype` per thread, each as long as a block. `quiet`: the
+    body runs under numpy's errstate(all="ignore") (numpy's own arithmetic); a body of
+    compiled calls needs none, and a decode step's row is spared setting it."""
     if xp.__name__ != "numpy":
         if rows:
             body(0, rows, [xp.empty(rows * cols, dtype) for _ in range(scratch)])
@@ -32,18 +36,22 @@ def _for_blocks(xp, rows, cols, body, scratch=0, dtype=None):
     if rows <= step and rows * cols < MIN_PARALLEL_ELEMENTS:
         # One block no thread would share (a decode step's rows): run it here, without
         # run_rows' hand-off closures.
-        with xp.errstate(all="ignore"):
+        with _errors_ignored(xp, quiet):
             body(0, rows, [xp.empty(rows * cols, dtype) for _ in range(scratch)])
         return
 
     def ranges(start, stop):
         buffers = [xp.empty(min(step, stop - start) * cols, dtype) for _ in range(scratch)]
         # numpy's error state is per thread (a context variable): set it in each one.
-        with xp.errstate(all="ignore"):
+        with _errors_ignored(xp, quiet):
             for r in range(start, stop, step):
                 body(r, min(r + step, stop), buffers)
 
     run_rows(ranges, rows, cols)
+
+
+def _errors_ignored(xp, quiet):
+    return xp.errstate(all="ignore") if quiet else contextlib.nullcontext()
 
 
 def linear_epilogue(xp, y, bias, activation, residual):
@@ -92,10 +100,7 @@ def norm_last_dim(xp, x, weight, bias, eps, rms, residual=None):
             part = None if r2 is None else r2[r0:r1]
             compiled.norm(x2[r0:r1], out[r0:r1], weight, bias, eps, rms, part)
 
-        if x2.size < MIN_PARALLEL_ELEMENTS:  # a decode step's row: no hand-off
-            rows(0, x2.shape[0], None)
-        else:
-            _for_blocks(xp, x2.shape[0], cols, rows)
+        _for_blocks(xp, x2.shape[0], cols, rows, quiet=False)
         return out.reshape(x.shape)
 
     def body(r0, r1, scratch):

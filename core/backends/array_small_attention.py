@@ -17,7 +17,7 @@ runs, with array_attention's bits on the same views.
 """
 
 from . import llvm_attention
-from .array_attention import tile
+from .array_attention import batch_stride, tile
 
 # Query rows per matrix (a decode step's grouped heads: 3 for SmolLM2, up to 8 in common
 # GQA models) and scores in all (batch x queries x keys) up to which attention takes this
@@ -58,13 +58,12 @@ def _compiled(xp, q, k, v, scale, mask, out):
         or (mask is not None and mask.shape != batch + (tq, tk))
     ):
         return False  # the kernel reads what the shapes say: only exact stacks go in
-    steps = [None if a is None else _matrix_stride(a) for a in (q, k, v, mask, out)]
-    if any(st is None for st, a in zip(steps, (q, k, v, mask, out), strict=True) if a is not None):
-        return False
-    operands = [
-        None if a is None else (a, st, a.strides[-2] // 4)
-        for a, st in zip((q, k, v, mask, out), steps, strict=True)
-    ]
+    operands = []
+    for a in (q, k, v, mask, out):
+        step = None if a is None else _matrix_stride(a)
+        if a is not None and step is None:
+            return False
+        operands.append(None if a is None else (a, step, a.strides[-2] // 4))
     scratch = xp.empty(2 * tk + d, xp.float32)
     return kernels.attend(operands, q.size // (tq * d), tq, tk, d, v.shape[-1], scale, scratch) == 0
 
@@ -73,15 +72,7 @@ def _matrix_stride(a):
     """The stride in f32 elements from one matrix of a [..., R, C] to the next, its batch
     dims as one (dims of size 1 aside), its last dim contiguous, strides not negative;
     None where they do not merge so."""
-    strides = a.strides
-    if a.ndim < 2 or (a.shape[-1] > 1 and strides[-1] != 4) or min(strides) < 0:
+    if a.ndim < 2 or (a.shape[-1] > 1 and a.strides[-1] != 4) or min(a.strides) < 0:
         return None
-    inner = expected = None  # the innermost batch dim's stride; the next one's, merged
-    for n, st in zip(reversed(a.shape[:-2]), reversed(strides[:-2]), strict=True):
-        if n == 1:
-            continue
-        if expected is not None and st != expected:
-            return None
-        inner = st if inner is None else inner
-        expected = st * n
-    return 0 if inner is None else inner // 4
+    step = batch_stride(a)
+    return None if step is None else step // 4

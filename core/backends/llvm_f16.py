@@ -90,13 +90,12 @@ def _check(w, x, out):
 
 
 def build():
-    from . import llvm_build, llvm_ir
+    from . import llvm_build
 
     triple, _, _, features = llvm_build.host()
     if triple.startswith(("x86_64", "i386", "i686")) and not features.get("f16c", False):
         return None
-    key = llvm_build.source_key(sys.modules[__name__], llvm_ir)
-    engine = llvm_build.compile_module("llvm_f16", key, lambda: _ir_module(triple))
+    engine = llvm_build.compile_kernels(sys.modules[__name__], _ir_module)
     return F16Kernels(
         engine,
         engine.get_function_address("ember_f16_dot"),
@@ -108,12 +107,11 @@ def build():
 def _ir_module(triple):
     from llvmlite import ir
 
-    from .llvm_ir import loop, no_alias, reduce
+    from .llvm_ir import loop, new_module, no_alias, reduce
 
     i64, f32, i16 = ir.IntType(64), ir.FloatType(), ir.IntType(16)
     p16, p32 = i16.as_pointer(), f32.as_pointer()
-    module = ir.Module(name="ember_f16")
-    module.triple = triple
+    module = new_module("ember_f16", triple)
 
     def half(b, ptr, at):
         return b.fpext(b.bitcast(b.load(b.gep(ptr, [at])), ir.HalfType()), f32)

@@ -119,13 +119,15 @@ def _rows(a):
 
 
 def build():
-    from . import llvm_build, llvm_ir
+    from . import llvm_build
 
-    triple, _, _, features = llvm_build.host()
+    features = llvm_build.host()[3]
     lanes = 16 if features.get("avx512f", False) else 8  # f32 lanes of the host's vectors
-    key = llvm_build.source_key(sys.modules[__name__], llvm_ir, params=(lanes,))
-    engine = llvm_build.compile_module("llvm_math", key, lambda: _ir_module(triple, lanes))
-    return MathKernels(engine)
+    return MathKernels(
+        llvm_build.compile_kernels(
+            sys.modules[__name__], lambda triple: _ir_module(triple, lanes), params=(lanes,)
+        )
+    )
 
 
 # --- the IR ------------------------------------------------------------------------------------
@@ -186,12 +188,11 @@ def _ir_module(triple, lanes):
     from llvmlite import ir
 
     from ..ops import _GELU_G
-    from .llvm_ir import I64, exp_neg, loop, no_alias, reduce
+    from .llvm_ir import I64, exp_neg, loop, new_module, no_alias, reduce
 
     f32 = ir.FloatType()
     pf = f32.as_pointer()
-    module = ir.Module(name="ember_math")
-    module.triple = triple
+    module = new_module("ember_math", triple)
 
     # the elementwise maps, each over rows: a loop over whole vectors, then one element
     # at a time (the same steps, so the same bits either way); in place too, which the
