@@ -69,21 +69,31 @@ def band_plan(oh, ow, c, o, itemsize, band_bytes, edges_of):
     return list(itertools.pairwise(edges_of(th, rows))), th, tw
 
 
-def band(xp, kernels, src, u, t0, t1, tw, h, width):
+def zero_bordered(xp, src, top, rows, left, cols):
+    """src (C, H, W)'s rows [top, top + rows) and columns [left, left + cols) as a new
+    (C, rows, cols) array, zeros where they fall outside src (a convolution's padding):
+    the part inside copied once, each border zeroed once."""
+    c, h, width = src.shape
+    block = xp.empty((c, rows, cols), src.dtype)
+    a, b = min(max(-top, 0), rows), max(min(h - top, rows), 0)  # block rows inside src
+    lo, hi = min(max(-left, 0), cols), max(min(width - left, cols), 0)  # columns inside
+    block[:, :a] = 0
+    block[:, b:] = 0
+    if a < b:
+        block[:, a:b, :lo] = 0
+        block[:, a:b, max(hi, lo) :] = 0
+        if lo < hi:
+            block[:, a:b, lo:hi] = src[:, top + a : top + b, left + lo : left + hi]
+    return block
+
+
+def band(xp, kernels, src, u, t0, t1, tw):
     """The (O, 2(t1-t0), 2tw) outputs of tile rows [t0, t1) of src (C, H, W), padding 1,
     before bias and activation (rows and columns past the output's size are the caller's
     to crop)."""
     c, nt = src.shape[0], t1 - t0
     # the band's input rows 2t0-1 .. 2t1 and columns -1 .. 2tw, zeros outside src
-    p = xp.empty((c, 2 * nt + 2, 2 * tw + 2), src.dtype)
-    r_lo = 2 * t0 - 1
-    a, b = max(r_lo, 0) - r_lo, min(2 * t1 + 1, h) - r_lo
-    cw = min(width, 2 * tw + 1)
-    p[:, a:b, 1 : cw + 1] = src[:, a + r_lo : b + r_lo, :cw]
-    p[:, :a] = 0
-    p[:, b:] = 0
-    p[:, a:b, 0] = 0
-    p[:, a:b, cw + 1 :] = 0
+    p = zero_bordered(xp, src, 2 * t0 - 1, 2 * nt + 2, -1, 2 * tw + 2)
     v = xp.empty((16, c, nt * tw), src.dtype)
     kernels.input_transform(p, v, nt, tw)
     m = xp.matmul(u, v)  # (16, O, tiles): 16 GEMMs
