@@ -31,6 +31,7 @@ def _with(base, **changes):
     (_with(WORDLEVEL, model__vocab={"a": "1"}), "model.vocab maps 'a' to '1'"),
     (_with(WORDLEVEL, model__vocab={"a": -1}), "model.vocab maps 'a' to -1"),
     (_with(WORDLEVEL, model__vocab={"a": True}), "model.vocab maps 'a' to True"),
+    (_with(WORDLEVEL, model__vocab={"ok": 0, "big": 2**32}), "model.vocab maps 'big' to 4294967296"),
     (_with(WORDLEVEL, model__vocab=None), "model.vocab must not be null"),
     ({"model": {"type": "WordPiece", "vocab": {"a": 0}, "max_input_chars_per_word": -5}},
      "model.max_input_chars_per_word is -5"),
@@ -100,3 +101,14 @@ def test_an_unknown_char_without_an_unknown_token_is_an_encode_error(model):
     with pytest.raises(EncodeError) as info:
         tok.encode("b")
     assert isinstance(info.value, EmberError) and isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("kind", ["WordLevel", "WordPiece", "BPE"])
+def test_an_id_given_to_two_tokens_decodes_to_the_last_one(kind):
+    # which token such an id decodes to is ember's choice (the reference builds its
+    # reverse map in a hash map's order): the last one in the file
+    model = {"type": kind, "vocab": {"a": 0, "b": 1, "c": 1}}
+    if kind == "BPE":
+        model["merges"] = []
+    tok = Tokenizer.from_str(json.dumps({"model": model}))
+    assert (tok.id_to_token(1), tok.id_to_token(0), tok.token_to_id("b")) == ("c", "a", 1)

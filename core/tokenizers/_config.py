@@ -88,6 +88,11 @@ class Ctx:
     def vocab(self, d, key="vocab"):
         """A {token: id} vocabulary."""
         vocab = self.get(d, key, kind=dict)
+        ids = vocab.values()
+        # the whole check in C where every id is a plain int in range (a Whisper
+        # vocabulary's 51,865: 3 ms against 40 for the loop); the loop finds and names a bad one
+        if not ids or (set(map(type, ids)) == {int} and min(ids) >= 0 and max(ids) <= MAX_ID):
+            return vocab
         vctx = self.field(key)
         for token, tid in vocab.items():
             if not isinstance(tid, int) or isinstance(tid, bool) or not 0 <= tid <= MAX_ID:

@@ -19,8 +19,7 @@ class BPE(DictVocab, WordCache):
         ignore_merges=False,
         dropout=None,
     ):
-        self.vocab = dict(vocab)
-        self.vocab_r = {i: t for t, i in self.vocab.items()}
+        self._set_vocab(vocab)
         self.unk_token = unk_token
         self.continuing_subword_prefix = continuing_subword_prefix
         self.end_of_word_suffix = end_of_word_suffix

@@ -6,8 +6,7 @@ from .errors import EncodeError
 
 class WordLevel(DictVocab):
     def __init__(self, vocab, unk_token="<unk>"):
-        self.vocab = dict(vocab)
-        self.vocab_r = {i: t for t, i in self.vocab.items()}
+        self._set_vocab(vocab)
         self.unk_token = unk_token
 
     @classmethod

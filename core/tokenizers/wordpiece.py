@@ -8,8 +8,7 @@ class WordPiece(DictVocab):
     def __init__(
         self, vocab, unk_token="[UNK]", continuing_subword_prefix="##", max_input_chars_per_word=100
     ):
-        self.vocab = dict(vocab)
-        self.vocab_r = {i: t for t, i in self.vocab.items()}
+        self._set_vocab(vocab)
         self.unk_token = unk_token
         self.continuing_subword_prefix = continuing_subword_prefix
         self.max_input_chars_per_word = max_input_chars_per_word
