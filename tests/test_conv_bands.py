@@ -15,6 +15,9 @@ CASES = [  # (input, weight, kwargs): YOLO's 3x3 s2 and s1 and 1x1, then groups 
     # taps that fall wholly in the padding (the columns hold zeros there, nothing is read)
     ((1, 4, 5, 6), (3, 4, 3, 3), dict(padding=(4, 3), stride=2)),
     ((1, 4, 5, 6), (3, 4, 1, 1), dict(padding=2)),
+    # one row (a conv1d: Whisper's encoder front), split over its columns
+    ((1, 6, 1, 40), (5, 6, 1, 3), dict(padding=(0, 1), stride=(1, 2))),
+    ((2, 6, 1, 33), (4, 3, 1, 3), dict(padding=(0, 2), dilation=(1, 2), groups=2)),
 ]
 
 
