@@ -31,7 +31,7 @@ from ..errors import UnsupportedDType
 from . import compiler_pages, llvm_f16
 from .blas_threads import single_thread_below
 from .optional_jit import jit_module
-from .row_parallel import run_rows, share_count
+from .row_parallel import run_either, run_rows, share_count
 
 # f32 bytes of weight rows per GEMM: numpy's dequantizer measured best at 1 MiB for a
 # decode step on 2 cores (bigger chunks let the BLAS threads contend with it); numba's
@@ -266,13 +266,7 @@ def _f16_rows(kernels, x2, w, out, path, chunk_rows, chunk_bytes):
     n_in = w.shape[1]
     if path == "fused" or (path == "auto" and x2.shape[0] <= FUSED_MAX_ROWS):
         for halves, at in parts:
-            cols = out[:, at : at + halves.shape[0]]
-            run_rows(
-                lambda r0, r1, h=halves, c=cols: kernels.dot(h, x2, c, r0, r1),
-                halves.shape[0],
-                n_in * x2.shape[0],
-                blas_free=True,  # no GEMM inside, and _chunked_gemm keeps BLAS's pool asleep
-            )
+            _f16_dot(kernels, halves, x2, out[:, at : at + halves.shape[0]])
         return out
     # many rows: part by part even where the parts are adjacent (a GEMM's bits depend on
     # its width, so an adjacent stack keeps a plain stack's bits only chunked as it is),
@@ -283,6 +277,31 @@ def _f16_rows(kernels, x2, w, out, path, chunk_rows, chunk_bytes):
     # imported before ember.
     parts = [(p.raw.view(np.uint16).reshape(p.shape), at) for p, at in _block_parts(w)]
     return _chunked_gemm(x2, out, parts, kernels.decode, chunk_rows, chunk_bytes)
+
+
+def _f16_dot(kernels, halves, x2, cols):
+    """cols = x2 @ f32(halves).T on every core: through llvm_spin's spinning helpers where
+    they are built (a decode step's products are too short for run_rows' hand-off: Whisper
+    base's fc2, 512 x 2048 halves, 68 us alone, 29 us split with a helper), else over
+    run_rows' pool; either only where run_rows would share, and only while it times
+    faster than one thread (row_parallel.run_either)."""
+    rows, elements = halves.shape[0], halves.shape[1] * x2.shape[0]
+    threads = share_count(rows, elements, align=2, blas_free=True)
+    helpers = kernels.helpers(threads) if threads > 1 else None
+    if helpers is None:
+        run_rows(
+            lambda r0, r1: kernels.dot(halves, x2, cols, r0, r1),
+            rows,
+            elements,
+            blas_free=True,  # no GEMM inside, and _chunked_gemm keeps BLAS's pool asleep
+        )
+        return
+    run_either(
+        _f16_dot.__code__,
+        rows * elements,
+        lambda: kernels.dot_split(halves, x2, cols, 0, rows, helpers),
+        lambda: kernels.dot(halves, x2, cols, 0, rows),
+    )
 
 
 def _f16_parts(w):

@@ -108,14 +108,15 @@ def compile_module(name, key, make_module):
     return engine
 
 
-def compile_kernels(module, make_ir, params=()):
-    """compile_module for a kernel module whose IR depends on its own source, llvm_ir's
-    and `params`: `make_ir(triple)` builds the llvmlite.ir.Module (run only where nothing
-    is cached). The engine is named after the module."""
+def compile_kernels(module, make_ir, params=(), sources=()):
+    """compile_module for a kernel module whose IR depends on its own source, llvm_ir's,
+    the modules `sources` (others whose IR builders it calls) and `params`:
+    `make_ir(triple)` builds the llvmlite.ir.Module (run only where nothing is cached).
+    The engine is named after the module."""
     from . import llvm_ir
 
     triple = host()[0]
-    key = source_key(module, llvm_ir, params=params)
+    key = source_key(module, llvm_ir, *sources, params=params)
     return compile_module(module.__name__.rsplit(".", 1)[-1], key, lambda: make_ir(triple))
 
 

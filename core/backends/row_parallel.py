@@ -175,6 +175,18 @@ def run_rows(fn, rows, elements_per_row, align=1, blas_free=False, pieces=None, 
     _choices.record(site, shared, time.perf_counter() - began)
 
 
+def run_either(key, elements, shared, alone):
+    """shared() or alone(), whichever has been the faster for `key` (a code object) and
+    this size, as run_rows chooses (_Choices): for work shared some other way than the
+    pool's (llvm_spin's spinning helpers), which a loaded machine can still slow (a
+    helper that lost its core keeps its caller waiting)."""
+    site = _choices.site(key, elements)
+    way = _choices.share(site)
+    began = time.perf_counter()
+    (shared if way else alone)()
+    _choices.record(site, way, time.perf_counter() - began)
+
+
 def _ranges(rows, align, parts):
     """[0, rows) as at most `parts` contiguous ranges whose ends are multiples of align."""
     step = ceil_div(ceil_div(rows, parts), align) * align

@@ -1,0 +1,214 @@
+"""llvm_spin's spinning helper threads, through the one kernel split over them today
+(llvm_f16's dot): the split's bits are the whole kernel's, the helpers run parts, sleep
+when idle, are woken by a caller that found them asleep, stop without dropping a job,
+serve two callers at once, and a forked child gets helpers of its own."""
+
+import multiprocessing
+import threading
+import time
+
+import numpy as np
+import pytest
+from test_gguf import assert_same_bits
+from test_qmatmul_f16 import jit  # noqa: F401  (the fixture)
+
+from ember.backends import llvm_spin
+from ember.backends import row_parallel
+
+# generous bounds on waits for a thread's state to change (a loaded CI machine), never
+# reached when the helpers work
+PATIENCE = 30.0
+AWAKE = 1 << 50  # cycles: helpers that stay awake until closed (a test's own)
+
+
+@pytest.fixture
+def spin(jit):  # noqa: F811
+    if jit.spin is None:
+        pytest.skip("no spinning helpers on this CPU (llvm_spin.supported: x86-64 only)")
+    return jit
+
+
+def halves_and_x(seed, rows, cols, m):
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((rows, cols)) * 0.3).astype(np.float16).view(np.uint16)
+    return w, rng.standard_normal((m, cols)).astype(np.float32)
+
+
+def wait_for(predicate):
+    end = time.monotonic() + PATIENCE
+    while not predicate():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.0005)
+    return True
+
+
+def awake(helpers):
+    return all(s != llvm_spin.ASLEEP for s in helpers.slots[:, 0])
+
+
+def wake_all(helpers):
+    helpers.wake((1 << helpers.count) - 1)
+    assert wait_for(lambda: awake(helpers)), "a woken helper never started spinning"
+
+
+@pytest.mark.parametrize("count", [1, 3])
+@pytest.mark.parametrize("rows", [1, 2, 3, 7, 64, 301])
+@pytest.mark.parametrize("m", [1, 3])
+def test_a_split_product_has_the_whole_kernels_bits_and_writes_only_its_columns(
+    spin, count, rows, m
+):
+    w, x = halves_and_x(rows * 10 + m, rows, 70, m)
+    want = np.empty((m, rows), np.float32)
+    spin.dot(w, x, want, 0, rows)
+    helpers = llvm_spin.Helpers(spin.spin, count, AWAKE)
+    try:
+        wake_all(helpers)
+        wide = np.full((m, rows + 9), -7.0, np.float32)
+        spin.dot_split(w, x, wide[:, 4 : 4 + rows], 0, rows, helpers)
+        assert_same_bits(wide[:, 4 : 4 + rows], want)
+        assert (wide[:, :4] == -7.0).all() and (wide[:, 4 + rows :] == -7.0).all()
+        # parts beyond the rows' end are not posted: a helper ran a part only if it had one
+        parts = -(-rows // (count + 1))
+        parts = -(-parts // 2) * 2
+        with_rows = [i for i in range(count) if (i + 1) * parts < rows]
+        assert all(helpers.jobs()[i] == 0 for i in range(count) if i not in with_rows)
+        assert wait_for(lambda: all(helpers.jobs()[i] == 1 for i in with_rows))
+    finally:
+        helpers.close()
+
+
+def test_a_sleeping_helper_leaves_the_product_to_the_caller_and_is_woken(spin):
+    w, x = halves_and_x(1, 512, 128, 1)
+    want = np.empty((1, 512), np.float32)
+    spin.dot(w, x, want, 0, 512)
+    helpers = llvm_spin.Helpers(spin.spin, 1, AWAKE)
+    try:
+        assert helpers.slots[0, 0] == llvm_spin.ASLEEP
+        got = np.empty_like(want)
+        spin.dot_split(w, x, got, 0, 512, helpers)  # the caller ran it all, and woke it
+        assert_same_bits(got, want)
+        assert helpers.jobs() == [0]
+        assert wait_for(lambda: awake(helpers)), "the caller did not wake the helper"
+        spin.dot_split(w, x, got, 0, 512, helpers)
+        assert helpers.jobs() == [1]
+        assert_same_bits(got, want)
+    finally:
+        helpers.close()
+
+
+def test_an_idle_helper_goes_back_to_sleep(spin):
+    w, x = halves_and_x(8, 512, 128, 1)
+    helpers = llvm_spin.Helpers(spin.spin, 1, idle_cycles=1000)
+    try:
+        out = np.empty((1, 512), np.float32)
+        spin.dot_split(w, x, out, 0, 512, helpers)  # wakes it
+        # woken, it spins for its 1000 cycles of the time-stamp counter, then sleeps
+        assert wait_for(lambda: helpers.slots[0, 0] == llvm_spin.ASLEEP and
+                        not helpers._wake[0].is_set())
+        assert helpers._threads[0].is_alive()  # asleep, not gone
+    finally:
+        helpers.close()
+
+
+def test_closed_helpers_stop_and_callers_then_run_alone(spin):
+    w, x = halves_and_x(2, 256, 64, 2)
+    want = np.empty((2, 256), np.float32)
+    spin.dot(w, x, want, 0, 256)
+    helpers = llvm_spin.Helpers(spin.spin, 2, AWAKE)
+    wake_all(helpers)
+    helpers.close()
+    assert not any(t.is_alive() for t in helpers._threads)
+    assert all(s == llvm_spin.ASLEEP for s in helpers.slots[:, 0])
+    got = np.empty_like(want)
+    spin.dot_split(w, x, got, 0, 256, helpers)
+    assert_same_bits(got, want)
+    assert helpers.jobs() == [0, 0]
+
+
+def test_two_callers_share_the_helpers_and_each_gets_its_own_products(spin):
+    helpers = llvm_spin.Helpers(spin.spin, 1, AWAKE)
+    cases = [halves_and_x(seed, 400, 96, 1) for seed in (3, 4)]
+    wants = []
+    for w, x in cases:
+        wants.append(np.empty((1, 400), np.float32))
+        spin.dot(w, x, wants[-1], 0, 400)
+    wrong = []
+
+    def caller(i):
+        w, x = cases[i]
+        out = np.empty((1, 400), np.float32)
+        for _ in range(300):
+            out[:] = np.nan
+            spin.dot_split(w, x, out, 0, 400, helpers)
+            if not np.array_equal(out.view(np.uint32), wants[i].view(np.uint32)):
+                wrong.append(i)
+
+    try:
+        wake_all(helpers)
+        threads = [threading.Thread(target=caller, args=(i,)) for i in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not wrong
+        assert helpers.jobs()[0] > 0  # they did share it
+    finally:
+        helpers.close()
+
+
+def test_the_f16_product_runs_on_the_processes_helpers(spin, monkeypatch):
+    """array_qmatmul's fused F16 path shares a product run_rows would share with the
+    process's helpers (while it times faster): the bits of one thread's kernel."""
+    from ember.io import quant
+    from ember.io.quant import GGMLType, QTensor
+
+    monkeypatch.setitem(row_parallel._state, "workers", 2)
+    monkeypatch.setitem(row_parallel._state, "spin_bound", False)
+    monkeypatch.setattr(row_parallel, "_choices", row_parallel._Choices())
+    w, x = halves_and_x(5, 1024, 256, 1)
+    weight = QTensor(w.view(np.uint8), GGMLType.F16, w.shape)
+    want = np.empty((1, 1024), np.float32)
+    spin.dot(w, x, want, 0, 1024)
+    helpers = spin.helpers(2)
+    before = sum(helpers.jobs())
+    for _ in range(20):  # the first run wakes the helper; run_either tries both ways
+        assert_same_bits(quant.qmatmul(x, weight, path="fused"), want)
+    assert sum(helpers.jobs()) > before
+
+
+def _child_product(queue):
+    from ember.backends import llvm_f16
+
+    kernels = llvm_f16.kernels()
+    w, x = halves_and_x(6, 300, 64, 1)
+    want, got = np.empty((1, 300), np.float32), np.empty((1, 300), np.float32)
+    kernels.dot(w, x, want, 0, 300)
+    helpers = kernels.helpers(2)
+    for _ in range(50):
+        kernels.dot_split(w, x, got, 0, 300, helpers)
+    queue.put((helpers.pid, bool(np.array_equal(got, want))))
+
+
+def test_a_forked_child_gets_helpers_of_its_own(spin, monkeypatch):
+    """The parent's helpers spin (their slots IDLE) when it forks: a child using them
+    would post to threads it does not have and wait forever."""
+    import os
+
+    parent = llvm_spin.Helpers(spin.spin, 1, AWAKE)
+    monkeypatch.setitem(llvm_spin._state, "helpers", parent)
+    try:
+        assert spin.helpers(2) is parent
+        wake_all(parent)
+        ctx = multiprocessing.get_context("fork")
+        queue = ctx.Queue()
+        child = ctx.Process(target=_child_product, args=(queue,))
+        child.start()
+        child.join(PATIENCE)
+        if child.exitcode is None:
+            child.kill()
+        assert child.exitcode == 0, "the child hung or failed on its parent's helpers"
+        pid, same = queue.get(timeout=PATIENCE)
+        assert pid != os.getpid() and same
+    finally:
+        parent.close()
