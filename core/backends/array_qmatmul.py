@@ -263,7 +263,6 @@ def _f16_rows(kernels, x2, w, out, path, chunk_rows, chunk_bytes):
     over the cores, each part written straight into its columns of out; for more, chunks
     of rows widened and multiplied over ember's threads (_chunked_gemm)."""
     parts = _f16_parts(w)
-    n_in = w.shape[1]
     if path == "fused" or (path == "auto" and x2.shape[0] <= FUSED_MAX_ROWS):
         for halves, at in parts:
             _f16_dot(kernels, halves, x2, out[:, at : at + halves.shape[0]])
