@@ -76,8 +76,15 @@ class F16Kernels:
         """dot over rows r0:r1 shared with `helpers` (self.helpers): the same bits."""
         _check(w, x, out)
         ran_here = self._split(
-            helpers.address, helpers.count, *_rows(w), *_rows(x), *_rows(out), x.shape[0],
-            r0, r1, w.shape[1],
+            helpers.address,
+            helpers.count,
+            *_rows(w),
+            *_rows(x),
+            *_rows(out),
+            x.shape[0],
+            r0,
+            r1,
+            w.shape[1],
         )
         if ran_here:
             helpers.wake(ran_here)

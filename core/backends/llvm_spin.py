@@ -118,7 +118,9 @@ def add_split(module, kernel, name, rows_at, align):
     pi64 = i64.as_pointer()
     types = kernel.function_type.args
     if len(types) > ARG_WORDS:
-        raise ValueError(f"llvm_spin: {name}'s kernel takes {len(types)} arguments, a slot {ARG_WORDS}")
+        raise ValueError(
+            f"llvm_spin: {name}'s kernel takes {len(types)} arguments, a slot {ARG_WORDS}"
+        )
 
     job = ir.Function(module, ir.FunctionType(ir.VoidType(), [pi64]), name + "_job")
     b = ir.IRBuilder(job.append_basic_block("entry"))
