@@ -1,7 +1,8 @@
-"""llvm_spin's spinning helper threads, through the one kernel split over them today
-(llvm_f16's dot): the split's bits are the whole kernel's, the helpers run parts, sleep
-when idle, are woken by a caller that found them asleep, stop without dropping a job,
-serve two callers at once, and a forked child gets helpers of its own."""
+"""llvm_spin's spinning helper threads, through llvm_f16's dot split over them
+(llvm_attention's split is tested beside its kernel, tests/test_small_attention.py): the
+split's bits are the whole kernel's, the helpers run parts, sleep when idle, are woken
+by a caller that found them asleep, stop without dropping a job, serve two callers at
+once, and a forked child gets helpers of its own."""
 
 import multiprocessing
 import threading
@@ -12,7 +13,7 @@ import pytest
 from test_gguf import assert_same_bits
 from test_qmatmul_f16 import jit  # noqa: F401  (the fixture)
 
-from ember.backends import llvm_spin
+from ember.backends import llvm_build, llvm_spin
 from ember.backends import row_parallel
 
 # generous bounds on waits for a thread's state to change (a loaded CI machine), never
@@ -23,9 +24,15 @@ AWAKE = 1 << 50  # cycles: helpers that stay awake until closed (a test's own)
 
 @pytest.fixture
 def spin(jit):  # noqa: F811
-    if jit.spin is None:
+    """llvm_f16's kernels, where this CPU has the helpers' compiled wait (WAIT)"""
+    if llvm_build.kernels("llvm_spin") is None:
         pytest.skip("no spinning helpers on this CPU (llvm_spin.supported: x86-64 only)")
     return jit
+
+
+def wait():
+    """the helpers' compiled wait (llvm_spin's own kernel module)"""
+    return llvm_build.kernels("llvm_spin").spin
 
 
 def halves_and_x(seed, rows, cols, m):
@@ -61,7 +68,7 @@ def test_a_split_product_has_the_whole_kernels_bits_and_writes_only_its_columns(
     w, x = halves_and_x(rows * 10 + m, rows, 70, m)
     want = np.empty((m, rows), np.float32)
     spin.dot(w, x, want, 0, rows)
-    helpers = llvm_spin.Helpers(spin.spin, count, AWAKE)
+    helpers = llvm_spin.Helpers(wait(), count, AWAKE)
     try:
         wake_all(helpers)
         wide = np.full((m, rows + 9), -7.0, np.float32)
@@ -82,7 +89,7 @@ def test_a_sleeping_helper_leaves_the_product_to_the_caller_and_is_woken(spin):
     w, x = halves_and_x(1, 512, 128, 1)
     want = np.empty((1, 512), np.float32)
     spin.dot(w, x, want, 0, 512)
-    helpers = llvm_spin.Helpers(spin.spin, 1, AWAKE)
+    helpers = llvm_spin.Helpers(wait(), 1, AWAKE)
     try:
         assert helpers.slots[0, 0] == llvm_spin.ASLEEP
         got = np.empty_like(want)
@@ -99,7 +106,7 @@ def test_a_sleeping_helper_leaves_the_product_to_the_caller_and_is_woken(spin):
 
 def test_an_idle_helper_goes_back_to_sleep(spin):
     w, x = halves_and_x(8, 512, 128, 1)
-    helpers = llvm_spin.Helpers(spin.spin, 1, idle_cycles=1000)
+    helpers = llvm_spin.Helpers(wait(), 1, idle_cycles=1000)
     try:
         out = np.empty((1, 512), np.float32)
         spin.dot_split(w, x, out, 0, 512, helpers)  # wakes it
@@ -115,7 +122,7 @@ def test_closed_helpers_stop_and_callers_then_run_alone(spin):
     w, x = halves_and_x(2, 256, 64, 2)
     want = np.empty((2, 256), np.float32)
     spin.dot(w, x, want, 0, 256)
-    helpers = llvm_spin.Helpers(spin.spin, 2, AWAKE)
+    helpers = llvm_spin.Helpers(wait(), 2, AWAKE)
     wake_all(helpers)
     helpers.close()
     assert not any(t.is_alive() for t in helpers._threads)
@@ -127,7 +134,7 @@ def test_closed_helpers_stop_and_callers_then_run_alone(spin):
 
 
 def test_two_callers_share_the_helpers_and_each_gets_its_own_products(spin):
-    helpers = llvm_spin.Helpers(spin.spin, 1, AWAKE)
+    helpers = llvm_spin.Helpers(wait(), 1, AWAKE)
     cases = [halves_and_x(seed, 400, 96, 1) for seed in (3, 4)]
     wants = []
     for w, x in cases:
@@ -195,7 +202,7 @@ def test_a_forked_child_gets_helpers_of_its_own(spin, monkeypatch):
     would post to threads it does not have and wait forever."""
     import os
 
-    parent = llvm_spin.Helpers(spin.spin, 1, AWAKE)
+    parent = llvm_spin.Helpers(wait(), 1, AWAKE)
     monkeypatch.setitem(llvm_spin._state, "helpers", parent)
     try:
         assert spin.helpers(2) is parent

@@ -18,6 +18,7 @@ runs, with array_attention's bits on the same views.
 
 from . import llvm_attention
 from .array_attention import batch_stride, tile
+from .row_parallel import run_either, share_count
 
 # Query rows per matrix (a decode step's grouped heads: 3 for SmolLM2, up to 8 in common
 # GQA models) and scores in all (batch x queries x keys) up to which attention takes this
@@ -64,8 +65,26 @@ def _compiled(xp, q, k, v, scale, mask, out):
         if a is not None and step is None:
             return False
         operands.append(None if a is None else (a, step, a.strides[-2] // 4))
-    scratch = xp.empty(2 * tk + d, xp.float32)
-    return kernels.attend(operands, q.size // (tq * d), tq, tk, d, v.shape[-1], scale, scratch) == 0
+    m, dv = q.size // (tq * d), v.shape[-1]
+    work = tq * tk * (d + dv)
+    helpers = kernels.helpers(share_count(m, work)) if m > 1 else None
+    if helpers is None:
+        scratch = xp.empty(2 * tk + d, xp.float32)
+        return kernels.attend(operands, m, tq, tk, d, dv, scale, scratch) == 0
+    # the matrices shared with llvm_spin's helpers while that times faster (Whisper base's
+    # cross-attention, 8 heads x 1500 keys, 6 MB of keys and values a layer)
+    undone = []
+
+    def shared():
+        scratch = xp.empty(m * (2 * tk + d), xp.float32)
+        undone.append(kernels.attend_split(operands, m, tq, tk, d, dv, scale, scratch, helpers))
+
+    def alone():
+        scratch = xp.empty(2 * tk + d, xp.float32)
+        undone.append(kernels.attend(operands, m, tq, tk, d, dv, scale, scratch))
+
+    run_either(_compiled.__code__, m * work, shared, alone)
+    return undone[0] == 0
 
 
 def _matrix_stride(a):

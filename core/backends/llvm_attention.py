@@ -28,6 +28,9 @@ Unavailable (None) without llvmlite, with EMBER_JIT=0, or where the build fails.
 import ctypes
 import sys
 
+import numpy as np
+
+from . import llvm_spin
 from .llvm_math import EXP_MIN
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
@@ -45,9 +48,37 @@ def kernels():
 
 
 class AttentionKernels:
-    def __init__(self, engine):
+    def __init__(self, engine, split=False):
         self._engine = engine  # owns the machine code: kept alive with the function
         self._attend = ctypes.CFUNCTYPE(_I, *_ARGS)(engine.get_function_address("ember_attend"))
+        self._split = None
+        if split:
+            address = engine.get_function_address("ember_attend_split")
+            self._split = ctypes.CFUNCTYPE(_I, _P, _I, _P, _I, _I)(address)
+
+    def helpers(self, threads):
+        """llvm_spin's helpers for `threads` threads in all, or None (no split here)."""
+        return None if self._split is None else llvm_spin.process_helpers(threads)
+
+    def attend_split(self, operands, m, tq, tk, d, dv, scale, scratch, helpers):
+        """attend with its m matrices shared with llvm_spin's `helpers` (each part its
+        own matrices, computed by the same code: the same bits); scratch holds m x (2 tk +
+        d) floats, a part's at its first matrix's place. Returns the rows left undone."""
+        if scratch.size < m * (2 * tk + d) or scratch.dtype != "float32":
+            raise ValueError(
+                f"llvm_attention: scratch of {scratch.size} for {m} x (2 x {tk} + {d})"
+            )
+        counts = np.zeros(m, np.int64)
+        scale_bits = int(np.float32(scale).view(np.uint32))
+        words = np.array(
+            _operand_words(operands)
+            + [m, tq, tk, d, dv, scale_bits, scratch.ctypes.data, counts.ctypes.data],
+            np.int64,
+        )
+        ran_here = self._split(helpers.address, helpers.count, words.ctypes.data, 0, m)
+        if ran_here:
+            helpers.wake(ran_here)
+        return int(counts.sum())
 
     def attend(self, operands, m, tq, tk, d, dv, scale, scratch):
         """The attention of m stacked matrices q [tq, d], k [tk, d], v [tk, dv] under a
@@ -59,22 +90,30 @@ class AttentionKernels:
         not finite), which the caller redoes."""
         if scratch.size < 2 * tk + d or scratch.dtype != "float32":
             raise ValueError(f"llvm_attention: scratch of {scratch.size} for 2 x {tk} + {d} floats")
-        args = []
-        for item in operands:
-            if item is None:
-                args += [None, 0, 0]
-            else:
-                a, matrix, row = item
-                if a.dtype != "float32":
-                    raise ValueError(f"llvm_attention: needs float32, got {a.dtype}")
-                args += [a.ctypes.data, matrix, row]
+        args = _operand_words(operands)
         return self._attend(*args, m, tq, tk, d, dv, scale, scratch.ctypes.data)
+
+
+def _operand_words(operands):
+    """(address, matrix stride, row stride) of each operand, 0s for an absent one."""
+    words = []
+    for item in operands:
+        if item is None:
+            words += [0, 0, 0]
+        else:
+            a, matrix, row = item
+            if a.dtype != "float32":
+                raise ValueError(f"llvm_attention: needs float32, got {a.dtype}")
+            words += [a.ctypes.data, matrix, row]
+    return words
 
 
 def build():
     from . import llvm_build
 
-    return AttentionKernels(llvm_build.compile_kernels(sys.modules[__name__], _ir_module))
+    split = llvm_spin.supported(llvm_build.host()[0])
+    engine = llvm_build.compile_kernels(sys.modules[__name__], _ir_module, sources=(llvm_spin,))
+    return AttentionKernels(engine, split)
 
 
 # --- the IR ------------------------------------------------------------------------------------
@@ -199,7 +238,42 @@ def _ir_module(triple):
 
     loop(b, I64(0), m, matrix, "i")
     b.ret(b.load(undone))
+    if llvm_spin.supported(triple):  # the matrices split over spinning helpers (llvm_spin)
+        rows = _add_rows(module, fn)
+        llvm_spin.add_split(module, rows, "ember_attend_split", rows_at=1, align=1)
     return module
+
+
+def _add_rows(module, attend):
+    """``void ember_attend_rows(i64 *words, i64 i0, i64 i1)``: attend over matrices [i0,
+    i1) of the call whose arguments are words[0:22] (the scale's f32 bits in the low half
+    of its word), its scratch taken from i0 x (2 tk + d) floats on, its undone count
+    stored at ((i64 *) words[22])[i0]: the form llvm_spin's split runs in parts."""
+    from llvmlite import ir
+
+    from .llvm_ir import I64
+
+    f32 = ir.FloatType()
+    pf = f32.as_pointer()
+    fn = ir.Function(
+        module, ir.FunctionType(ir.VoidType(), [I64.as_pointer(), I64, I64]), "ember_attend_rows"
+    )
+    words, i0, i1 = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    word = [b.load(b.gep(words, [I64(j)])) for j in range(23)]
+    tk, d = word[17], word[18]
+    args = []
+    for o in range(5):  # q, k, v, mask, out: each moved to matrix i0 (a null mask stays null)
+        base, matrix, row = word[3 * o : 3 * o + 3]
+        moved = b.gep(b.inttoptr(base, pf), [b.mul(i0, matrix)])
+        args += [b.select(b.icmp_unsigned("==", base, I64(0)), ir.Constant(pf, None), moved)]
+        args += [matrix, row]
+    scale = b.bitcast(b.trunc(word[20], ir.IntType(32)), f32)
+    scratch = b.gep(b.inttoptr(word[21], pf), [b.mul(i0, b.add(b.add(tk, tk), d))])
+    undone = b.call(attend, args + [b.sub(i1, i0), word[16], tk, d, word[19], scale, scratch])
+    b.store(undone, b.gep(b.inttoptr(word[22], I64.as_pointer()), [i0]))
+    b.ret_void()
+    return fn
 
 
 def _fabs(module):

@@ -23,7 +23,7 @@ _DIGEST = 32  # bytes of SHA-256 before a cached object's code
 # one, each build after a release read LLVM's pages back in (a Whisper cold start's
 # second build took 60-84 ms instead of ~10). A module a model may not need (kernels for
 # one family) belongs in a group of its own.
-GROUPS = (("llvm_f16", "llvm_math", "llvm_norm", "llvm_attention"),)
+GROUPS = (("llvm_f16", "llvm_math", "llvm_norm", "llvm_attention", "llvm_spin"),)
 _built: dict = {}
 _lock = threading.Lock()
 

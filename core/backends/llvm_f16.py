@@ -24,8 +24,7 @@ step reads each weight once, from memory, and without it Whisper's decode steps 
 faster than f32 GEMVs). The sums carry LLVM's `fast` flags (reassociation lets the loop
 vectorizer split each into vector lanes, as numba's fastmath does); the decode is exact.
 They are called through ctypes, which releases the GIL. On x86-64 the module also holds
-llvm_spin's helper wait and ``ember_f16_dot_split``, dot's rows shared with spinning
-helper threads (a decode step's products are too short for row_parallel's hand-off);
+``ember_f16_dot_split``, dot's rows shared with llvm_spin's spinning helper threads (a decode step's products are too short for row_parallel's hand-off);
 elsewhere row_parallel splits dot's rows over the cores. Unavailable (None) without llvmlite, with EMBER_JIT=0, on an x86
 CPU without F16C (LLVM would call a library routine per element), or where the build
 fails (a warning says why; the callers then widen the halves as numpy does).
@@ -57,20 +56,18 @@ class F16Kernels:
     """dot and decode over numpy arrays: the weight a 2-D uint16 array of half bits whose
     rows are contiguous, x and out float32 with contiguous rows."""
 
-    def __init__(self, engine, dot_addr, decode_addr, spin_addr=0, split_addr=0):
+    def __init__(self, engine, dot_addr, decode_addr, split_addr=0):
         self._engine = engine  # owns the machine code: kept alive with the functions
         self._dot = ctypes.CFUNCTYPE(None, *_DOT_ARGS)(dot_addr)
         self._decode = ctypes.CFUNCTYPE(None, *_DECODE_ARGS)(decode_addr)
-        self.spin = ctypes.CFUNCTYPE(None, _P, _I)(spin_addr) if spin_addr else None
         self._split = ctypes.CFUNCTYPE(_I, _P, _I, *_DOT_ARGS)(split_addr) if split_addr else None
 
     def helpers(self, threads):
         """This process's llvm_spin helpers for `threads` threads in all (the caller's
-        among them), or None: one thread, or no split built for this CPU. `spin` is their
-        compiled wait (None without a split), for Helpers of a caller's own."""
-        if self._split is None or threads <= 1:
+        among them), or None: one thread, or no split built for this CPU."""
+        if self._split is None:
             return None
-        return llvm_spin.helpers(self.spin, threads - 1)
+        return llvm_spin.process_helpers(threads)
 
     def dot_split(self, w, x, out, r0, r1, helpers):
         """dot over rows r0:r1 shared with `helpers` (self.helpers): the same bits."""
@@ -127,13 +124,12 @@ def build():
     if triple.startswith(("x86_64", "i386", "i686")) and not features.get("f16c", False):
         return None
     engine = llvm_build.compile_kernels(sys.modules[__name__], _ir_module, sources=(llvm_spin,))
-    spin = llvm_spin.supported(triple)
+    split = llvm_spin.supported(triple)
     return F16Kernels(
         engine,
         engine.get_function_address("ember_f16_dot"),
         engine.get_function_address("ember_f16_decode"),
-        engine.get_function_address("ember_spin") if spin else 0,
-        engine.get_function_address("ember_f16_dot_split") if spin else 0,
+        engine.get_function_address("ember_f16_dot_split") if split else 0,
     )
 
 
@@ -216,7 +212,6 @@ def _ir_module(triple):
     loop(b, r0, r1, row_pair, "r", step=2)
     b.ret_void()
     if llvm_spin.supported(triple):  # the split over spinning helpers (llvm_spin)
-        llvm_spin.add_spin(module)
         llvm_spin.add_split(module, fn, "ember_f16_dot_split", rows_at=7, align=2)
 
     # decode

@@ -23,11 +23,16 @@ share the helpers safely: one that finds a slot busy runs that part itself. The 
 flag is read only by an idle helper, which then sleeps for good: a job posted meanwhile
 is run first, never dropped (a caller would wait for it forever).
 
-``add_split(module, kernel, ...)`` adds to a kernel module a job wrapper and a split
-form of a kernel over a range of rows: the range cut in one part per helper plus the
-caller's, each helper's part posted, the caller's own run, and the posted ones waited
-for. The parts' rows are computed by the same code as a whole call's, so the results
-do not depend on how the rows were split.
+This module is a kernel module of its own (llvm_build builds it with the others): its
+machine code is the helpers' wait, ``ember_spin``, which runs any job posted to the
+slot (a job is a function of one pointer, the slot's argument words). The kernels to
+split live in their own modules: ``add_split(module, kernel, ...)`` adds to a kernel
+module a job wrapper and a split form of a kernel over a range of rows: the range cut
+in one part per helper plus the caller's, each helper's part posted, the caller's own
+run, and the posted ones waited for. The parts' rows are computed by the same code as a
+whole call's, so the results do not depend on how the rows were split. Today:
+llvm_f16's dot (a decode step's F16 products) and llvm_attention's attend (a decode
+step's heads).
 """
 
 import atexit
@@ -52,6 +57,45 @@ _lock = threading.Lock()
 
 def supported(triple):
     return triple.startswith("x86_64")
+
+
+def build():
+    """The compiled wait (SpinKernels), or None on a CPU without helpers (llvm_build)."""
+    import sys
+
+    from . import llvm_build
+
+    if not supported(llvm_build.host()[0]):
+        return None
+    engine = llvm_build.compile_kernels(sys.modules[__name__], _ir_module)
+    return SpinKernels(engine, engine.get_function_address("ember_spin"))
+
+
+def _ir_module(triple):
+    from .llvm_ir import new_module
+
+    module = new_module("ember_spin", triple)
+    add_spin(module)
+    return module
+
+
+class SpinKernels:
+    def __init__(self, engine, spin_addr):
+        import ctypes
+
+        self._engine = engine  # owns the machine code: kept alive with the function
+        self.spin = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(spin_addr)
+
+
+def process_helpers(threads):
+    """This process's Helpers for `threads` threads in all (the caller's among them), or
+    None: one thread, a CPU without helpers, or no llvmlite."""
+    from . import llvm_build
+
+    if threads <= 1:
+        return None
+    kernels = llvm_build.kernels("llvm_spin")
+    return None if kernels is None else helpers(kernels.spin, threads - 1)
 
 
 # --- the IR -------------------------------------------------------------------------------------
