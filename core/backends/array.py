@@ -13,6 +13,7 @@ from ..hostmem import host_memory_bytes, human_bytes
 from ..ops import BINARY, COMPARE, INT_DIV, UNARY
 from . import array_attention, array_small_attention, composites
 from .array_conv import conv2d as banded_conv2d
+from .array_copy import contiguous_copy
 from .array_fast import UNARY_INPLACE
 from .array_qmatmul import qmatmul_rows
 from .array_rows import linear_epilogue, norm_last_dim, softmax_last_dim
@@ -170,7 +171,7 @@ class ArrayBackend(Backend):
         )
 
     def copy_strided(self, storage, layout, dtype):
-        return self.xp.ascontiguousarray(self.view(storage, layout)).reshape(-1)
+        return contiguous_copy(self.xp, self.view(storage, layout)).reshape(-1)
 
     def copy_into(self, dst, dst_layout, src, src_layout, dtype):
         self.view(dst, dst_layout)[...] = self.view(src, src_layout)
