@@ -252,8 +252,9 @@ def main():
         "--warmup",
         type=int,
         default=5,
-        help="untimed calls per engine beyond the output check's one (ember's CPU decides "
-        "each layer's thread split from its first four calls)",
+        help="untimed calls per engine beyond the output check's one (ember's CPU tries "
+        "a sub-millisecond layer's thread split both ways in its first four calls; longer "
+        "ones run on every core until their 16th)",
     )
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--skip-wgpu", action="store_true")

@@ -42,7 +42,9 @@ def _calls(asked, calls, macs, cost, value=lambda threads: 0.0):
 
 
 @pytest.mark.parametrize("faster", [1, 2])
-def test_the_timed_range_tries_both_ways_then_keeps_the_faster(fake_blas, faster):
+def test_the_timed_range_tries_both_ways_then_keeps_the_faster(fake_blas, faster, monkeypatch):
+    # the slower way's 5 ms would be presumed faster shared (row_parallel): not the subject
+    monkeypatch.setattr(row_parallel, "PRESUMED_SHARED_SECONDS", 1.0)
     macs = blas_threads.TIMED_FROM_MACS * 2
     calls = _calls(fake_blas, 30, macs, lambda n: 0.0 if n == faster else 0.005)
     assert calls[0][0] == [2, 1]  # all threads, then one to check they kept its bits

@@ -78,6 +78,9 @@ def test_a_site_where_sharing_measured_slower_runs_on_the_caller(two_workers, mo
             time.sleep(0.005)
         seen.extend(range(start, stop))
 
+    # whether a shared run lasts long enough to be presumed faster depends on whether the
+    # worker took a range in time: not the subject here (see the test after the next)
+    monkeypatch.setattr(row_parallel, "PRESUMED_SHARED_SECONDS", 1.0)
     every = row_parallel.EXPLORE_EVERY
     for _ in range(every + 1):
         row_parallel.run_rows(fn, 300, 1 << 16)
@@ -109,13 +112,24 @@ def test_a_long_shared_run_stays_shared_but_for_a_try_alone_now_and_then():
 def test_a_short_site_takes_the_faster_way_from_the_minimum_of_its_first_two_runs():
     choices = row_parallel._Choices()
     site = choices.site(lambda s, e: None, 1 << 20)
-    # shared 3 ms then 1 ms (a first run's one-time costs), alone 2 ms twice: shared wins
-    made = _timed(choices, site, [0.003, 0.002, 0.001, 0.002, 0.001, 0.001])
+    # shared 0.3 ms then 0.1 (a first run's one-time costs), alone 0.2 twice: shared wins
+    made = _timed(choices, site, [0.0003, 0.0002, 0.0001, 0.0002, 0.0001, 0.0001])
     assert made == [True, False, True, False, True, True]
     alone_wins = row_parallel._Choices()
     site = alone_wins.site(lambda s, e: None, 1 << 20)
-    made = _timed(alone_wins, site, [0.003, 0.002, 0.0025, 0.002, 0.002, 0.002])
+    made = _timed(alone_wins, site, [0.0003, 0.0002, 0.00025, 0.0002, 0.0002, 0.0002])
     assert made == [True, False, True, False, False, False]
+
+
+def test_a_millisecond_site_stays_shared_until_its_first_exploration():
+    """A shared run of PRESUMED_SHARED_SECONDS or more: shared up to FIRST_EXPLORE, then
+    alone twice, then the faster way (here alone: 2 ms against 3 shared)."""
+    choices = row_parallel._Choices()
+    site = choices.site(lambda s, e: None, 1 << 20)
+    first = row_parallel.FIRST_EXPLORE
+    assert 0.003 < row_parallel.LONG_RUN_SECONDS and 0.003 >= row_parallel.PRESUMED_SHARED_SECONDS
+    made = _timed(choices, site, (0.002, 0.003, first + 4))
+    assert made == [True] * (first - 1) + [False] * 5
 
 
 def test_sites_are_told_apart_by_code_and_size():
@@ -158,10 +172,11 @@ def test_each_convolution_layer_decides_for_itself(monkeypatch):
 def test_one_slow_run_does_not_turn_a_site_but_lasting_load_does():
     choices = row_parallel._Choices()
     site = choices.site(lambda s, e: None, 1 << 20)
-    # warm-up: shared 2 ms, alone 1 ms, twice each; then alone
-    assert _timed(choices, site, [0.002, 0.001, 0.002, 0.001]) == [True, False, True, False]
-    # one alone run preempted for 10 ms (a running average would now favour sharing)
-    assert _timed(choices, site, [0.010, 0.001, 0.001]) == [False, False, False]
+    # warm-up: shared 0.2 ms, alone 0.1 ms, twice each; then alone
+    made = _timed(choices, site, [0.0002, 0.0001, 0.0002, 0.0001])
+    assert made == [True, False, True, False]
+    # one alone run preempted for 1 ms (a running average would now favour sharing)
+    assert _timed(choices, site, [0.001, 0.0001, 0.0001]) == [False, False, False]
     # alone runs slow for a whole window: sharing is taken
-    made = _timed(choices, site, [0.005] * row_parallel.WINDOW + [0.002])
+    made = _timed(choices, site, [0.0005] * row_parallel.WINDOW + [0.0002])
     assert made == [False] * row_parallel.WINDOW + [True]

@@ -32,8 +32,18 @@ CHUNKS_PER_THREAD = 4
 # the slower costs that call up to a few times its time).
 EXPLORE_EVERY = 100
 # A shared run this long (seconds) has paid for its hand-off many times over (on the KVM
-# host above, a 5 ms lm_head kernel still ran 7.4 ms shared against 6.0 alone).
-LONG_RUN_SECONDS = 0.02
+# host above, a 5 ms lm_head kernel still ran 7.4 ms shared against 6.0 alone, which
+# the runs alone from FIRST_EXPLORE on find).
+LONG_RUN_SECONDS = 0.01
+# A shared run this long (seconds) is presumed the faster way (a hand-off, 0.1-0.3 ms on
+# these VMs, is a small part of it) until the site's FIRST_EXPLORE-th call, from which it
+# runs alone twice and is judged by its timings. Exploring at the second and fourth
+# calls, as shorter sites do, cost Whisper base's encoder 20-45 ms of runs alone in every
+# fresh process (its sites are called 6-18 times a window; one of 15-25 ms shared ran
+# 29-43 ms alone, one of 5 ms 9.5-10.4 ms), which a cold start never wins back; the
+# long ones (20 ms before) now never explore before their EXPLORE_EVERY-th call.
+PRESUMED_SHARED_SECONDS = 0.001
+FIRST_EXPLORE = 16
 # A call site's way (shared or alone) is judged by the least of its last WINDOW timings:
 # the way's speed with the noise left out. A running average (weight 1/4) was pulled past
 # the other way by one preempted run (an alone run of a 1 ms site taking 5 ms under CI's
@@ -217,11 +227,12 @@ class _Choices:
     A site starts shared. A shared run of LONG_RUN_SECONDS or more has paid for its
     hand-off many times over: such a site stays shared, but for one run alone every
     EXPLORE_EVERY calls (a decode step's kernels are far shorter; a Whisper encoder's
-    attention, 40-70 ms a call, was 28 ms slower alone). Shorter sites run twice each way
-    first, alternating (a way's first run pays one-time costs: a thread's first allocations,
-    pages touched for the first time, which the least of its timings leaves out); then the
-    way whose least recent timing is lower is taken, the other once every EXPLORE_EVERY
-    calls."""
+    attention, 40-70 ms a call, was 28 ms slower alone). One of PRESUMED_SHARED_SECONDS or
+    more keeps the site shared until its FIRST_EXPLORE-th call. Shorter sites (and those,
+    from then on) run twice each way, alternating (a way's first run pays one-time costs: a
+    thread's first allocations, pages touched for the first time, which the least of its
+    timings leaves out); then the way whose least recent timing is lower is taken, the other
+    once every EXPLORE_EVERY calls."""
 
     def __init__(self):
         self.sites = {}
@@ -250,6 +261,8 @@ class _Choices:
             return True
         if shared >= LONG_RUN_SECONDS:
             best = alone is None or shared < alone
+        elif shared >= PRESUMED_SHARED_SECONDS and site.calls < FIRST_EXPLORE:
+            return True
         elif min(site.runs) < 2:
             return site.runs[1] <= site.runs[0]
         else:
