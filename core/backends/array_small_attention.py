@@ -26,6 +26,12 @@ from .row_parallel import run_either, share_count
 # (8 heads x 7 tokens x 4,096 keys) stays on array_attention, whose threads pay there.
 SMALL_QUERIES = 16
 SMALL_SCORES = 1 << 15
+# Multiply-adds from which a call's matrices are offered to llvm_spin's helpers: Whisper
+# base's cross-attention (1.5M: 410 -> 295 us a layer) is, SmolLM2-135M's step (3 x 3
+# queries x ~190 keys, 220k, ~25 us) is not: its helpers, idle between its attentions,
+# slept or spun against the pool's thread, and decoding lost 3% (40.7-41.8 -> 39.3-40.2
+# tokens/s, interleaved processes).
+SPLIT_WORK = 1 << 20
 
 
 def is_small(q, k):
@@ -67,7 +73,7 @@ def _compiled(xp, q, k, v, scale, mask, out):
         operands.append(None if a is None else (a, step, a.strides[-2] // 4))
     m, dv = q.size // (tq * d), v.shape[-1]
     work = tq * tk * (d + dv)
-    helpers = kernels.helpers(share_count(m, work)) if m > 1 else None
+    helpers = kernels.helpers(share_count(m, work)) if m > 1 and m * work >= SPLIT_WORK else None
     if helpers is None:
         scratch = xp.empty(2 * tk + d, xp.float32)
         return kernels.attend(operands, m, tq, tk, d, dv, scale, scratch) == 0
