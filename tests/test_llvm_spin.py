@@ -85,11 +85,16 @@ def test_a_split_product_has_the_whole_kernels_bits_and_writes_only_its_columns(
         helpers.close()
 
 
+def product_and_helpers(spin, seed, rows, cols, m, count):
+    """(w, x, the whole kernel's product, `count` new helpers that stay awake once woken)"""
+    w, x = halves_and_x(seed, rows, cols, m)
+    want = np.empty((m, rows), np.float32)
+    spin.dot(w, x, want, 0, rows)
+    return w, x, want, llvm_spin.Helpers(wait(), count, AWAKE)
+
+
 def test_a_sleeping_helper_leaves_the_product_to_the_caller_and_is_woken(spin):
-    w, x = halves_and_x(1, 512, 128, 1)
-    want = np.empty((1, 512), np.float32)
-    spin.dot(w, x, want, 0, 512)
-    helpers = llvm_spin.Helpers(wait(), 1, AWAKE)
+    w, x, want, helpers = product_and_helpers(spin, 1, 512, 128, 1, 1)
     try:
         assert helpers.slots[0, 0] == llvm_spin.ASLEEP
         got = np.empty_like(want)
@@ -119,10 +124,7 @@ def test_an_idle_helper_goes_back_to_sleep(spin):
 
 
 def test_closed_helpers_stop_and_callers_then_run_alone(spin):
-    w, x = halves_and_x(2, 256, 64, 2)
-    want = np.empty((2, 256), np.float32)
-    spin.dot(w, x, want, 0, 256)
-    helpers = llvm_spin.Helpers(wait(), 2, AWAKE)
+    w, x, want, helpers = product_and_helpers(spin, 2, 256, 64, 2, 2)
     wake_all(helpers)
     helpers.close()
     assert not any(t.is_alive() for t in helpers._threads)
