@@ -285,8 +285,7 @@ def _f16_dot(kernels, halves, x2, cols):
     run_rows' pool; either only where run_rows would share, and only while it times
     faster than one thread (row_parallel.run_either)."""
     rows, elements = halves.shape[0], halves.shape[1] * x2.shape[0]
-    threads = share_count(rows, elements, align=2, blas_free=True)
-    helpers = kernels.helpers(threads) if threads > 1 else None
+    helpers = kernels.helpers(share_count(rows, elements, align=2, blas_free=True))
     if helpers is None:
         run_rows(
             lambda r0, r1: kernels.dot(halves, x2, cols, r0, r1),

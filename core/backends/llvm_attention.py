@@ -75,9 +75,7 @@ class AttentionKernels:
             + [m, tq, tk, d, dv, scale_bits, scratch.ctypes.data, counts.ctypes.data],
             np.int64,
         )
-        ran_here = self._split(helpers.address, helpers.count, words.ctypes.data, 0, m)
-        if ran_here:
-            helpers.wake(ran_here)
+        helpers.split(self._split, words.ctypes.data, 0, m)
         return int(counts.sum())
 
     def attend(self, operands, m, tq, tk, d, dv, scale, scratch):

@@ -24,9 +24,10 @@ step reads each weight once, from memory, and without it Whisper's decode steps 
 faster than f32 GEMVs). The sums carry LLVM's `fast` flags (reassociation lets the loop
 vectorizer split each into vector lanes, as numba's fastmath does); the decode is exact.
 They are called through ctypes, which releases the GIL. On x86-64 the module also holds
-``ember_f16_dot_split``, dot's rows shared with llvm_spin's spinning helper threads (a decode step's products are too short for row_parallel's hand-off);
-elsewhere row_parallel splits dot's rows over the cores. Unavailable (None) without llvmlite, with EMBER_JIT=0, on an x86
-CPU without F16C (LLVM would call a library routine per element), or where the build
+``ember_f16_dot_split``, dot's rows shared with llvm_spin's spinning helper threads (a
+decode step's products are too short for row_parallel's hand-off); elsewhere
+row_parallel splits dot's rows over the cores. Unavailable (None) without llvmlite, with
+EMBER_JIT=0, on an x86 CPU without F16C (LLVM would call a library routine per element), or where the build
 fails (a warning says why; the callers then widen the halves as numpy does).
 """
 
@@ -72,19 +73,9 @@ class F16Kernels:
     def dot_split(self, w, x, out, r0, r1, helpers):
         """dot over rows r0:r1 shared with `helpers` (self.helpers): the same bits."""
         _check(w, x, out)
-        ran_here = self._split(
-            helpers.address,
-            helpers.count,
-            *_rows(w),
-            *_rows(x),
-            *_rows(out),
-            x.shape[0],
-            r0,
-            r1,
-            w.shape[1],
+        helpers.split(
+            self._split, *_rows(w), *_rows(x), *_rows(out), x.shape[0], r0, r1, w.shape[1]
         )
-        if ran_here:
-            helpers.wake(ran_here)
 
     def dot(self, w, x, out, r0, r1):
         """out[:, r0:r1] = x @ f32(w[r0:r1]).T (out may be a column slice of a wider array)."""

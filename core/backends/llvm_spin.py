@@ -266,8 +266,9 @@ def add_split(module, kernel, name, rows_at, align):
 def _to_word(b, value):
     from llvmlite import ir
 
-    i64 = ir.IntType(64)
-    return b.ptrtoint(value, i64) if isinstance(value.type, ir.PointerType) else value
+    from .llvm_ir import I64
+
+    return b.ptrtoint(value, I64) if isinstance(value.type, ir.PointerType) else value
 
 
 def _from_word(b, word, typ):
@@ -277,28 +278,17 @@ def _from_word(b, word, typ):
 
 
 def _clock(module):
-    return _declared(module, "llvm.readcyclecounter", _i64())
+    from .llvm_ir import I64, intrinsic
+
+    return intrinsic(module, "llvm.readcyclecounter", I64, 0)
 
 
 def _pause(module):
     from llvmlite import ir
 
-    return _declared(module, "llvm.x86.sse2.pause", ir.VoidType())
+    from .llvm_ir import intrinsic
 
-
-def _i64():
-    from llvmlite import ir
-
-    return ir.IntType(64)
-
-
-def _declared(module, name, returns):
-    """The declaration of the argument-less intrinsic `name`, made once a module."""
-    from llvmlite import ir
-
-    if name in module.globals:
-        return module.globals[name]
-    return ir.Function(module, ir.FunctionType(returns, []), name)
+    return intrinsic(module, "llvm.x86.sse2.pause", ir.VoidType(), 0)
 
 
 # --- the threads ------------------------------------------------------------------------------
@@ -341,6 +331,13 @@ class Helpers:
     def jobs(self):
         """How many parts each helper has run so far."""
         return [int(n) for n in self.slots[:, JOBS]]
+
+    def split(self, fn, *args):
+        """fn(slots, count, *args), a split that add_split compiled, over these helpers;
+        then the ones whose part the caller ran because they slept are woken."""
+        ran_here = fn(self.address, self.count, *args)
+        if ran_here:
+            self.wake(ran_here)
 
     def wake(self, mask):
         """Wake the helpers of `mask` (a split's parts run by the caller) that sleep."""
