@@ -251,9 +251,9 @@ def worker_ember(path, device, n_prompt, n_decode, gguf):
         "decode_s": decode_s,
         "weights": model.weight_bytes(),
     }
-    from ember.backends.array_qmatmul import jit_available
+    from ember.backends.array_qmatmul import kernels_loaded
 
-    out["jit"] = jit_available()
+    out["kernels"] = kernels_loaded()
     if before is not None:
         out["gpu_buffers_created_in_run"] = dev.memory_stats()["buffers_created"] - before
         out["gpu_bytes_after_load"] = on_device
@@ -507,8 +507,8 @@ def report(results, p, d, base_name, f32_name, file_size):
             line += f" {r['peak_rss_mb'] * 2**20 / file_size:7.2f}x"
         if base_w and r.get("weights"):
             line += f"  (weights {r['weights'] / base_w:.2f}x f32)"
-        if "jit" in r:
-            line += "  [numba kernels]" if r["jit"] else "  [numpy]"
+        if "kernels" in r:
+            line += f"  [{' + '.join(r['kernels']) or 'numpy'}]"
         if "note" in r:
             line += f"  [{r['note']}]"
         print(line)

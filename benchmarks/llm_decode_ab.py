@@ -60,11 +60,16 @@ def worker(path, n_prompt, n_decode):
 
     run(4)
     prompt_s, steps, out, logits_hash = run(n_decode)
-    from ember.backends.array_qmatmul import jit_available
+    try:
+        from ember.backends.array_qmatmul import kernels_loaded
+
+        kernels = "+".join(kernels_loaded()) or "numpy"
+    except ImportError:  # an older tree: which of its kernels ran is not told
+        kernels = "numba imported" if "numba" in sys.modules else "numpy or llvm"
 
     return {
         "ember": os.path.dirname(ember.__file__),
-        "jit": jit_available(),
+        "kernels": kernels,
         "load_s": load_s,
         "prompt_tok_s": n_prompt / prompt_s,
         "decode_tok_s": n_decode / sum(steps),
@@ -117,7 +122,7 @@ def main():
                 f"round {r} {label}: decode {res['decode_tok_s']:6.1f} tok/s (median step "
                 f"{res['step_ms_median']:.2f} ms), prompt {res['prompt_tok_s']:6.1f} tok/s, "
                 f"peak RSS {res['peak_rss_mb']:.1f} MiB, ids {res['ids_hash']}, "
-                f"logits {res['logits_hash']}  [{res['ember']}, jit {res['jit']}]",
+                f"logits {res['logits_hash']}  [{res['ember']}, {res['kernels']}]",
                 flush=True,
             )
     size = os.path.getsize(args.gguf) / 2**20

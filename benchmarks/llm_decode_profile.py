@@ -252,13 +252,14 @@ def main():
 
     path = args.gguf or packaged.file("smollm2-135m-instruct")
     model = load(path)
-    from ember.backends.array_qmatmul import jit_available
+    from ember.backends.array_qmatmul import kernels_loaded
     from ember.backends.row_parallel import workers
 
-    print(f"{os.path.basename(path)}: numba kernels {jit_available()}, threads {workers()}")
     print(f"load average: {os.getloadavg()}")
     what = set(args.what.split(","))
     prompt_then(model, 8, 4)  # warm-up (numba compiles or loads its cache)
+    kinds = " + ".join(kernels_loaded()) or "numpy"
+    print(f"{os.path.basename(path)}: kernels {kinds}, threads {workers()}")
     if "steps" in what:
         steps = prompt_then(model, args.prompt, args.decode)
         med = statistics.median(steps)

@@ -1,6 +1,7 @@
 """The CPU quantized matmul's paths (backends/array_qmatmul.py): numba's fused dot kernels
-and row decoders for every ggml block type, against dequantize-then-matmul, and the
-numpy path that serves when numba is missing."""
+and row decoders for the ggml block types llvm_quant leaves to them, against
+dequantize-then-matmul, and the numpy path that serves when numba is missing
+(llvm_quant's Q4_0, Q4_1 and Q8_0: tests/test_qmatmul_llvm_quant.py)."""
 
 import itertools
 import os
@@ -18,11 +19,8 @@ from ember.io import quant
 from ember.io.quant import BLOCK_SIZES, GGMLType, QTensor, StackedQTensor
 
 TYPES = [
-    GGMLType.Q4_0,
-    GGMLType.Q4_1,
     GGMLType.Q5_0,
     GGMLType.Q5_1,
-    GGMLType.Q8_0,
     GGMLType.Q2_K,
     GGMLType.Q3_K,
     GGMLType.Q4_K,
@@ -80,7 +78,7 @@ def test_row_decoder_is_bit_exact_with_the_numpy_dequantizer(jit, t):
     assert_same_bits(got, w.dequantize()[1:4])
 
 
-@pytest.mark.parametrize("t", [GGMLType.Q4_1, GGMLType.Q6_K], ids=lambda t: t.name)
+@pytest.mark.parametrize("t", [GGMLType.Q5_1, GGMLType.Q6_K], ids=lambda t: t.name)
 def test_decode_path_chunks_rows_through_gemm(jit, t):
     rng = np.random.default_rng(300 + int(t))
     w = weight(rng, t, 40, 2)
@@ -91,12 +89,12 @@ def test_decode_path_chunks_rows_through_gemm(jit, t):
 
 def test_auto_takes_the_fused_kernel_for_few_rows_and_decoders_for_many(jit, monkeypatch):
     rng = np.random.default_rng(7)
-    w = weight(rng, GGMLType.Q8_0, 12, 4)
+    w = weight(rng, GGMLType.Q5_0, 12, 4)
     calls = []
     kernels, f16, _spread = aq._kernels()
-    dot, dec, _wide = kernels[int(GGMLType.Q8_0)]
+    dot, dec, _wide = kernels[int(GGMLType.Q5_0)]
     spied = {
-        int(GGMLType.Q8_0): (
+        int(GGMLType.Q5_0): (
             lambda *a: calls.append("fused") or dot(*a),
             lambda *a: calls.append("decode") or dec(*a),
             None,  # the fused kernel on the caller's thread or row_parallel's pool
@@ -151,7 +149,7 @@ def test_a_prompts_chunks_go_over_the_threads_with_the_same_bits(jit, monkeypatc
     from ember.backends import row_parallel
 
     rng = np.random.default_rng(9)
-    parts = [weight(rng, GGMLType.Q4_1, 70, 4), weight(rng, GGMLType.Q4_1, 33, 4)]
+    parts = [weight(rng, GGMLType.Q5_1, 70, 4), weight(rng, GGMLType.Q5_1, 33, 4)]
     w = StackedQTensor(parts)
     x = rng.standard_normal((9, w.shape[1])).astype(np.float32)
     monkeypatch.setitem(row_parallel._state, "workers", 1)
@@ -176,14 +174,15 @@ def test_a_prompts_chunks_go_over_the_threads_with_the_same_bits(jit, monkeypatc
         assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
 
 
+@pytest.mark.parametrize("t", [GGMLType.Q4_1, GGMLType.Q5_1], ids=lambda t: t.name)
 @pytest.mark.parametrize("m", [1, 3])
-def test_a_row_stacks_fused_product_is_its_parts_products_side_by_side(jit, m):
+def test_a_row_stacks_fused_product_is_its_parts_products_side_by_side(jit, m, t):
     """With one row of x the fused kernels write each part straight into its columns of
     the output; with more, into an array per part placed after: either way each part's
     own product, bit for bit, at its offset (the first two parts large enough to be
     shared over the threads, the last not)."""
     rng = np.random.default_rng(12)
-    parts = [weight(rng, GGMLType.Q4_1, n, 16) for n in (300, 262, 33)]
+    parts = [weight(rng, t, n, 16) for n in (300, 262, 33)]
     w = StackedQTensor(parts)
     x = rng.standard_normal((m, w.shape[1])).astype(np.float32)
     got = quant.qmatmul(x, w, path="fused")
@@ -192,7 +191,7 @@ def test_a_row_stacks_fused_product_is_its_parts_products_side_by_side(jit, m):
     assert_matmul_to_f32_rounding(got, x, w.dequantize())
 
 
-@pytest.mark.parametrize("t", [GGMLType.Q4_1, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K],
+@pytest.mark.parametrize("t", [GGMLType.Q5_1, GGMLType.Q5_0, GGMLType.Q4_K, GGMLType.Q6_K],
                          ids=lambda t: t.name)
 def test_numba_threads_split_rows_with_the_same_bits(jit, monkeypatch, t):
     from ember.backends import array_qkernels_parallel as par
@@ -229,7 +228,7 @@ from ember.io.quant import GGMLType
 from test_qmatmul_cpu import weight
 row_parallel._state["workers"] = 2
 rng = np.random.default_rng(0)
-w = weight(rng, GGMLType.Q4_1, 301, 24)  # 301 x 768: split in two in the parent
+w = weight(rng, GGMLType.Q5_1, 301, 24)  # 301 x 768: split in two in the parent
 x = rng.standard_normal((1, w.shape[1])).astype(np.float32)
 want = quant.qmatmul(x, w, path="fused")  # numba's threads launched in the parent
 launched = par.usable()

@@ -529,17 +529,17 @@ class ArrayBackend(Backend):
         return weight
 
     def computes_quantized(self, ggml_type):
-        """numpy with the jit extra: F16 where llvm_f16 compiles its kernels here (llvmlite
-        imported now: 0.04 s), the block types array_qkernels has kernels for where numba
-        is installed (found without importing it: that happens at the first product)."""
-        from . import llvm_f16
-        from .array_qmatmul import F16, KERNEL_NAMES
+        """numpy with the jit extra: F16 and the block types llvm_quant covers where their
+        kernels compile here (llvmlite imported now: 0.04 s), the other block types
+        array_qkernels has kernels for where numba is installed (found without importing
+        it: that happens at the first product)."""
+        from .array_qmatmul import KERNEL_NAMES, compiled_kernels
         from .optional_jit import jit_installed
 
         if not self._is_numpy:
             return False
-        if int(ggml_type) == F16:
-            return llvm_f16.kernels() is not None
+        if compiled_kernels(ggml_type) is not None:
+            return True
         return int(ggml_type) in KERNEL_NAMES and jit_installed()
 
     def qmatmul(self, x, lx, qweight, dtype):

@@ -16,7 +16,9 @@ Two kinds per type, one ``row(raw, b, out)`` decoder each:
 
 Results differ from dequantize-then-matmul only by the order of the f32 additions.
 Half floats go through ``F16``, a 65,536-entry f32 table made by numpy's exact cast.
-(ggml's F16 type itself, a half per weight, has its kernels in llvm_f16.)
+(ggml's F16 type itself, a half per weight, has its kernels in llvm_f16; Q4_0, Q4_1 and
+Q8_0 theirs in llvm_quant, whose explicit vector code ran 10-40% faster than these
+kernels' did, and which spares a model in those types numba's import.)
 """
 
 import numba
@@ -119,48 +121,6 @@ def _q4_pair(acc, ra, rb, da, db, qs_at, xi, k):
         acc[1, j] += db * ((vb - _f32(16.0) * hb) * xl + hb * xh)
 
 
-@numba.njit(**_JIT)
-def dot_q4_0(raw, x, xs, out, r0, r1, f16):
-    nb = raw.shape[1] // 18
-    acc = np.zeros((2, 16), np.float32)
-    for i in range(x.shape[0]):
-        xi = x[i]
-        for r in range(r0, r1, 2):
-            _prefetch_rows(raw, r, 2, r0, r1)
-            ra, rb = raw[r], raw[min(r + 1, r1 - 1)]
-            acc[:] = 0
-            ma = mb = _f32(0.0)
-            for b in range(nb):
-                o, k = b * 18, b * 32
-                da, db = _h(ra, o, f16), _h(rb, o, f16)
-                _q4_pair(acc, ra, rb, da, db, o + 2, xi, k)
-                xsb = _f32(8.0) * (xs[i, 2 * b] + xs[i, 2 * b + 1])  # the values are q - 8
-                ma -= da * xsb
-                mb -= db * xsb
-            _put(out, i, r, r1, acc, ma, mb)
-
-
-@numba.njit(**_JIT)
-def dot_q4_1(raw, x, xs, out, r0, r1, f16):
-    nb = raw.shape[1] // 20
-    acc = np.zeros((2, 16), np.float32)
-    for i in range(x.shape[0]):
-        xi = x[i]
-        for r in range(r0, r1, 2):
-            _prefetch_rows(raw, r, 2, r0, r1)
-            ra, rb = raw[r], raw[min(r + 1, r1 - 1)]
-            acc[:] = 0
-            ma = mb = _f32(0.0)
-            for b in range(nb):
-                o, k = b * 20, b * 32
-                da, db = _h(ra, o, f16), _h(rb, o, f16)
-                _q4_pair(acc, ra, rb, da, db, o + 4, xi, k)
-                xsb = xs[i, 2 * b] + xs[i, 2 * b + 1]
-                ma += _h(ra, o + 2, f16) * xsb
-                mb += _h(rb, o + 2, f16) * xsb
-            _put(out, i, r, r1, acc, ma, mb)
-
-
 @numba.njit(inline="always", **_JIT)
 def _bit_sums(xi, table):
     """table[g, v] = the sum of xi[8g + t] over the bits t set in byte v. A Q5_0/Q5_1
@@ -232,32 +192,6 @@ def dot_q5_1(raw, x, xs, out, r0, r1, f16):
                 ma += _h(ra, o + 2, f16) * xsb + _f32(16.0) * da * _q5_bits(table, 4 * b, ra, o + 4)
                 mb += _h(rb, o + 2, f16) * xsb + _f32(16.0) * db * _q5_bits(table, 4 * b, rb, o + 4)
             _put(out, i, r, r1, acc, ma, mb)
-
-
-@numba.njit(**_JIT)
-def dot_q8_0(raw, x, xs, out, r0, r1, f16):
-    # Two rows at a time, bytes j and j + 16 of a block into lane j, as the 4-bit kernels.
-    # It replaced one row at a time with a per-block sum whose trip count was a runtime
-    # value (so that LLVM's loop vectorizer took it): 2048 x 768, one thread, 9.6 -> 12.3
-    # G weights/s.
-    nb = raw.shape[1] // 34
-    q = raw.view(np.int8)
-    acc = np.zeros((2, 16), np.float32)
-    for i in range(x.shape[0]):
-        xi = x[i]
-        for r in range(r0, r1, 2):
-            _prefetch_rows(raw, r, 2, r0, r1)
-            r2 = min(r + 1, r1 - 1)
-            ra, rb, qa, qb = raw[r], raw[r2], q[r], q[r2]
-            acc[:] = 0
-            for b in range(nb):
-                o, k = b * 34, b * 32
-                da, db = _h(ra, o, f16), _h(rb, o, f16)
-                for j in range(16):
-                    x0, x1 = xi[k + j], xi[k + 16 + j]
-                    acc[0, j] += da * (_f32(qa[o + 2 + j]) * x0 + _f32(qa[o + 18 + j]) * x1)
-                    acc[1, j] += db * (_f32(qb[o + 2 + j]) * x0 + _f32(qb[o + 18 + j]) * x1)
-            _put(out, i, r, r1, acc, _f32(0.0), _f32(0.0))
 
 
 # --- K-quants (256 weights per super-block) ---------------------------------------------------
@@ -577,44 +511,12 @@ def dot_q6_k(raw, x, xs, out, r0, r1, f16):
 # Without fastmath: the values are the same bits as core/io/quant.py's dequantizers (the
 # same operations in the same order, no fused multiply-add).
 #
-# In the Q4_0, Q4_1 and Q8_0 decoders the inner loop's trip count is a runtime value
-# (`lanes`, from the shapes: a block's 16 or 32 values per nibble): LLVM's
-# loop vectorizer then turns the byte-to-float conversions and scalings into 8-lane
-# vector code. With a constant count the loop was unrolled first and stayed scalar (one
-# vcvtsi2ss per value). A prompt's 4 MiB chunk (1820 x 768), one thread, the same bits:
-# Q4_0 1.2 -> 4.7, Q4_1 0.9 -> 2.4, Q8_0 1.4 -> 3.3 G values/s. The other types' decoders
-# gained nothing that way (Q6_K lost a third) and keep their constant counts.
+# A decoder whose inner loop had a runtime trip count (a block's 16 or 32 values, from
+# the shapes) was turned by LLVM's loop vectorizer into 8-lane vector code; with a
+# constant count the loop was unrolled first and stayed scalar (the Q4_0, Q4_1 and Q8_0
+# decoders, now llvm_quant's, gained 2.4-3.9x that way). The types here gained nothing
+# (Q6_K lost a third) and keep their constant counts.
 _EXACT = {"nogil": True, "cache": True, "error_model": "numpy"}
-
-
-@numba.njit(**_EXACT)
-def decode_q4_0(raw, out, r0, r1, f16):
-    nb = raw.shape[1] // 18
-    lanes = out.shape[1] // max(nb, 1) // 2  # 16
-    for r in range(r0, r1):
-        row, w = raw[r], out[r - r0]
-        for b in range(nb):
-            o, k = b * 18, b * 32
-            d = _h(row, o, f16)
-            for j in range(lanes):
-                v = np.int32(row[o + 2 + j])
-                w[k + j] = _f32((v & 15) - 8) * d
-                w[k + lanes + j] = _f32((v >> 4) - 8) * d
-
-
-@numba.njit(**_EXACT)
-def decode_q4_1(raw, out, r0, r1, f16):
-    nb = raw.shape[1] // 20
-    lanes = out.shape[1] // max(nb, 1) // 2  # 16
-    for r in range(r0, r1):
-        row, w = raw[r], out[r - r0]
-        for b in range(nb):
-            o, k = b * 20, b * 32
-            d, m = _h(row, o, f16), _h(row, o + 2, f16)
-            for j in range(lanes):
-                v = row[o + 4 + j]
-                w[k + j] = _f32(v & 15) * d + m
-                w[k + lanes + j] = _f32(v >> 4) * d + m
 
 
 @numba.njit(inline="always", **_EXACT)
@@ -650,20 +552,6 @@ def decode_q5_1(raw, out, r0, r1, f16):
         for b in range(raw.shape[1] // 24):
             o = b * 24
             _q5_values(row, o + 4, o + 8, w, b * 32, _h(row, o, f16), _h(row, o + 2, f16), 0)
-
-
-@numba.njit(**_EXACT)
-def decode_q8_0(raw, out, r0, r1, f16):
-    q = raw.view(np.int8)
-    nb = raw.shape[1] // 34
-    lanes = out.shape[1] // max(nb, 1)  # 32
-    for r in range(r0, r1):
-        row, qr, w = raw[r], q[r], out[r - r0]
-        for b in range(nb):
-            o, k = b * 34, b * 32
-            d = _h(row, o, f16)
-            for j in range(lanes):
-                w[k + j] = _f32(qr[o + 2 + j]) * d
 
 
 @numba.njit(**_EXACT)
@@ -780,22 +668,6 @@ def _span(c, chunks, rows):
 
 
 @numba.njit(**_PAR)
-def spread_q4_0(raw, x, xs, out, rows, f16, chunks):
-    for c in numba.prange(chunks):
-        a, b = _span(c, chunks, rows)
-        if a < b:
-            dot_q4_0(raw, x, xs, out, a, b, f16)
-
-
-@numba.njit(**_PAR)
-def spread_q4_1(raw, x, xs, out, rows, f16, chunks):
-    for c in numba.prange(chunks):
-        a, b = _span(c, chunks, rows)
-        if a < b:
-            dot_q4_1(raw, x, xs, out, a, b, f16)
-
-
-@numba.njit(**_PAR)
 def spread_q5_0(raw, x, xs, out, rows, f16, chunks):
     for c in numba.prange(chunks):
         a, b = _span(c, chunks, rows)
@@ -809,14 +681,6 @@ def spread_q5_1(raw, x, xs, out, rows, f16, chunks):
         a, b = _span(c, chunks, rows)
         if a < b:
             dot_q5_1(raw, x, xs, out, a, b, f16)
-
-
-@numba.njit(**_PAR)
-def spread_q8_0(raw, x, xs, out, rows, f16, chunks):
-    for c in numba.prange(chunks):
-        a, b = _span(c, chunks, rows)
-        if a < b:
-            dot_q8_0(raw, x, xs, out, a, b, f16)
 
 
 @numba.njit(**_PAR)

@@ -28,7 +28,7 @@ import threading
 import numpy as np
 
 from ..errors import UnsupportedDType
-from . import compiler_pages, llvm_f16
+from . import compiler_pages, llvm_f16, llvm_quant
 from .blas_threads import single_thread_below
 from .optional_jit import jit_module
 from .row_parallel import run_either, run_rows, share_count
@@ -46,7 +46,7 @@ SPLIT_CHUNKS = 4
 # ggml type numbers (core/io/quant.py GGMLType; backends sit below io and do not import it):
 # F16, llvm_f16's, and array_qkernels' kernels by type
 F16 = 1
-KERNEL_NAMES = {2: "q4_0", 3: "q4_1", 6: "q5_0", 7: "q5_1", 8: "q8_0"}
+KERNEL_NAMES = {6: "q5_0", 7: "q5_1"}  # Q4_0, Q4_1, Q8_0: llvm_quant's (compiled_kernels)
 KERNEL_NAMES.update({10: "q2_k", 11: "q3_k", 12: "q4_k", 13: "q5_k", 14: "q6_k"})
 _state = {"kernels": None, "tried": False, "release": False}
 _lock = threading.Lock()
@@ -78,8 +78,18 @@ def _load_kernels():
 
 
 def jit_available():
-    """Whether the fused numba kernels are in use."""
+    """Whether the fused numba kernels are in use (importing numba to find out)."""
     return _kernels() is not None
+
+
+def kernels_loaded():
+    """The compiled kernel families this process has loaded so far, by module name
+    ("llvm_f16", "llvm_quant", "array_qkernels": numba's), without loading any: what a
+    benchmark reports after a run (asking jit_available would import numba, ~48 MB)."""
+    from . import llvm_build
+
+    loaded = [n for n in ("llvm_f16", "llvm_quant") if llvm_build.is_built(n)]
+    return tuple(loaded + (["array_qkernels"] if _state["kernels"] is not None else []))
 
 
 PATHS = ("auto", "fused", "decode", "numpy")
@@ -87,15 +97,18 @@ _prepared: set = set()  # ggml types whose kernels prepare() has loaded
 
 
 def prepare(w):
-    """Has numba load (or compile) the fused (and spread) and decode kernels of w's ggml
-    type now, on w's first two rows, once a process: called as weights are placed,
-    before any is read. A kernel's first load pages LLVM's code in (about 60 MB), which
-    the next product hands back (compiler_pages); loaded at a model's first decode step
-    instead, with every weight resident, it raised SmolLM2-135M's peak RSS from 214 to
-    268 MiB."""
+    """Loads (or compiles) the kernels of w's ggml type now, once a process: called as
+    weights are placed, before any is read. The compiled ones (compiled_kernels) are
+    built with their group, which hands LLVM's pages back after; numba's fused (and
+    spread) and decode kernels are called on w's first two rows, and LLVM's pages handed
+    back at the next product. A kernel's first load pages LLVM's code in (about 60 MB):
+    loaded at a model's first decode step instead, with every weight resident, it raised
+    SmolLM2-135M's peak RSS from 214 to 268 MiB."""
     t = getattr(w, "ggml_type", None)
+    if t is not None and compiled_kernels(t) is not None:
+        return  # never numba's import for these types
     wanted = t is not None and int(t) in KERNEL_NAMES and int(t) not in _prepared
-    kernels = _kernels() if wanted else None  # never numba's import for F16 (llvm_f16's)
+    kernels = _kernels() if wanted else None
     pair = kernels[0].get(int(t)) if kernels is not None else None
     # two rows of one plain weight: a stack's own raw would be a copy of every part, and
     # the kernels do not check bounds, so a part of one row will not do
@@ -130,10 +143,10 @@ def qmatmul_rows(x2, w, out, *, path="auto", chunk_rows=None, chunk_bytes=None):
         _state["release"] = False
         compiler_pages.release()
     t = getattr(w, "ggml_type", None)  # a duck-typed host weight may only dequantize rows
+    compiled = compiled_kernels(t) if t is not None and path != "numpy" else None
+    if compiled is not None:
+        return _compiled_rows(compiled, x2, w, out, path, chunk_rows, chunk_bytes)
     if t is not None and int(t) == F16 and path != "numpy":
-        halves = llvm_f16.kernels()
-        if halves is not None:
-            return _f16_rows(halves, x2, w, out, path, chunk_rows, chunk_bytes)
         if path != "auto":
             raise UnsupportedDType(
                 f"qmatmul: no {path} CPU kernel for F16 here (llvm_f16 needs llvmlite: "
@@ -257,15 +270,23 @@ def _place_parts(out, outs, offsets):
         out[:, off : off + part_out.shape[1]] = part_out
 
 
-def _f16_rows(kernels, x2, w, out, path, chunk_rows, chunk_bytes):
-    """qmatmul_rows for an F16 weight (a QTensor or a row stack of them) through
-    llvm_f16's kernels: for few rows of x their dot products, the weight's rows split
+def compiled_kernels(ggml_type):
+    """The compiled ProductKernels (llvm_products) for a ggml type number: llvm_f16's for
+    F16, llvm_quant's for its block types; None for other types or where they cannot be
+    built (no llvmlite, EMBER_JIT=0)."""
+    if int(ggml_type) == F16:
+        return llvm_f16.kernels()
+    return llvm_quant.for_type(ggml_type)
+
+
+def _compiled_rows(kernels, x2, w, out, path, chunk_rows, chunk_bytes):
+    """qmatmul_rows through compiled kernels (compiled_kernels) for a weight (a QTensor or
+    a row stack of them): for few rows of x their dot products, the weight's rows split
     over the cores, each part written straight into its columns of out; for more, chunks
-    of rows widened and multiplied over ember's threads (_chunked_gemm)."""
-    parts = _f16_parts(w)
+    of rows decoded and multiplied over ember's threads (_chunked_gemm)."""
     if path == "fused" or (path == "auto" and x2.shape[0] <= FUSED_MAX_ROWS):
-        for halves, at in parts:
-            _f16_dot(kernels, halves, x2, out[:, at : at + halves.shape[0]])
+        for rows, at in _compiled_parts(kernels, w):
+            _compiled_dot(kernels, rows, x2, out[:, at : at + rows.shape[0]])
         return out
     # many rows: part by part even where the parts are adjacent (a GEMM's bits depend on
     # its width, so an adjacent stack keeps a plain stack's bits only chunked as it is),
@@ -274,47 +295,44 @@ def _f16_rows(kernels, x2, w, out, path, chunk_rows, chunk_bytes):
     # ~5% faster on an Intel host, but OpenBLAS's Haswell kernels give other bits on two
     # threads or another width, and a result must not depend on whether numpy was
     # imported before ember.
-    parts = [(p.raw.view(np.uint16).reshape(p.shape), at) for p, at in _block_parts(w)]
+    parts = [(kernels.weight_rows(p), at) for p, at in _block_parts(w)]
     return _chunked_gemm(x2, out, parts, kernels.decode, chunk_rows, chunk_bytes)
 
 
-def _f16_dot(kernels, halves, x2, cols):
-    """cols = x2 @ f32(halves).T on every core: through llvm_spin's spinning helpers where
+def _compiled_dot(kernels, rows, x2, cols):
+    """cols = x2 @ weight(rows).T on every core: through llvm_spin's spinning helpers where
     they are built (a decode step's products are too short for run_rows' hand-off: Whisper
     base's fc2, 512 x 2048 halves, 68 us alone, 29 us split with a helper), else over
     run_rows' pool; either only where run_rows would share, and only while it times
     faster than one thread (row_parallel.run_either)."""
-    rows, elements = halves.shape[0], halves.shape[1] * x2.shape[0]
-    helpers = kernels.helpers(share_count(rows, elements, align=2, blas_free=True))
+    n, elements = rows.shape[0], x2.shape[1] * x2.shape[0]
+    helpers = kernels.helpers(share_count(n, elements, align=2, blas_free=True))
     if helpers is None:
         run_rows(
-            lambda r0, r1: kernels.dot(halves, x2, cols, r0, r1),
-            rows,
+            lambda r0, r1: kernels.dot(rows, x2, cols, r0, r1),
+            n,
             elements,
+            align=2,
             blas_free=True,  # no GEMM inside, and _chunked_gemm keeps BLAS's pool asleep
         )
         return
     run_either(
-        _f16_dot.__code__,
-        rows * elements,
-        lambda: kernels.dot_split(halves, x2, cols, 0, rows, helpers),
-        lambda: kernels.dot(halves, x2, cols, 0, rows),
+        _compiled_dot.__code__,
+        n * elements,
+        lambda: kernels.dot_split(rows, x2, cols, 0, n, helpers),
+        lambda: kernels.dot(rows, x2, cols, 0, n),
     )
 
 
-def _f16_parts(w):
-    """[(uint16 halves [rows, K], first output column)] of an F16 weight for the dot
-    kernel: one entry (an adjacent stack's one view), or one per part of a row stack
-    whose parts lie apart."""
+def _compiled_parts(kernels, w):
+    """[(weight rows [N, units], first output column)] of a weight for the dot kernel: one
+    entry (an adjacent stack's one view), or one per part of a row stack whose parts lie
+    apart."""
     joined = getattr(w, "joined", None)
     parts = getattr(w, "parts", None) if joined is None else None
     if parts is None:
-        whole = w if joined is None else joined
-        return [(whole.raw.view(np.uint16).reshape(whole.shape), 0)]
-    return [
-        (p.raw.view(np.uint16).reshape(p.shape), off)
-        for p, off in zip(parts, w.offsets, strict=False)
-    ]
+        return [(kernels.weight_rows(w if joined is None else joined), 0)]
+    return [(kernels.weight_rows(p), off) for p, off in zip(parts, w.offsets, strict=False)]
 
 
 def _decode_gemm(x2, w, out, chunk_rows, chunk_bytes, decode, f16):
@@ -391,6 +409,7 @@ __all__ = [
     "KERNEL_NAMES",
     "PATHS",
     "jit_available",
+    "kernels_loaded",
     "prepare",
     "qmatmul_rows",
 ]

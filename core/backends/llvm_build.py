@@ -23,7 +23,10 @@ _DIGEST = 32  # bytes of SHA-256 before a cached object's code
 # one, each build after a release read LLVM's pages back in (a Whisper cold start's
 # second build took 60-84 ms instead of ~10). A module a model may not need (kernels for
 # one family) belongs in a group of its own.
-GROUPS = (("llvm_f16", "llvm_math", "llvm_norm", "llvm_attention", "llvm_spin"),)
+GROUPS = (
+    ("llvm_f16", "llvm_math", "llvm_norm", "llvm_attention", "llvm_spin"),
+    ("llvm_quant",),  # the ggml block types: GGUF language models only
+)
 _built: dict = {}
 _lock = threading.Lock()
 
@@ -39,6 +42,11 @@ def kernels(name):
             if name not in _built:
                 _build_group(next(g for g in GROUPS if name in g))
     return _built[name]
+
+
+def is_built(name):
+    """Whether module `name`'s kernels were built (and built here) in this process."""
+    return _built.get(name) is not None
 
 
 def _build_group(group):

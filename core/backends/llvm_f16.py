@@ -31,81 +31,25 @@ EMBER_JIT=0, on an x86 CPU without F16C (LLVM would call a library routine per e
 fails (a warning says why; the callers then widen the halves as numpy does).
 """
 
-import ctypes
 import sys
 
-import numpy as np
-
 from . import llvm_spin
+from .llvm_products import ROWS_AT, ProductKernels
 
-_P, _I = ctypes.c_void_p, ctypes.c_int64
-_DOT_ARGS = (_P, _I, _P, _I, _P, _I, _I, _I, _I, _I)
-_DECODE_ARGS = (_P, _I, _P, _I, _I, _I, _I)
 PREFETCH_BYTES = 4096  # bytes of weight rows asked for ahead of the rows computed
-_LINE_HALVES = 32  # halves in a 64-byte cache line
 
 
 def kernels():
-    """The compiled F16Kernels, or None where they cannot be had (see the module's note;
-    llvm_build.kernels builds them with the other llvmlite kernels)."""
+    """The compiled F16 ProductKernels (llvm_products), or None where they cannot be had
+    (see the module's note; llvm_build.kernels builds them with the other llvmlite
+    kernels)."""
     from . import llvm_build
 
     return llvm_build.kernels("llvm_f16")
 
 
-class F16Kernels:
-    """dot and decode over numpy arrays: the weight a 2-D uint16 array of half bits whose
-    rows are contiguous, x and out float32 with contiguous rows."""
-
-    def __init__(self, engine, dot_addr, decode_addr, split_addr=0):
-        self._engine = engine  # owns the machine code: kept alive with the functions
-        self._dot = ctypes.CFUNCTYPE(None, *_DOT_ARGS)(dot_addr)
-        self._decode = ctypes.CFUNCTYPE(None, *_DECODE_ARGS)(decode_addr)
-        self._split = ctypes.CFUNCTYPE(_I, _P, _I, *_DOT_ARGS)(split_addr) if split_addr else None
-
-    def helpers(self, threads):
-        """This process's llvm_spin helpers for `threads` threads in all (the caller's
-        among them), or None: one thread, or no split built for this CPU."""
-        if self._split is None:
-            return None
-        return llvm_spin.process_helpers(threads)
-
-    def dot_split(self, w, x, out, r0, r1, helpers):
-        """dot over rows r0:r1 shared with `helpers` (self.helpers): the same bits."""
-        _check(w, x, out)
-        helpers.split(
-            self._split, *_rows(w), *_rows(x), *_rows(out), x.shape[0], r0, r1, w.shape[1]
-        )
-
-    def dot(self, w, x, out, r0, r1):
-        """out[:, r0:r1] = x @ f32(w[r0:r1]).T (out may be a column slice of a wider array)."""
-        _check(w, x, out)
-        self._dot(*_rows(w), *_rows(x), *_rows(out), x.shape[0], r0, r1, w.shape[1])
-
-    def decode(self, w, out, r0, r1):
-        """out[: r1 - r0] = f32(w[r0:r1]), exactly."""
-        _check(w, None, out)
-        self._decode(*_rows(w), *_rows(out), r0, r1, w.shape[1])
-
-
-def _rows(a):
-    """(address, row stride in elements) of a 2-D array whose rows are contiguous."""
-    return a.ctypes.data, a.strides[0] // a.itemsize
-
-
-def _check(w, x, out):
-    # the kernels index with row strides only: every row must be contiguous
-    if w.dtype != np.uint16 or w.ndim != 2 or (w.shape[1] > 1 and w.strides[1] != 2):
-        raise ValueError(
-            f"llvm_f16: weight must be 2-D uint16 with contiguous rows, got {w.dtype} {w.strides}"
-        )
-    for a in (x, out):
-        if a is not None and (
-            a.dtype != np.float32 or a.ndim != 2 or (a.shape[1] > 1 and a.strides[1] != 4)
-        ):
-            raise ValueError(
-                f"llvm_f16: rows must be 2-D float32, contiguous, got {a.dtype} {a.strides}"
-            )
+def _halves(w):
+    return w.shape[1]
 
 
 def build():
@@ -116,19 +60,14 @@ def build():
         return None
     engine = llvm_build.compile_kernels(sys.modules[__name__], _ir_module, sources=(llvm_spin,))
     split = llvm_spin.supported(triple)
-    return F16Kernels(
-        engine,
-        engine.get_function_address("ember_f16_dot"),
-        engine.get_function_address("ember_f16_decode"),
-        engine.get_function_address("ember_f16_dot_split") if split else 0,
-    )
+    return ProductKernels(engine, "ember_f16", "uint16", _halves, split=split)
 
 
 # --- the IR ------------------------------------------------------------------------------------
 def _ir_module(triple):
     from llvmlite import ir
 
-    from .llvm_ir import loop, new_module, no_alias, reduce
+    from .llvm_ir import loop, new_module, no_alias, prefetch_row, reduce
 
     i64, f32, i16 = ir.IntType(64), ir.FloatType(), ir.IntType(16)
     p16, p32 = i16.as_pointer(), f32.as_pointer()
@@ -151,26 +90,20 @@ def _ir_module(triple):
     no_alias(w, x, out)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
 
-    prefetch = module.declare_intrinsic(
-        "llvm.prefetch",
-        [ir.IntType(8).as_pointer()],
-        ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer()] + [ir.IntType(32)] * 3),
-    )
     # rows asked for ahead: PREFETCH_BYTES of them (at least a pair)
     ahead = b.udiv(i64(PREFETCH_BYTES // 2), b.select(b.icmp_signed(">", k, i64(0)), k, i64(1)))
     ahead = b.select(b.icmp_signed("<", ahead, i64(2)), i64(2), ahead)
     last = b.sub(r1, i64(1))
+    wbytes, ldw_bytes, kbytes = (
+        b.bitcast(w, ir.IntType(8).as_pointer()),
+        b.mul(ldw, i64(2)),
+        b.mul(k, i64(2)),
+    )
 
     def ask_for(b, r):
         """prefetch every cache line of weight row min(r, r1 - 1)"""
         r = b.select(b.icmp_signed("<", r, last), r, last)
-        row = b.bitcast(b.gep(w, [b.mul(r, ldw)]), ir.IntType(8).as_pointer())
-
-        def line(b, c):
-            i32 = ir.IntType(32)
-            b.call(prefetch, [b.gep(row, [b.mul(c, i64(2))]), i32(0), i32(3), i32(1)])
-
-        loop(b, i64(0), k, line, "pf", step=_LINE_HALVES)
+        prefetch_row(b, module, wbytes, ldw_bytes, r, kbytes)
 
     def row_pair(b, ra):
         # rows ra and rb = ra + 1 share each load of x; past the last row rb is ra again,
@@ -203,7 +136,7 @@ def _ir_module(triple):
     loop(b, r0, r1, row_pair, "r", step=2)
     b.ret_void()
     if llvm_spin.supported(triple):  # the split over spinning helpers (llvm_spin)
-        llvm_spin.add_split(module, fn, "ember_f16_dot_split", rows_at=7, align=2)
+        llvm_spin.add_split(module, fn, "ember_f16_dot_split", rows_at=ROWS_AT, align=2)
 
     # decode
     fn = ir.Function(

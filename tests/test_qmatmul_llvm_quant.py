@@ -1,0 +1,243 @@
+"""llvm_quant's compiled kernels for Q4_0, Q4_1 and Q8_0 weights (through array_qmatmul):
+products against float64 on the dequantized weights, row decoders bit for bit against
+numpy's dequantizer, splits over llvm_spin's helpers with the whole kernel's bits, and
+models in these types that never import numba."""
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from helpers import missing
+from test_gguf import assert_same_bits, random_blocks
+from test_qmatmul_cpu import assert_matmul_to_f32_rounding
+
+from ember.backends import array_qmatmul as aq
+from ember.backends import llvm_build, llvm_quant, llvm_spin, row_parallel
+from ember.io import quant
+from ember.io.quant import BLOCK_SIZES, GGMLType, QTensor, StackedQTensor
+
+TYPES = [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0]
+ids = lambda t: t.name  # noqa: E731
+AWAKE = 1 << 50  # cycles: helpers that stay awake until closed (a test's own)
+PATIENCE = 30.0  # seconds: a generous bound on a helper's wake-up, never reached when it works
+
+
+@pytest.fixture
+def kernels():
+    """llvm_quant's kernels by ggml type: skipped where llvmlite is missing (a failure
+    under CI=true)."""
+    try:
+        import llvmlite  # noqa: F401
+    except ImportError as exc:
+        missing("llvmlite (the ember[jit] extra)", str(exc))
+    built = llvm_quant.kernels()
+    if built is None:
+        missing("llvm_quant's kernels", "EMBER_JIT=0 is set")
+    return built
+
+
+def weight(rng, t, rows, blocks):
+    """A random (rows, blocks * 32) QTensor of type t: random bytes, finite scales."""
+    return QTensor(random_blocks(rng, t, rows * blocks).reshape(-1), t, (rows, blocks * 32))
+
+
+@pytest.mark.parametrize("t", TYPES, ids=ids)
+@pytest.mark.parametrize("m", [1, 3, 6])
+@pytest.mark.parametrize("path", ["fused", "decode", "auto"])
+def test_products_equal_float64_on_the_dequantized_weight(kernels, t, m, path, monkeypatch):
+    rng = np.random.default_rng(int(t) * 10 + m)
+    w = weight(rng, t, 7, 5)  # an odd row count: the kernels take rows two at a time
+    x = rng.standard_normal((m, w.shape[1])).astype(np.float32)
+    used = []
+    real = aq._compiled_rows
+    monkeypatch.setattr(aq, "_compiled_rows", lambda *a: used.append(a[0]) or real(*a))
+    got = quant.qmatmul(x, w, path=path)
+    assert used == [kernels[int(t)]], "the product did not take llvm_quant's kernels"
+    assert got.shape == (m, 7)
+    assert_matmul_to_f32_rounding(got, x, w.dequantize())
+
+
+@pytest.mark.parametrize("t", TYPES, ids=ids)
+def test_the_row_decoder_is_bit_exact_with_the_numpy_dequantizer(kernels, t):
+    rng = np.random.default_rng(300 + int(t))
+    w = weight(rng, t, 6, 9)
+    k = kernels[int(t)]
+    got = np.full((4, w.shape[1]), np.nan, np.float32)
+    k.decode(k.weight_rows(w), got, 1, 5)  # rows 1:5 only
+    assert_same_bits(got, w.dequantize()[1:5])
+
+
+@pytest.mark.parametrize("t", TYPES, ids=ids)
+def test_every_half_scale_decodes_as_numpy_does(kernels, t):
+    """Each block's scale (and Q4_1's minimum) takes every finite f16 value, subnormals and
+    both zeros among them: the decoder widens each as numpy's cast does."""
+    block = BLOCK_SIZES[t][1]
+    finite = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    finite = finite[(finite & 0x7C00) != 0x7C00]
+    rng = np.random.default_rng(int(t))
+    raw = rng.integers(0, 256, (finite.size, block), dtype=np.uint8)
+    raw[:, 0:2] = finite.view(np.uint8).reshape(-1, 2)
+    if t == GGMLType.Q4_1:
+        raw[:, 2:4] = rng.permutation(finite).view(np.uint8).reshape(-1, 2)
+    rows = finite.size // 32 * 32 // 64  # 64 blocks a row
+    w = QTensor(raw[: rows * 64].reshape(-1), t, (rows, 64 * 32))
+    k = kernels[int(t)]
+    got = np.empty(w.shape, np.float32)
+    k.decode(k.weight_rows(w), got, 0, rows)
+    assert_same_bits(got, w.dequantize())
+
+
+def test_the_dot_kernel_writes_only_its_rows_and_columns(kernels):
+    rng = np.random.default_rng(5)
+    w = weight(rng, GGMLType.Q4_1, 9, 2)
+    k = kernels[int(GGMLType.Q4_1)]
+    x = rng.standard_normal((2, 64)).astype(np.float32)
+    wide = np.full((2, 20), -7.0, np.float32)
+    cols = wide[:, 5:14]
+    k.dot(k.weight_rows(w), x, cols, 2, 6)
+    assert_matmul_to_f32_rounding(cols[:, 2:6], x, w.dequantize()[2:6])
+    untouched = np.ones(wide.shape, bool)
+    untouched[:, 7:11] = False
+    assert (wide[untouched] == -7.0).all()
+
+
+def test_the_kernels_refuse_arrays_they_cannot_index(kernels):
+    k = kernels[int(GGMLType.Q8_0)]
+    w = np.zeros((4, 34), np.uint8)
+    x, out = np.zeros((1, 32), np.float32), np.zeros((1, 4), np.float32)
+    with pytest.raises(ValueError, match="uint8"):
+        k.dot(w.view(np.uint16), x, out, 0, 4)
+    with pytest.raises(ValueError, match="float32"):
+        k.dot(w, np.zeros((1, 64), np.float32)[:, ::2], out, 0, 4)
+    with pytest.raises(ValueError, match="x has 40 columns, the weight 32"):
+        k.dot(w, np.zeros((1, 40), np.float32), out, 0, 4)
+
+
+@pytest.mark.parametrize("t", TYPES, ids=ids)
+def test_a_stack_of_parts_runs_as_one_weight(kernels, t):
+    rng = np.random.default_rng(int(t) + 40)
+    parts = [weight(rng, t, n, 3) for n in (6, 6, 5)]
+    stack = StackedQTensor(parts)
+    dense = np.concatenate([p.dequantize() for p in parts])
+    x = rng.standard_normal((2, 96)).astype(np.float32)
+    for path in ("fused", "decode"):
+        assert_matmul_to_f32_rounding(quant.qmatmul(x, stack, path=path), x, dense)
+
+
+@pytest.fixture
+def helpers_wait(kernels):
+    if llvm_build.kernels("llvm_spin") is None:
+        pytest.skip("no spinning helpers on this CPU (llvm_spin.supported: x86-64 only)")
+    return llvm_build.kernels("llvm_spin").spin
+
+
+def wait_for(predicate):
+    end = time.monotonic() + PATIENCE
+    while not predicate():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.0005)
+    return True
+
+
+@pytest.mark.parametrize("t", TYPES, ids=ids)
+@pytest.mark.parametrize("count", [1, 3])
+@pytest.mark.parametrize("rows", [1, 3, 64, 301])
+def test_a_split_product_has_the_whole_kernels_bits(kernels, helpers_wait, t, count, rows):
+    rng = np.random.default_rng(rows + int(t))
+    w = weight(rng, t, rows, 4)
+    k = kernels[int(t)]
+    x = rng.standard_normal((2, 128)).astype(np.float32)
+    want = np.empty((2, rows), np.float32)
+    k.dot(k.weight_rows(w), x, want, 0, rows)
+    helpers = llvm_spin.Helpers(helpers_wait, count, AWAKE)
+    try:
+        helpers.wake((1 << count) - 1)
+        assert wait_for(lambda: all(s != llvm_spin.ASLEEP for s in helpers.slots[:, 0]))
+        wide = np.full((2, rows + 9), -7.0, np.float32)
+        k.dot_split(k.weight_rows(w), x, wide[:, 4 : 4 + rows], 0, rows, helpers)
+        assert_same_bits(wide[:, 4 : 4 + rows], want)
+        assert (wide[:, :4] == -7.0).all() and (wide[:, 4 + rows :] == -7.0).all()
+        if rows > 2 * (count + 1):
+            assert wait_for(lambda: sum(helpers.jobs()) > 0), "no helper ran a part"
+    finally:
+        helpers.close()
+
+
+def test_a_decode_steps_product_runs_on_the_processes_helpers(kernels, helpers_wait, monkeypatch):
+    """array_qmatmul's fused path shares a product run_rows would share with the process's
+    helpers (while it times faster): the bits of one thread's kernel."""
+    monkeypatch.setitem(row_parallel._state, "workers", 2)
+    monkeypatch.setitem(row_parallel._state, "spin_bound", False)
+    monkeypatch.setattr(row_parallel, "_choices", row_parallel._Choices())
+    rng = np.random.default_rng(8)
+    w = weight(rng, GGMLType.Q4_1, 3072, 18)
+    k = kernels[int(GGMLType.Q4_1)]
+    x = rng.standard_normal((1, 576)).astype(np.float32)
+    want = np.empty((1, 3072), np.float32)
+    k.dot(k.weight_rows(w), x, want, 0, 3072)
+    helpers = k.helpers(2)
+    before = sum(helpers.jobs())
+    end = time.monotonic() + PATIENCE
+    while sum(helpers.jobs()) == before:
+        assert time.monotonic() < end, "no product was shared with the helper"
+        assert_same_bits(quant.qmatmul(x, w, path="fused"), want)
+        monkeypatch.setattr(row_parallel, "_choices", row_parallel._Choices())  # shared first
+    for _ in range(10):
+        assert_same_bits(quant.qmatmul(x, w, path="fused"), want)
+
+
+def test_the_cpu_computes_these_types_without_numba(kernels, monkeypatch):
+    import ember
+    from ember.backends import optional_jit
+
+    be = ember.Device.cpu().backend
+    monkeypatch.setattr(optional_jit, "jit_installed", lambda: False)
+    for t in TYPES:
+        assert be.computes_quantized(t)
+    assert not be.computes_quantized(GGMLType.Q4_K)  # numba's kernels only
+    monkeypatch.setenv("EMBER_JIT", "0")
+    assert not be.computes_quantized(GGMLType.Q4_1)
+
+
+GENERATE = """
+import sys
+import numpy as np
+from ember.models.gguf_llama import load_gguf_model
+model = load_gguf_model(sys.argv[1], device="cpu")
+logits = model([[1, 5, 9, 3]], last_only=True).numpy()
+print(int(np.argmax(logits[0, -1])), "numba" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("qtypes, numba_wanted", [
+    ({"linear": "Q4_1", "embed": "Q8_0", "output": "Q8_0"}, False),
+    ({"linear": "Q4_K", "embed": "Q8_0", "output": "Q8_0"}, True),
+])
+def test_a_model_in_these_types_never_imports_numba(kernels, tmp_path, qtypes, numba_wanted):
+    """A GGUF Llama whose weights are all Q4_0/Q4_1/Q8_0 runs without numba in the process
+    (its import and ~48 MB of its objects); one with a K-quant takes numba's kernels."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from ggml_encode import write_llama_gguf
+
+    if numba_wanted:
+        pytest.importorskip("numba")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(
+        hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=96, max_position_embeddings=64,
+    )
+    path = str(tmp_path / "m.gguf")
+    write_llama_gguf(path, transformers.LlamaForCausalLM(cfg).eval(), qtypes)
+    done = subprocess.run(
+        [sys.executable, "-c", GENERATE, path], capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, EMBER_JIT="1"),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    token, imported = done.stdout.split()
+    assert 0 <= int(token) < 96
+    assert imported == str(numba_wanted)
