@@ -98,11 +98,12 @@ def test_a_sleeping_helper_leaves_the_product_to_the_caller_and_is_woken(spin):
     try:
         assert helpers.slots[0, 0] == llvm_spin.ASLEEP
         got = np.empty_like(want)
-        spin.dot_split(w, x, got, 0, 512, helpers)  # the caller ran it all, and woke it
+        # the caller ran it all, woke the helper, and says the run was not shared
+        assert spin.dot_split(w, x, got, 0, 512, helpers) is False
         assert_same_bits(got, want)
         assert helpers.jobs() == [0]
         assert wait_for(lambda: awake(helpers)), "the caller did not wake the helper"
-        spin.dot_split(w, x, got, 0, 512, helpers)
+        assert spin.dot_split(w, x, got, 0, 512, helpers) is True
         assert helpers.jobs() == [1]
         assert_same_bits(got, want)
     finally:

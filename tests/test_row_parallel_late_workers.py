@@ -180,3 +180,38 @@ def test_one_slow_run_does_not_turn_a_site_but_lasting_load_does():
     # alone runs slow for a whole window: sharing is taken
     made = _timed(choices, site, [0.0005] * row_parallel.WINDOW + [0.0002])
     assert made == [False] * row_parallel.WINDOW + [True]
+
+
+def test_run_either_keys_each_code_object_apart(monkeypatch):
+    """run_either's key is a code object: two of one size keep their own timings."""
+    choices = row_parallel._Choices()
+    monkeypatch.setattr(row_parallel, "_choices", choices)
+    f, g = (lambda: None), (lambda: 1)
+    row_parallel.run_either(f.__code__, 1000, f, f)
+    row_parallel.run_either(g.__code__, 1000, g, g)
+    assert len(choices.sites) == 2
+    assert choices.site(f.__code__, 1000) is not choices.site(g.__code__, 1000)
+
+
+def test_a_run_the_helpers_slept_through_is_not_timed_and_sharing_is_tried_again(monkeypatch):
+    """shared() returning False (the helpers slept: the caller ran it all and woke them)
+    records nothing, and the site's next call runs shared again; had such runs counted as
+    shared, a site that ran alone a while (its helpers then asleep) would find sharing
+    slow at every try and stay alone for good."""
+    choices = row_parallel._Choices()
+    monkeypatch.setattr(row_parallel, "_choices", choices)
+    key = (lambda: None).__code__
+    ways, asleep = [], [True, True]
+
+    def shared():
+        ways.append("shared")
+        return not (asleep and asleep.pop())
+
+    def alone():
+        ways.append("alone")
+
+    for _ in range(4):
+        row_parallel.run_either(key, 1 << 20, shared, alone)
+    site = choices.site(key, 1 << 20)
+    assert ways == ["shared", "shared", "shared", "alone"]
+    assert site.runs == [1, 1]  # the two runs with sleeping helpers were not timed

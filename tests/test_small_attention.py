@@ -182,7 +182,7 @@ def test_the_split_kernel_runs_parts_on_the_helpers_with_one_calls_bits(
         while any(s == llvm_spin.ASLEEP for s in helpers.slots[:, 0]):
             assert time.monotonic() < deadline, "a woken helper never started spinning"
             time.sleep(0.0005)
-        got_undone = attention_kernels.attend_split(
+        got_undone, helped = attention_kernels.attend_split(
             operands + [(got, 64, 32)],
             7,
             2,
@@ -194,6 +194,7 @@ def test_the_split_kernel_runs_parts_on_the_helpers_with_one_calls_bits(
             helpers,
         )
         assert sum(helpers.jobs()) == helpers_count  # each helper ran its part
+        assert helped  # and the split says so
     finally:
         helpers.close()
     assert undone == got_undone == 2

@@ -83,7 +83,9 @@ def _compiled(xp, q, k, v, scale, mask, out):
 
     def shared():
         scratch = xp.empty(m * (2 * tk + d), xp.float32)
-        undone.append(kernels.attend_split(operands, m, tq, tk, d, dv, scale, scratch, helpers))
+        left, helped = kernels.attend_split(operands, m, tq, tk, d, dv, scale, scratch, helpers)
+        undone.append(left)
+        return helped
 
     def alone():
         scratch = xp.empty(2 * tk + d, xp.float32)

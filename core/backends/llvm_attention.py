@@ -63,7 +63,8 @@ class AttentionKernels:
     def attend_split(self, operands, m, tq, tk, d, dv, scale, scratch, helpers):
         """attend with its m matrices shared with llvm_spin's `helpers` (each part its
         own matrices, computed by the same code: the same bits); scratch holds m x (2 tk +
-        d) floats, a part's at its first matrix's place. Returns the rows left undone."""
+        d) floats, a part's at its first matrix's place. Returns (the rows left undone,
+        whether the helpers ran their parts: llvm_spin.Helpers.split)."""
         if scratch.size < m * (2 * tk + d) or scratch.dtype != "float32":
             raise ValueError(
                 f"llvm_attention: scratch of {scratch.size} for {m} x (2 x {tk} + {d})"
@@ -75,8 +76,8 @@ class AttentionKernels:
             + [m, tq, tk, d, dv, scale_bits, scratch.ctypes.data, counts.ctypes.data],
             np.int64,
         )
-        helpers.split(self._split, words.ctypes.data, 0, m)
-        return int(counts.sum())
+        shared = helpers.split(self._split, words.ctypes.data, 0, m)
+        return int(counts.sum()), shared
 
     def attend(self, operands, m, tq, tk, d, dv, scale, scratch):
         """The attention of m stacked matrices q [tq, d], k [tk, d], v [tk, dv] under a

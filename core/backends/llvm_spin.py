@@ -334,10 +334,13 @@ class Helpers:
 
     def split(self, fn, *args):
         """fn(slots, count, *args), a split that add_split compiled, over these helpers;
-        then the ones whose part the caller ran because they slept are woken."""
+        then the ones whose part the caller ran because they slept are woken. Returns
+        whether the helpers ran every part posted to them (False: the caller ran some
+        itself, so the run's time says nothing of sharing)."""
         ran_here = fn(self.address, self.count, *args)
         if ran_here:
             self.wake(ran_here)
+        return not ran_here
 
     def wake(self, mask):
         """Wake the helpers of `mask` (a split's parts run by the caller) that sleep."""

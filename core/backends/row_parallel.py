@@ -19,6 +19,7 @@ import itertools
 import os
 import threading
 import time
+import types
 
 from ..intmath import ceil_div
 
@@ -189,11 +190,21 @@ def run_either(key, elements, shared, alone):
     """shared() or alone(), whichever has been the faster for `key` (a code object) and
     this size, as run_rows chooses (_Choices): for work shared some other way than the
     pool's (llvm_spin's spinning helpers), which a loaded machine can still slow (a
-    helper that lost its core keeps its caller waiting)."""
+    helper that lost its core keeps its caller waiting).
+
+    shared() returns False where no one shared the run (the helpers slept, and the caller
+    ran their parts and woke them): its time is not recorded, and the site's next call
+    runs shared again. Recorded as shared, such runs set a trap: a site that ran alone for
+    a while left the helpers asleep, so each of its tries of sharing, every EXPLORE_EVERY
+    calls, ran alone plus a wake-up, and it kept to one core for good (SmolLM2-135M
+    Q4_1: decode steps of 33 ms where sharing every product takes 25)."""
     site = _choices.site(key, elements)
     way = _choices.share(site)
     began = time.perf_counter()
-    (shared if way else alone)()
+    helped = (shared if way else alone)()
+    if way and helped is False:
+        site.retry = True
+        return
     _choices.record(site, way, time.perf_counter() - began)
 
 
@@ -207,12 +218,13 @@ class _Site:
     """One call site and size's timings: the last WINDOW seconds of runs alone and shared,
     runs each way, and calls."""
 
-    __slots__ = ("recent", "runs", "calls")
+    __slots__ = ("recent", "runs", "calls", "retry")
 
     def __init__(self):
         self.recent = ([], [])
         self.runs = [0, 0]
         self.calls = 0
+        self.retry = False  # run shared at the next call (run_either)
 
     @property
     def seconds(self):
@@ -244,7 +256,9 @@ class _Choices:
         as fast alone, others 1.6x faster shared; keyed by size alone, half of its layers
         ran on one core and the forward took 1.29x less time than on one thread, against
         1.56x for the layers each at its best)."""
-        code = getattr(fn, "__code__", None) or type(fn)
+        # run_either's key is a code object already (which has no __code__: taken as
+        # type(fn), every such site was one)
+        code = fn if isinstance(fn, types.CodeType) else getattr(fn, "__code__", None) or type(fn)
         key = (code, int(elements).bit_length(), key)
         entry = self.sites.get(key)
         if entry is None:
@@ -255,6 +269,9 @@ class _Choices:
 
     def share(self, site):
         site.calls += 1
+        if site.retry:
+            site.retry = False
+            return True
         alone, shared = site.seconds
         explore = site.calls % EXPLORE_EVERY == 0
         if shared is None:
