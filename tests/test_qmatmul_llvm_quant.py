@@ -213,10 +213,13 @@ print(int(np.argmax(logits[0, -1])), "numba" in sys.modules)
 """
 
 
-@pytest.mark.parametrize("qtypes, numba_wanted", [
-    ({"linear": "Q4_1", "embed": "Q8_0", "output": "Q8_0"}, False),
-    ({"linear": "Q4_K", "embed": "Q8_0", "output": "Q8_0"}, True),
-])
+@pytest.mark.parametrize(
+    "qtypes, numba_wanted",
+    [
+        ({"linear": "Q4_1", "embed": "Q8_0", "output": "Q8_0"}, False),
+        ({"linear": "Q4_K", "embed": "Q8_0", "output": "Q8_0"}, True),
+    ],
+)
 def test_a_model_in_these_types_never_imports_numba(kernels, tmp_path, qtypes, numba_wanted):
     """A GGUF Llama whose weights are all Q4_0/Q4_1/Q8_0 runs without numba in the process
     (its import and ~48 MB of its objects); one with a K-quant takes numba's kernels."""
@@ -228,16 +231,63 @@ def test_a_model_in_these_types_never_imports_numba(kernels, tmp_path, qtypes, n
         pytest.importorskip("numba")
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(
-        hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, vocab_size=96, max_position_embeddings=64,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=96,
+        max_position_embeddings=64,
     )
     path = str(tmp_path / "m.gguf")
     write_llama_gguf(path, transformers.LlamaForCausalLM(cfg).eval(), qtypes)
     done = subprocess.run(
-        [sys.executable, "-c", GENERATE, path], capture_output=True, text=True, timeout=300,
+        [sys.executable, "-c", GENERATE, path],
+        capture_output=True,
+        text=True,
+        timeout=300,
         env=dict(os.environ, EMBER_JIT="1"),
     )
     assert done.returncode == 0, done.stderr[-3000:]
     token, imported = done.stdout.split()
     assert 0 <= int(token) < 96
     assert imported == str(numba_wanted)
+
+
+def test_a_weights_later_products_reuse_its_plan_with_the_same_bits(kernels, monkeypatch):
+    """A weight's first few-row product on the "auto" path keeps a plan of its kernel
+    arguments (array_qmatmul._FusedPlan), weakly: later products run through it, with
+    the fused path's bits; x it cannot index, and EMBER_JIT=0 set since, go the
+    ordinary way."""
+    import gc
+
+    rng = np.random.default_rng(21)
+    w = StackedQTensor([weight(rng, GGMLType.Q4_1, 6, 3), weight(rng, GGMLType.Q4_1, 5, 3)])
+    x = rng.standard_normal((2, 96)).astype(np.float32)
+    want = quant.qmatmul(x, w, path="fused")
+    assert aq._plan_of(w) is None  # only "auto" keeps one
+    first = aq.qmatmul_rows(x, w, np.empty((2, 11), np.float32))
+    plan = aq._plan_of(w)
+    assert plan is not None
+    runs = []
+    real = aq._FusedPlan.run
+    monkeypatch.setattr(aq._FusedPlan, "run", lambda self, *a: runs.append(1) or real(self, *a))
+    again = aq.qmatmul_rows(x, w, np.empty((2, 11), np.float32))
+    assert runs == [1]
+    assert_same_bits(first, want)
+    assert_same_bits(again, want)
+    # x it cannot index: the plan declines, and the ordinary path says what is wrong
+    with pytest.raises(ValueError, match="contiguous"):
+        aq.qmatmul_rows(np.asfortranarray(x), w, np.empty((2, 11), np.float32))
+    monkeypatch.setenv("EMBER_JIT", "0")  # numpy's dequantizer from now on
+    used = []
+    real_gemm = aq._dequantize_gemm
+    monkeypatch.setattr(aq, "_dequantize_gemm", lambda *a: used.append(1) or real_gemm(*a))
+    assert_matmul_to_f32_rounding(
+        aq.qmatmul_rows(x, w, np.empty((2, 11), np.float32)), x, w.dequantize()
+    )
+    assert used == [1]
+    monkeypatch.delenv("EMBER_JIT")
+    del w, plan
+    gc.collect()
+    assert len(aq._plans) == 0  # the weight gone, its plan with it

@@ -22,8 +22,11 @@ benchmarks/llm.py and benchmarks/qmatmul_cpu.py, see docs/architecture.md "Quant
 matmul on the CPU" for the figures and the candidates that lost).
 """
 
+import contextlib
 import itertools
+import os
 import threading
+import weakref
 
 import numpy as np
 
@@ -137,6 +140,10 @@ def qmatmul_rows(x2, w, out, *, path="auto", chunk_rows=None, chunk_bytes=None):
     EMBER_JIT=0) or the weight is no ggml block type. ``chunk_rows``: weight rows per
     GEMM on the dequantizing paths, else about ``chunk_bytes`` of f32 (default CHUNK_BYTES
     for numpy, at least DECODE_CHUNK_BYTES for numba's decoders)."""
+    if path == "auto" and x2.shape[0] <= FUSED_MAX_ROWS and not _state["release"]:
+        plan = _plan_of(w)
+        if plan is not None and plan.run(x2, out):
+            return out
     if path not in PATHS:
         raise ValueError(f"qmatmul: path must be one of {PATHS}, got {path!r}")
     if _state["release"]:  # kernels were loaded since the last product
@@ -285,8 +292,12 @@ def _compiled_rows(kernels, x2, w, out, path, chunk_rows, chunk_bytes):
     over the cores, each part written straight into its columns of out; for more, chunks
     of rows decoded and multiplied over ember's threads (_chunked_gemm)."""
     if path == "fused" or (path == "auto" and x2.shape[0] <= FUSED_MAX_ROWS):
-        for rows, at in _compiled_parts(kernels, w):
-            _compiled_dot(kernels, rows, x2, out[:, at : at + rows.shape[0]])
+        plan = _FusedPlan(kernels, w)
+        if path == "auto":
+            _remember_plan(w, plan)
+        if not plan.run(x2, out):
+            for rows, at in _compiled_parts(kernels, w):
+                _compiled_dot(kernels, rows, x2, out[:, at : at + rows.shape[0]])
         return out
     # many rows: part by part even where the parts are adjacent (a GEMM's bits depend on
     # its width, so an adjacent stack keeps a plain stack's bits only chunked as it is),
@@ -297,6 +308,70 @@ def _compiled_rows(kernels, x2, w, out, path, chunk_rows, chunk_bytes):
     # imported before ember.
     parts = [(kernels.weight_rows(p), at) for p, at in _block_parts(w)]
     return _chunked_gemm(x2, out, parts, kernels.decode, chunk_rows, chunk_bytes)
+
+
+class _FusedPlan:
+    """A weight's few-row product through compiled kernels with every argument but x's
+    and out's worked out once: a decode step makes 121 such products (SmolLM2-135M), and
+    finding the kernels, the parts, their views, addresses and checks again each time
+    took 15-25 us of each (of 30-200 us)."""
+
+    __slots__ = ("kernels", "parts", "k")
+
+    def __init__(self, kernels, w):
+        self.kernels, self.k = kernels, w.shape[1]
+        self.parts = [(kernels.weight_args(rows), at) for rows, at in _compiled_parts(kernels, w)]
+
+    def run(self, x2, out):
+        """out = x2 @ weight.T, True; or False, nothing done, where x2 or out is not what
+        the kernels index (C-contiguous float32 x2 of the weight's row length, float32
+        out with contiguous rows) or EMBER_JIT=0 was set since."""
+        k = self.k
+        if (
+            x2.dtype != np.float32
+            or out.dtype != np.float32
+            or not x2.flags.c_contiguous
+            or x2.shape[1] != k
+            or out.strides[1] != 4
+            or os.environ.get("EMBER_JIT", "1") == "0"
+        ):
+            return False
+        m, xa, oa, ldo = x2.shape[0], x2.ctypes.data, out.ctypes.data, out.strides[0] // 4
+        for (wa, ldw, n, _), at in self.parts:
+            _compiled_call(self.kernels, (wa, ldw, xa, k, oa + 4 * at, ldo, m, 0, n, k))
+        return True
+
+
+def _compiled_call(kernels, args):
+    """_compiled_dot on ready arguments (_FusedPlan)."""
+    n, elements = args[8], args[6] * args[9]
+    helpers = kernels.helpers(share_count(n, elements, align=2, blas_free=True))
+    if helpers is None:
+        run_rows(lambda r0, r1: kernels.call(args, r0, r1), n, elements, align=2, blas_free=True)
+        return
+    run_either(
+        _compiled_dot.__code__,
+        n * elements,
+        lambda: kernels.call_split(args, helpers),
+        lambda: kernels.call(args, 0, n),
+    )
+
+
+# each weight's _FusedPlan, made at its first few-row product on the "auto" path (weak:
+# a model's weights go with the model)
+_plans: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _plan_of(w):
+    try:
+        return _plans.get(w)
+    except TypeError:  # a duck-typed weight that takes no weak reference
+        return None
+
+
+def _remember_plan(w, plan):
+    with contextlib.suppress(TypeError):  # a duck-typed weight that takes no weak reference
+        _plans[w] = plan
 
 
 def _compiled_dot(kernels, rows, x2, cols):

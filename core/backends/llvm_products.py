@@ -68,6 +68,21 @@ class ProductKernels:
         self._check(w, x, out)
         self._dot(*_rows(w), *_rows(x), *_rows(out), x.shape[0], r0, r1, self._per_row(w))
 
+    def weight_args(self, w):
+        """(address, row stride, rows, weights a row) of a weight the kernels can index
+        (checked now): the weight's part of dot's arguments, for `call`."""
+        self._check(w, None, None)
+        return w.ctypes.data, w.strides[0] // w.itemsize, w.shape[0], self._per_row(w)
+
+    def call(self, args, r0, r1):
+        """dot on ready arguments (dot's ten, their checks done by the caller: a weight's
+        from weight_args) over rows r0:r1 instead of theirs."""
+        self._dot(*args[:7], r0, r1, args[9])
+
+    def call_split(self, args, helpers):
+        """dot_split on ready arguments (see call)."""
+        return helpers.split(self._split, *args)
+
     def decode(self, w, out, r0, r1):
         """out[: r1 - r0] = weight(w[r0:r1]) as float32, exactly."""
         self._check(w, None, out)

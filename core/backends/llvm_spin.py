@@ -51,7 +51,17 @@ MAX_HELPERS = 63  # the split's mask of parts it ran itself is one i64
 # ms with the token rules between; a sleeping helper costs the next product its help only.
 IDLE_CYCLES = 3_000_000
 
-_state = {"helpers": None}
+# pid: this process's (os.getpid() is a system call, and helpers() is asked at every
+# product), set again in a forked child
+_state = {"helpers": None, "pid": os.getpid()}
+
+
+def _after_fork_in_child():
+    _state["pid"] = os.getpid()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 _lock = threading.Lock()
 
 
@@ -364,7 +374,7 @@ def helpers(spin, wanted):
     thread count changes; None for fewer than one."""
     wanted = min(int(wanted), MAX_HELPERS)
     h = _state["helpers"]
-    if h is not None and h.pid == os.getpid() and h.count == wanted:
+    if h is not None and h.pid == _state["pid"] and h.count == wanted:
         return h
     with _lock:
         h = _state["helpers"]

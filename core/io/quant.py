@@ -526,7 +526,7 @@ class QTensor:
     for a linear layer's weight.
     """
 
-    __slots__ = ("raw", "ggml_type", "shape", "_row_bytes")
+    __slots__ = ("raw", "ggml_type", "shape", "_row_bytes", "__weakref__")
 
     def __init__(self, raw, ggml_type, shape):
         t = as_ggml_type(ggml_type)
@@ -594,7 +594,7 @@ class StackedQTensor:
     small model's bytes twice in host memory). CPU kernels run part by part (`parts`,
     `offsets`); `raw` assembles the bytes once, for an upload to a device."""
 
-    __slots__ = ("parts", "offsets", "ggml_type", "shape")
+    __slots__ = ("parts", "offsets", "ggml_type", "shape", "__weakref__")
 
     def __init__(self, parts):
         parts = tuple(parts)
