@@ -53,7 +53,7 @@ IDLE_CYCLES = 3_000_000
 
 # pid: this process's (os.getpid() is a system call, and helpers() is asked at every
 # product), set again in a forked child
-_state = {"helpers": None, "pid": os.getpid()}
+_state = {"helpers": None, "pid": os.getpid(), "spin": None}
 
 
 def _after_fork_in_child():
@@ -99,13 +99,20 @@ class SpinKernels:
 
 def process_helpers(threads):
     """This process's Helpers for `threads` threads in all (the caller's among them), or
-    None: one thread, a CPU without helpers, or no llvmlite."""
+    None: one thread, a CPU without helpers, or no llvmlite. Its callers are built
+    kernels (EMBER_JIT was not 0 when they were asked for): the wait, once found, is kept
+    (llvm_build.kernels reads the environment at every call, 2% of a decode step)."""
     from . import llvm_build
 
     if threads <= 1:
         return None
-    kernels = llvm_build.kernels("llvm_spin")
-    return None if kernels is None else helpers(kernels.spin, threads - 1)
+    spin = _state["spin"]
+    if spin is None:
+        kernels = llvm_build.kernels("llvm_spin")
+        if kernels is None:
+            return None
+        spin = _state["spin"] = kernels.spin
+    return helpers(spin, threads - 1)
 
 
 # --- the IR -------------------------------------------------------------------------------------
