@@ -17,7 +17,7 @@ from ggml_encode import quantize_q4_k, write_llama_gguf
 from helpers import require
 from reference_bpe import train_byte_level_bpe
 
-from ember.errors import FormatError
+from ember.errors import FormatError, ShapeMismatch
 from ember.generation import generate
 from ember.io.gguf import GGUFFile
 from ember.io.quant import QTensor, dequantize
@@ -459,3 +459,48 @@ def test_cli_chat_from_gguf_uses_its_template(tmp_path, hf_llama, hf_tokenizer, 
     monkeypatch.setattr(sys, "stdin", io.StringIO("Hi there\n"))
     assert main(["chat", "--gguf", str(path), "--device", "cpu", "--max-new-tokens", "6"]) == 0
     assert capsys.readouterr().out == hf_tokenizer.decode(new) + "\n"
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_fused_decode_step_has_the_modules_bits(quant_file, hf_llama, device, batch):
+    """llama_step.DecodeStep makes the modules' backend calls with their arguments: each
+    decode step's logits equal the modules' path bit for bit, on every device (a model
+    it does not take, mixed types whose q/k/v are concatenated, keeps that path)."""
+    from ember.models.llama_step import DecodeStep
+    from ember.models.quant_layers import QuantLinear
+
+    qname, path, _ = quant_file
+    model = load_gguf_model(path, device=device)
+    # F16 weights off the CPU are dense Linears
+    takes = qname != "mixed" and isinstance(model.layers[0].self_attn.qkv_proj, QuantLinear)
+    assert (DecodeStep.of(model) is not None) == takes
+    ids = [_prompt(hf_llama.config.vocab_size, seed=3 + i) for i in range(batch)]
+
+    def steps(fused):
+        model.fused_decode = fused
+        cache = model.new_cache(batch, 12 + 6)
+        logits = model(ids, cache=cache, last_only=True).numpy()
+        out = []
+        for _ in range(5):
+            tok = [[int(t)] for t in logits[:, -1].argmax(-1)]
+            logits = model(tok, cache=cache, last_only=True).numpy()
+            out.append(logits)
+        return out
+
+    for fused, modules in zip(steps(True), steps(False), strict=True):
+        np.testing.assert_array_equal(fused.view(np.uint32), modules.view(np.uint32))
+
+
+def test_a_cache_of_another_shape_takes_the_modules_path_and_its_error(quant_file):
+    """A cache of another model never reaches the fused step's backend calls: the
+    modules' path runs, and its check names what is wrong."""
+    from ember.models.kv_cache import KVCache
+
+    qname, path, _ = quant_file
+    model = load_gguf_model(path)
+    cfg = model.config
+    wrong = KVCache(cfg.num_hidden_layers, 1, cfg.num_key_value_heads, 20, cfg.head_dim + 2)
+    model([[3, 4, 5]], cache=model.new_cache(1, 20), last_only=True)  # a good cache works
+    shape = rf"\[1, {cfg.num_key_value_heads}, 20, {cfg.head_dim + 2}\]"
+    with pytest.raises(ShapeMismatch, match=rf"attention_step: qkv .* \(the cache's {shape}\)"):
+        model([[3]], cache=wrong, last_only=True)

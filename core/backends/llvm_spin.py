@@ -102,12 +102,12 @@ def process_helpers(threads):
     None: one thread, a CPU without helpers, or no llvmlite. Its callers are built
     kernels (EMBER_JIT was not 0 when they were asked for): the wait, once found, is kept
     (llvm_build.kernels reads the environment at every call, 2% of a decode step)."""
-    from . import llvm_build
-
     if threads <= 1:
         return None
     spin = _state["spin"]
     if spin is None:
+        from . import llvm_build
+
         kernels = llvm_build.kernels("llvm_spin")
         if kernels is None:
             return None

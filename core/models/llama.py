@@ -29,6 +29,7 @@ from . import llama_host
 from .kv_cache import KVCache
 from .layer_factory import DenseLayers
 from .llama_config import LlamaConfig
+from .llama_step import DecodeStep
 from .rope import RotaryEmbedding
 
 # What transformers adds for a masked position: the most negative f32, so a row that is
@@ -187,6 +188,9 @@ class LlamaForCausalLM(Module):
     # What a family changes (gemma.py): its config, its decoder layer, where its weights sit.
     config_class = LlamaConfig
     layer_class = DecoderLayer
+    # A decode step takes llama_step.DecodeStep where its layers allow (the same backend
+    # calls without the modules' Python between them); False keeps the modules' path.
+    fused_decode = True
 
     def __init__(self, cfg, vb, device=None, layers=None, max_len=None):
         """`layers` makes the layers (DenseLayers by default); `max_len` caps the context
@@ -324,8 +328,15 @@ class LlamaForCausalLM(Module):
         if self.config.embed_scale is not None:
             # transformers rounds the scale to the model's dtype first (sqrt(3072) is 55.5 in bf16)
             x = x * llama_host.round_to_dtype(self.config.embed_scale, x.dtype)
-        for layer in self.layers:
-            x = layer(x, *rotations[layer.self_attn.rope_kind], cache, masks)
+        stepped = None
+        if t == 1 and cache is not None and self.fused_decode:
+            step = DecodeStep.of(self)  # made each step: nothing in it can go stale
+            stepped = step.run(x, rotations, cache, masks) if step is not None else None
+        if stepped is not None:
+            x = stepped
+        else:
+            for layer in self.layers:
+                x = layer(x, *rotations[layer.self_attn.rope_kind], cache, masks)
         if cache is not None:
             cache.advance(t)
         if last_only and t > 1:

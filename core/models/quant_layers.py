@@ -87,7 +87,8 @@ class QuantLinear(Module):
         blocks where a kernel decodes the type, a dense copy made once elsewhere, or the
         host weight itself on numpy). Quantized weights decode to f32 whatever `dtype`
         the model's activations have (forward converts)."""
-        if self._placed is not None and self._placed[0] == device:
+        placed = self._placed
+        if placed is not None and (placed[0] is device or placed[0] == device):
             return self
         w = self._host_weight()  # raises, changing nothing, where the weight is elsewhere
         self._placed = None  # free the old copy before placing the new one
