@@ -47,3 +47,19 @@ def test_a_file_failing_its_checksum_is_neither_trusted_nor_replaced(tmp_path, m
     with open(cache.path, "rb") as fh:
         assert fh.read() == b"not an object file"
     assert os.listdir(tmp_path / "jit") == [os.path.basename(cache.path)]
+
+
+def test_ember_jit_0_is_seen_as_soon_as_it_is_set(monkeypatch):
+    """EMBER_JIT is read at every ask (from os.environ's own dict on POSIX): set, changed
+    or removed through os.environ, the kernels follow at once."""
+    from ember.backends import llvm_build
+    from ember.backends.optional_jit import jit_disabled
+
+    monkeypatch.delenv("EMBER_JIT", raising=False)
+    assert not jit_disabled()
+    monkeypatch.setenv("EMBER_JIT", "0")
+    assert jit_disabled() and llvm_build.kernels("llvm_norm") is None
+    monkeypatch.setenv("EMBER_JIT", "1")
+    assert not jit_disabled()
+    monkeypatch.delenv("EMBER_JIT")
+    assert not jit_disabled()

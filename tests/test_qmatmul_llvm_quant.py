@@ -279,7 +279,11 @@ def test_a_weights_later_products_reuse_its_plan_with_the_same_bits(kernels, mon
     # x it cannot index: the plan declines, and the ordinary path says what is wrong
     with pytest.raises(ValueError, match="contiguous"):
         aq.qmatmul_rows(np.asfortranarray(x), w, np.empty((2, 11), np.float32))
-    monkeypatch.setenv("EMBER_JIT", "0")  # numpy's dequantizer from now on
+    # numpy's dequantizer from now on (numba's kernels, found missing meanwhile, are
+    # looked for again after the test)
+    monkeypatch.setitem(aq._state, "tried", aq._state["tried"])
+    monkeypatch.setitem(aq._state, "kernels", aq._state["kernels"])
+    monkeypatch.setenv("EMBER_JIT", "0")
     used = []
     real_gemm = aq._dequantize_gemm
     monkeypatch.setattr(aq, "_dequantize_gemm", lambda *a: used.append(1) or real_gemm(*a))

@@ -24,7 +24,6 @@ matmul on the CPU" for the figures and the candidates that lost).
 
 import contextlib
 import itertools
-import os
 import threading
 import weakref
 
@@ -33,7 +32,7 @@ import numpy as np
 from ..errors import UnsupportedDType
 from . import compiler_pages, llvm_f16, llvm_quant
 from .blas_threads import single_thread_below
-from .optional_jit import jit_module
+from .optional_jit import jit_disabled, jit_module
 from .row_parallel import run_either, run_rows, share_count
 
 # f32 bytes of weight rows per GEMM: numpy's dequantizer measured best at 1 MiB for a
@@ -333,7 +332,7 @@ class _FusedPlan:
             or not x2.flags.c_contiguous
             or x2.shape[1] != k
             or out.strides[1] != 4
-            or os.environ.get("EMBER_JIT", "1") == "0"
+            or jit_disabled()
         ):
             return False
         m, xa, oa, ldo = x2.shape[0], x2.ctypes.data, out.ctypes.data, out.strides[0] // 4

@@ -16,6 +16,8 @@ import os
 import threading
 import warnings
 
+from .optional_jit import jit_disabled
+
 _DIGEST = 32  # bytes of SHA-256 before a cached object's code
 # Groups of kernel modules built together, each module with a `build()` returning its
 # kernels (or None where this CPU cannot have them): a group at the first ask for any of
@@ -35,7 +37,7 @@ def kernels(name):
     """The kernels of module `name` (one of GROUPS'), or None: without llvmlite, with
     EMBER_JIT=0, on a CPU the module refuses, or where its build failed (a warning says
     why; callers then take their numpy path)."""
-    if os.environ.get("EMBER_JIT", "1") == "0":
+    if jit_disabled():
         return None
     if name not in _built:
         with _lock:

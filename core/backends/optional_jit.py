@@ -11,9 +11,22 @@ _modules: dict[str, object] = {}
 _lock = threading.Lock()
 
 
+# os.environ's own dict (bytes keys on POSIX): jit_disabled is asked at every kernel
+# call (~300 a decode step), and os.environ.get encodes the key and decodes the value
+# each time (~1 us); a lookup here is ~0.1 us and sees every change os.environ makes
+_ENV = getattr(os.environ, "_data", None) if os.name == "posix" else None
+
+
+def jit_disabled():
+    """Whether EMBER_JIT=0 is set now (ember's compiled kernels then stay unused)."""
+    if _ENV is not None:
+        return _ENV.get(b"EMBER_JIT") == b"0"
+    return os.environ.get("EMBER_JIT", "1") == "0"
+
+
 def jit_module(name):
     """ember.backends.<name>, or None without numba (or with EMBER_JIT=0)."""
-    if os.environ.get("EMBER_JIT", "1") == "0":
+    if jit_disabled():
         return None
     try:
         return _modules[name]
@@ -31,4 +44,4 @@ def jit_module(name):
 def jit_installed():
     """Whether jit_module can load its modules (numba importable, EMBER_JIT not 0), found
     without importing numba (a fifth of a second)."""
-    return os.environ.get("EMBER_JIT", "1") != "0" and importlib.util.find_spec("numba") is not None
+    return not jit_disabled() and importlib.util.find_spec("numba") is not None
