@@ -341,10 +341,30 @@ class _FusedPlan:
         return True
 
 
+def _helpers(kernels, threads, weights):
+    """llvm_spin's helpers for a compiled product of `weights` weights on `threads`
+    threads, or None. Where numba's threads run this process's other products (a model
+    of K-quants and Q8_0: Gemma 3's), only for products of LONE_WEIGHTS or more: numba's
+    OpenMP workers spin after their products as the helpers do after theirs, and three
+    spinning threads on two cores slowed each other; a product that long outlasts the
+    spinning many times over (Gemma 3 270M's 170 MB logits product)."""
+    spread = _state["kernels"][2] if _state["kernels"] is not None else None
+    if weights < LONE_WEIGHTS and spread is not None and spread.usable():
+        return _ALONE
+    return kernels.helpers(threads)
+
+
+LONE_WEIGHTS = 1 << 24
+_ALONE = object()  # _helpers' answer for a product to run on the caller's thread alone
+
+
 def _compiled_call(kernels, args):
     """_compiled_dot on ready arguments (_FusedPlan)."""
     n, elements = args[8], args[6] * args[9]
-    helpers = kernels.helpers(share_count(n, elements, align=2, blas_free=True))
+    helpers = _helpers(kernels, share_count(n, elements, align=2, blas_free=True), n * args[9])
+    if helpers is _ALONE:
+        kernels.call(args, 0, n)
+        return
     if helpers is None:
         run_rows(lambda r0, r1: kernels.call(args, r0, r1), n, elements, align=2, blas_free=True)
         return
@@ -380,7 +400,10 @@ def _compiled_dot(kernels, rows, x2, cols):
     run_rows' pool; either only where run_rows would share, and only while it times
     faster than one thread (row_parallel.run_either)."""
     n, elements = rows.shape[0], x2.shape[1] * x2.shape[0]
-    helpers = kernels.helpers(share_count(n, elements, align=2, blas_free=True))
+    helpers = _helpers(kernels, share_count(n, elements, align=2, blas_free=True), n * x2.shape[1])
+    if helpers is _ALONE:
+        kernels.dot(rows, x2, cols, 0, n)
+        return
     if helpers is None:
         run_rows(
             lambda r0, r1: kernels.dot(rows, x2, cols, r0, r1),
