@@ -100,13 +100,13 @@ def test_kernels_compute_after_the_pages_went(linux_pageout, jit):
     """numba compiles a new kernel after a release (LLVM's pages come back from the file),
     and the ones loaded before still run."""
     rng = np.random.default_rng(0)
-    w = weight(rng, GGMLType.Q4_K, 6, 2)
+    w = weight(rng, GGMLType.Q5_K, 6, 2)
     x = rng.standard_normal((2, w.shape[1])).astype(np.float32)
     before = aq.qmatmul_rows(x, w, np.empty((2, 6), np.float32), path="fused")
     compiler_pages.release()
     again = aq.qmatmul_rows(x, w, np.empty((2, 6), np.float32), path="fused")
     np.testing.assert_array_equal(before, again)
-    new = weight(rng, GGMLType.Q5_1, 4, 16)  # a type this test process may not have loaded
+    new = weight(rng, GGMLType.Q2_K, 4, 2)  # a type this test process may not have loaded
     got = aq.qmatmul_rows(x, new, np.empty((2, 4), np.float32), path="fused")
     assert_matmul_to_f32_rounding(got, x, quant.dequantize(new.raw, new.ggml_type, new.shape))
 
@@ -178,7 +178,7 @@ class _Untouchable:
 
 def test_prepare_passes_over_a_part_of_one_row(jit, monkeypatch):
     rng = np.random.default_rng(2)
-    t = GGMLType.Q5_0
+    t = GGMLType.Q3_K
     monkeypatch.setattr(aq, "_prepared", set())
     stack = _NoWholeRaw(StackedQTensor([weight(rng, t, 1, 1), weight(rng, t, 5, 1)]))
     stack.parts = (_Untouchable(stack.parts[0]), stack.parts[1])

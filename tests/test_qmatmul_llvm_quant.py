@@ -1,4 +1,4 @@
-"""llvm_quant's compiled kernels for Q4_0, Q4_1 and Q8_0 weights (through array_qmatmul):
+"""llvm_quant's compiled kernels for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K weights (through array_qmatmul):
 products against float64 on the dequantized weights, row decoders bit for bit against
 numpy's dequantizer, splits over llvm_spin's helpers with the whole kernel's bits, and
 models in these types that never import numba."""
@@ -19,7 +19,7 @@ from ember.backends import llvm_build, llvm_quant, llvm_spin, row_parallel
 from ember.io import quant
 from ember.io.quant import BLOCK_SIZES, GGMLType, QTensor, StackedQTensor
 
-TYPES = [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0]
+TYPES = [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K]
 ids = lambda t: t.name  # noqa: E731
 AWAKE = 1 << 50  # cycles: helpers that stay awake until closed (a test's own)
 PATIENCE = 30.0  # seconds: a generous bound on a helper's wake-up, never reached when it works
@@ -40,8 +40,9 @@ def kernels():
 
 
 def weight(rng, t, rows, blocks):
-    """A random (rows, blocks * 32) QTensor of type t: random bytes, finite scales."""
-    return QTensor(random_blocks(rng, t, rows * blocks).reshape(-1), t, (rows, blocks * 32))
+    """A random (rows, blocks * block size) QTensor of type t: random bytes, finite scales."""
+    size = BLOCK_SIZES[t][0]
+    return QTensor(random_blocks(rng, t, rows * blocks).reshape(-1), t, (rows, blocks * size))
 
 
 @pytest.mark.parametrize("t", TYPES, ids=ids)
@@ -70,20 +71,30 @@ def test_the_row_decoder_is_bit_exact_with_the_numpy_dequantizer(kernels, t):
     assert_same_bits(got, w.dequantize()[1:5])
 
 
+# where each type keeps its f16 scales (and minimums) in a block
+HALVES = {
+    GGMLType.Q4_0: (0,),
+    GGMLType.Q4_1: (0, 2),
+    GGMLType.Q5_0: (0,),
+    GGMLType.Q8_0: (0,),
+    GGMLType.Q4_K: (0, 2),
+    GGMLType.Q6_K: (208,),
+}
+
+
 @pytest.mark.parametrize("t", TYPES, ids=ids)
 def test_every_half_scale_decodes_as_numpy_does(kernels, t):
-    """Each block's scale (and Q4_1's minimum) takes every finite f16 value, subnormals and
+    """Each block's scale (and minimum) takes every finite f16 value, subnormals and
     both zeros among them: the decoder widens each as numpy's cast does."""
     block = BLOCK_SIZES[t][1]
     finite = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
     finite = finite[(finite & 0x7C00) != 0x7C00]
     rng = np.random.default_rng(int(t))
     raw = rng.integers(0, 256, (finite.size, block), dtype=np.uint8)
-    raw[:, 0:2] = finite.view(np.uint8).reshape(-1, 2)
-    if t == GGMLType.Q4_1:
-        raw[:, 2:4] = rng.permutation(finite).view(np.uint8).reshape(-1, 2)
-    rows = finite.size // 32 * 32 // 64  # 64 blocks a row
-    w = QTensor(raw[: rows * 64].reshape(-1), t, (rows, 64 * 32))
+    for i, at in enumerate(HALVES[t]):
+        raw[:, at : at + 2] = (finite if i == 0 else rng.permutation(finite)).view(np.uint8).reshape(-1, 2)
+    rows = finite.size // 64  # 64 blocks a row
+    w = QTensor(raw[: rows * 64].reshape(-1), t, (rows, 64 * BLOCK_SIZES[t][0]))
     k = kernels[int(t)]
     got = np.empty(w.shape, np.float32)
     k.decode(k.weight_rows(w), got, 0, rows)
@@ -122,7 +133,7 @@ def test_a_stack_of_parts_runs_as_one_weight(kernels, t):
     parts = [weight(rng, t, n, 3) for n in (6, 6, 5)]
     stack = StackedQTensor(parts)
     dense = np.concatenate([p.dequantize() for p in parts])
-    x = rng.standard_normal((2, 96)).astype(np.float32)
+    x = rng.standard_normal((2, stack.shape[1])).astype(np.float32)
     for path in ("fused", "decode"):
         assert_matmul_to_f32_rounding(quant.qmatmul(x, stack, path=path), x, dense)
 
@@ -150,7 +161,7 @@ def test_a_split_product_has_the_whole_kernels_bits(kernels, helpers_wait, t, co
     rng = np.random.default_rng(rows + int(t))
     w = weight(rng, t, rows, 4)
     k = kernels[int(t)]
-    x = rng.standard_normal((2, 128)).astype(np.float32)
+    x = rng.standard_normal((2, w.shape[1])).astype(np.float32)
     want = np.empty((2, rows), np.float32)
     k.dot(k.weight_rows(w), x, want, 0, rows)
     helpers = llvm_spin.Helpers(helpers_wait, count, AWAKE)
@@ -173,6 +184,8 @@ def test_a_decode_steps_product_runs_on_the_processes_helpers(kernels, helpers_w
     monkeypatch.setitem(row_parallel._state, "workers", 2)
     monkeypatch.setitem(row_parallel._state, "spin_bound", False)
     monkeypatch.setattr(row_parallel, "_choices", row_parallel._Choices())
+    # as in a process whose products never ran on numba's threads (earlier tests' may have)
+    monkeypatch.setitem(aq._state, "kernels", None)
     rng = np.random.default_rng(8)
     w = weight(rng, GGMLType.Q4_1, 3072, 18)
     k = kernels[int(GGMLType.Q4_1)]
@@ -198,7 +211,7 @@ def test_the_cpu_computes_these_types_without_numba(kernels, monkeypatch):
     monkeypatch.setattr(optional_jit, "jit_installed", lambda: False)
     for t in TYPES:
         assert be.computes_quantized(t)
-    assert not be.computes_quantized(GGMLType.Q4_K)  # numba's kernels only
+    assert not be.computes_quantized(GGMLType.Q5_K)  # numba's kernels only
     monkeypatch.setenv("EMBER_JIT", "0")
     assert not be.computes_quantized(GGMLType.Q4_1)
 
@@ -217,12 +230,12 @@ print(int(np.argmax(logits[0, -1])), "numba" in sys.modules)
     "qtypes, numba_wanted",
     [
         ({"linear": "Q4_1", "embed": "Q8_0", "output": "Q8_0"}, False),
-        ({"linear": "Q4_K", "embed": "Q8_0", "output": "Q8_0"}, True),
+        ({"linear": "Q5_1", "embed": "Q8_0", "output": "Q8_0"}, True),
     ],
 )
 def test_a_model_in_these_types_never_imports_numba(kernels, tmp_path, qtypes, numba_wanted):
-    """A GGUF Llama whose weights are all Q4_0/Q4_1/Q8_0 runs without numba in the process
-    (its import and ~48 MB of its objects); one with a K-quant takes numba's kernels."""
+    """A GGUF Llama whose weights are all of llvm_quant's types runs without numba in the
+    process (its import and ~48 MB of its objects); one with Q5_1 takes numba's kernels."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from ggml_encode import write_llama_gguf
@@ -295,3 +308,21 @@ def test_a_weights_later_products_reuse_its_plan_with_the_same_bits(kernels, mon
     del w, plan
     gc.collect()
     assert len(aq._plans) == 0  # the weight gone, its plan with it
+
+
+def test_products_keep_off_the_helpers_while_numbas_threads_run_others(kernels, monkeypatch):
+    """Where numba's threads run this process's other products (its OpenMP workers spin
+    after them), a compiled product below LONE_WEIGHTS runs on the caller alone; a
+    longer one may still take the helpers."""
+
+    class Spread:
+        @staticmethod
+        def usable():
+            return True
+
+    k = kernels[int(GGMLType.Q8_0)]
+    monkeypatch.setitem(aq._state, "kernels", ({}, None, Spread))
+    assert aq._helpers(k, 2, aq.LONE_WEIGHTS - 1) is aq._ALONE
+    assert aq._helpers(k, 2, aq.LONE_WEIGHTS) is not aq._ALONE
+    monkeypatch.setitem(aq._state, "kernels", None)  # numba never loaded
+    assert aq._helpers(k, 2, 1000) is not aq._ALONE

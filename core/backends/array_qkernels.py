@@ -16,9 +16,10 @@ Two kinds per type, one ``row(raw, b, out)`` decoder each:
 
 Results differ from dequantize-then-matmul only by the order of the f32 additions.
 Half floats go through ``F16``, a 65,536-entry f32 table made by numpy's exact cast.
-(ggml's F16 type itself, a half per weight, has its kernels in llvm_f16; Q4_0, Q4_1 and
-Q8_0 theirs in llvm_quant, whose explicit vector code ran 10-40% faster than these
-kernels' did, and which spares a model in those types numba's import.)
+(ggml's F16 type itself, a half per weight, has its kernels in llvm_f16; Q4_0, Q4_1,
+Q5_0, Q8_0, Q4_K and Q6_K theirs in llvm_quant, whose explicit vector code ran 1.1-2.4x
+faster than these kernels' did, and which spares a model in those types numba's
+import. These are the types left: Q5_1, Q2_K, Q3_K, Q5_K.)
 """
 
 import numba
@@ -146,29 +147,6 @@ def _q5_bits(table, g, row, qh_at):
         + table[g + 2, row[qh_at + 2]]
         + table[g + 3, row[qh_at + 3]]
     )
-
-
-@numba.njit(**_JIT)
-def dot_q5_0(raw, x, xs, out, r0, r1, f16):
-    nb = raw.shape[1] // 22
-    acc = np.zeros((2, 16), np.float32)
-    table = np.empty((nb * 4, 256), np.float32)
-    for i in range(x.shape[0]):
-        xi = x[i]
-        _bit_sums(xi, table)
-        for r in range(r0, r1, 2):
-            _prefetch_rows(raw, r, 2, r0, r1)
-            ra, rb = raw[r], raw[min(r + 1, r1 - 1)]
-            acc[:] = 0
-            ma = mb = _f32(0.0)
-            for b in range(nb):
-                o, k = b * 22, b * 32
-                da, db = _h(ra, o, f16), _h(rb, o, f16)
-                _q4_pair(acc, ra, rb, da, db, o + 6, xi, k)
-                xsb = xs[i, 2 * b] + xs[i, 2 * b + 1]  # the values are q - 16
-                ma += _f32(16.0) * da * (_q5_bits(table, 4 * b, ra, o + 2) - xsb)
-                mb += _f32(16.0) * db * (_q5_bits(table, 4 * b, rb, o + 2) - xsb)
-            _put(out, i, r, r1, acc, ma, mb)
 
 
 @numba.njit(**_JIT)
@@ -367,43 +345,6 @@ def _k_block_scales(row, o, xs, i, b, f16, sc, n):
     return dmin * mins
 
 
-@numba.njit(**_JIT)
-def dot_q4_k(raw, x, xs, out, r0, r1, f16):
-    nb = raw.shape[1] // 144
-    acc = np.zeros((2, 16), np.float32)
-    sc = np.zeros((2, 8), np.float32)
-    for i in range(x.shape[0]):
-        xi = x[i]
-        for r in range(r0, r1, 2):
-            _prefetch_rows(raw, r, 2, r0, r1)
-            ra, rb = raw[r], raw[min(r + 1, r1 - 1)]
-            acc[:] = 0
-            ma = mb = _f32(0.0)
-            for b in range(nb):
-                o = b * 144
-                ma -= _k_block_scales(ra, o, xs, i, b, f16, sc, 0)
-                mb -= _k_block_scales(rb, o, xs, i, b, f16, sc, 1)
-                for c in range(4):  # sub-blocks 2c (low nibbles) and 2c+1 (high) of bytes c*32..
-                    a0, a1, b0, b1 = sc[0, 2 * c], sc[0, 2 * c + 1], sc[1, 2 * c], sc[1, 2 * c + 1]
-                    q, kk = o + 16 + c * 32, b * 256 + c * 64
-                    for j in range(16):  # bytes j and j + 16 into lane j
-                        va, vb = _f32(ra[q + j]), _f32(rb[q + j])
-                        wa, wb = _f32(ra[q + 16 + j]), _f32(rb[q + 16 + j])
-                        ha, hb = _hi_nibble(va), _hi_nibble(vb)
-                        ga, gb = _hi_nibble(wa), _hi_nibble(wb)
-                        x0, x1 = xi[kk + j], xi[kk + 16 + j]
-                        x2, x3 = xi[kk + 32 + j], xi[kk + 48 + j]
-                        acc[0, j] += a0 * (
-                            (va - _f32(16.0) * ha) * x0 + (wa - _f32(16.0) * ga) * x1
-                        )
-                        acc[0, j] += a1 * (ha * x2 + ga * x3)
-                        acc[1, j] += b0 * (
-                            (vb - _f32(16.0) * hb) * x0 + (wb - _f32(16.0) * gb) * x1
-                        )
-                        acc[1, j] += b1 * (hb * x2 + gb * x3)
-            _put(out, i, r, r1, acc, ma, mb)
-
-
 @numba.njit(inline="always", **_JIT)
 def _q5_k_bits(h, p):
     """Bits 2c and 2c + 1 of a Q5_K qh byte h (as f32), times 16: the tops of sub-blocks
@@ -416,8 +357,8 @@ def _q5_k_bits(h, p):
 
 @numba.njit(**_JIT)
 def dot_q5_k(raw, x, xs, out, r0, r1, f16):
-    # Q4_K's loop, with each value's fifth bit from qh byte j (bit 2c for the low nibble of
-    # byte c*32 + j, 2c + 1 for its high nibble)
+    # Q4_K's layout (4 chunks of 32 bytes, low nibbles then high), with each value's fifth
+    # bit from qh byte j (bit 2c for the low nibble of byte c*32 + j, 2c + 1 for its high)
     nb = raw.shape[1] // 176
     acc = np.zeros((2, 16), np.float32)
     sc = np.zeros((2, 8), np.float32)
@@ -458,55 +399,6 @@ def dot_q5_k(raw, x, xs, out, r0, r1, f16):
             _put(out, i, r, r1, acc, ma, mb)
 
 
-@numba.njit(inline="always", **_JIT)
-def _q6_quad(row, ql, qh, u):
-    """Q6_K's four values (0..63, before the -32) that share ql bytes ql + u and ql + 32 + u
-    and qh byte qh + u: weights u, 32 + u, 64 + u and 96 + u of a 128-weight half, whose
-    low 4 bits are those bytes' low, low, high, high nibbles and whose high 2 bits are the
-    qh byte's fields 0..3. In f32 arithmetic (see the nibble split above)."""
-    a, b = _f32(row[_u(ql + u)]), _f32(row[_u(ql + 32 + u)])
-    ah, bh = _hi_nibble(a), _hi_nibble(b)
-    h0, h1, h2, h3 = _fields2(_f32(row[_u(qh + u)]))
-    return (
-        a - _f32(16.0) * ah + _f32(16.0) * h0,
-        b - _f32(16.0) * bh + _f32(16.0) * h1,
-        ah + _f32(16.0) * h2,
-        bh + _f32(16.0) * h3,
-    )
-
-
-@numba.njit(**_JIT)
-def dot_q6_k(raw, x, xs, out, r0, r1, f16):
-    # one row at a time, as dot_q2_k; the -32 of every value is
-    # -32 * scale * sum(x over the group), from xs
-    nb = raw.shape[1] // 210
-    sc = raw.view(np.int8)
-    acc = np.zeros(16, np.float32)
-    for i in range(x.shape[0]):
-        xi = x[i]
-        for r in range(r0, r1):
-            _prefetch_rows(raw, r, 1, r0, r1)
-            row, srow = raw[r], sc[r]
-            acc[:] = 0
-            m = _f32(0.0)
-            for b in range(nb):
-                o, k = b * 210, b * 256
-                d = _h(row, o + 208, f16)
-                for g in range(16):
-                    m -= d * _f32(srow[o + 192 + g]) * (_f32(32.0) * xs[i, b * 16 + g])
-                for half in range(2):
-                    for s in range(2):
-                        gs = o + 192 + half * 8 + s
-                        s0, s1 = d * _f32(srow[gs]), d * _f32(srow[gs + 2])
-                        s2, s3 = d * _f32(srow[gs + 4]), d * _f32(srow[gs + 6])
-                        ql, qh = o + half * 64 + 16 * s, o + 128 + half * 32 + 16 * s
-                        kx = k + half * 128 + 16 * s
-                        for u in range(16):
-                            p0, p1, p2, p3 = _q6_quad(row, ql, qh, u)
-                            _quad_lane(acc, u, xi, kx, s0, s1, s2, s3, p0, p1, p2, p3)
-            out[i, r] = acc.sum() + m
-
-
 # --- row decoders: a prompt's many rows of x go through BLAS on f32 rows ----------------------
 # Without fastmath: the values are the same bits as core/io/quant.py's dequantizers (the
 # same operations in the same order, no fused multiply-add).
@@ -534,15 +426,6 @@ def _q5_values(row, qh_at, qs_at, w, k, d, m, off):
         else:
             w[k + j] = d * _f32(lo) + m
             w[k + 16 + j] = d * _f32(hi) + m
-
-
-@numba.njit(**_EXACT)
-def decode_q5_0(raw, out, r0, r1, f16):
-    for r in range(r0, r1):
-        row, w = raw[r], out[r - r0]
-        for b in range(raw.shape[1] // 22):
-            o = b * 22
-            _q5_values(row, o + 2, o + 6, w, b * 32, _h(row, o, f16), _f32(0.0), 16)
 
 
 @numba.njit(**_EXACT)
@@ -596,22 +479,6 @@ def _k_scales(row, o, s, f16):
 
 
 @numba.njit(**_EXACT)
-def decode_q4_k(raw, out, r0, r1, f16):
-    for r in range(r0, r1):
-        row, w = raw[r], out[r - r0]
-        for b in range(raw.shape[1] // 144):
-            o, k = b * 144, b * 256
-            for c in range(4):
-                d0, m0 = _k_scales(row, o, 2 * c, f16)
-                d1, m1 = _k_scales(row, o, 2 * c + 1, f16)
-                q, kk = o + 16 + c * 32, k + c * 64
-                for j in range(32):
-                    v = row[q + j]
-                    w[kk + j] = _f32(v & 15) * d0 - m0
-                    w[kk + 32 + j] = _f32(v >> 4) * d1 - m1
-
-
-@numba.njit(**_EXACT)
 def decode_q5_k(raw, out, r0, r1, f16):
     for r in range(r0, r1):
         row, w = raw[r], out[r - r0]
@@ -627,24 +494,6 @@ def decode_q5_k(raw, out, r0, r1, f16):
                     hi = (v >> 4) | (((h >> (2 * c + 1)) & 1) << 4)
                     w[kk + j] = _f32(lo) * d0 - m0
                     w[kk + 32 + j] = _f32(hi) * d1 - m1
-
-
-@numba.njit(**_EXACT)
-def decode_q6_k(raw, out, r0, r1, f16):
-    sc = raw.view(np.int8)
-    for r in range(r0, r1):
-        row, srow, w = raw[r], sc[r], out[r - r0]
-        for b in range(raw.shape[1] // 210):
-            o, k = b * 210, b * 256
-            d = _h(row, o + 208, f16)
-            for g in range(16):
-                dl = d * _f32(srow[o + 192 + g])
-                half, nib, k0 = g // 8, (g // 4) % 2, (g % 4) * 16
-                f, j0 = (g // 2) % 4, (g % 2) * 16
-                for t in range(16):
-                    lo = (np.int32(row[o + half * 64 + k0 + t]) >> (4 * nib)) & 15
-                    hi = (np.int32(row[o + 128 + half * 32 + j0 + t]) >> (2 * f)) & 3
-                    w[k + g * 16 + t] = dl * _f32((lo | (hi << 4)) - 32)
 
 
 # --- every dot kernel over the cores: array_qkernels_parallel launches these -----------------
@@ -665,14 +514,6 @@ def _span(c, chunks, rows):
     step = ((rows + chunks - 1) // chunks + 1) // 2 * 2  # even: row pairs stay whole
     a = c * step
     return a, min(a + step, rows)
-
-
-@numba.njit(**_PAR)
-def spread_q5_0(raw, x, xs, out, rows, f16, chunks):
-    for c in numba.prange(chunks):
-        a, b = _span(c, chunks, rows)
-        if a < b:
-            dot_q5_0(raw, x, xs, out, a, b, f16)
 
 
 @numba.njit(**_PAR)
@@ -700,24 +541,8 @@ def spread_q3_k(raw, x, xs, out, rows, f16, chunks):
 
 
 @numba.njit(**_PAR)
-def spread_q4_k(raw, x, xs, out, rows, f16, chunks):
-    for c in numba.prange(chunks):
-        a, b = _span(c, chunks, rows)
-        if a < b:
-            dot_q4_k(raw, x, xs, out, a, b, f16)
-
-
-@numba.njit(**_PAR)
 def spread_q5_k(raw, x, xs, out, rows, f16, chunks):
     for c in numba.prange(chunks):
         a, b = _span(c, chunks, rows)
         if a < b:
             dot_q5_k(raw, x, xs, out, a, b, f16)
-
-
-@numba.njit(**_PAR)
-def spread_q6_k(raw, x, xs, out, rows, f16, chunks):
-    for c in numba.prange(chunks):
-        a, b = _span(c, chunks, rows)
-        if a < b:
-            dot_q6_k(raw, x, xs, out, a, b, f16)

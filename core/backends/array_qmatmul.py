@@ -48,8 +48,8 @@ SPLIT_CHUNKS = 4
 # ggml type numbers (core/io/quant.py GGMLType; backends sit below io and do not import it):
 # F16, llvm_f16's, and array_qkernels' kernels by type
 F16 = 1
-KERNEL_NAMES = {6: "q5_0", 7: "q5_1"}  # Q4_0, Q4_1, Q8_0: llvm_quant's (compiled_kernels)
-KERNEL_NAMES.update({10: "q2_k", 11: "q3_k", 12: "q4_k", 13: "q5_k", 14: "q6_k"})
+# (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K: llvm_quant's, compiled_kernels)
+KERNEL_NAMES = {7: "q5_1", 10: "q2_k", 11: "q3_k", 13: "q5_k"}
 _state = {"kernels": None, "tried": False, "release": False}
 _lock = threading.Lock()
 

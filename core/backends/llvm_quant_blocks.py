@@ -1,0 +1,209 @@
+"""How llvm_quant's kernels read each ggml block type: a block's weights as vector
+registers of 16 f32 integers, each group with the scale (and offset) that makes its
+weights, in LLVM IR (llvmlite).
+
+A block reads as `terms`: (values, s, c) with `values` [(v, lane)], v 16 f32 integers
+for the block's weights lane .. lane + 15, and each of them `v * s + c` (c None where
+there is none). A term's values share its s and c: a dot product then adds s * sum(v x)
+(+ c * sum(x)) once a term, and a decoder writes v * s (+ c) with numpy's steps
+(core/io/quant.py), so the bits are its dequantizer's:
+
+    Q4_0  (q - 8) * d                       one term of 32
+    Q4_1  q * d + m                         one term of 32
+    Q5_0  (q - 16) * d, q's fifth bits in a 32-bit word   one term of 32
+    Q8_0  q * d                             one term of 32
+    Q4_K  q * (d sc_j) - (dmin m_j)         8 terms of 32 (6-bit sc_j, m_j packed in 12 bytes)
+    Q6_K  (q - 32) * (d sc_g)               16 terms of 16 (int8 sc_g)
+"""
+
+LANES = 16
+# ggml type number -> (name, weights a block, bytes a block); core/io/quant.py's GGMLType
+# and BLOCK_SIZES (io sits above the backends, which do not import it)
+FORMATS = {
+    2: ("q4_0", 32, 18),
+    3: ("q4_1", 32, 20),
+    6: ("q5_0", 32, 22),
+    8: ("q8_0", 32, 34),
+    12: ("q4_k", 256, 144),
+    14: ("q6_k", 256, 210),
+}
+
+
+class Vectors:
+    """The IR types and small vector steps the kernels share, on one IRBuilder."""
+
+    def __init__(self, b):
+        from llvmlite import ir
+
+        self.b, self.ir = b, ir
+        self.i8, self.i32, self.i64, self.f32 = (
+            ir.IntType(8),
+            ir.IntType(32),
+            ir.IntType(64),
+            ir.FloatType(),
+        )
+        self.bytes = ir.VectorType(self.i8, LANES)
+        self.ints = ir.VectorType(self.i32, LANES)
+        self.floats = ir.VectorType(self.f32, LANES)
+
+    def const(self, typ, values):
+        return self.ir.Constant(typ, values if isinstance(values, list) else [values] * LANES)
+
+    def load(self, ptr, typ, align):
+        b = self.b
+        return b.load(b.bitcast(ptr, typ.as_pointer()), align=align)
+
+    def at(self, blk, offset):
+        return self.b.gep(blk, [self.i64(offset)])
+
+    def byte_lanes(self, blk, offset):
+        """The 16 bytes at byte `offset` of a block."""
+        return self.load(self.at(blk, offset), self.bytes, 1)
+
+    def byte(self, blk, offset):
+        return self.b.load(self.at(blk, offset))
+
+    def half(self, blk, offset):
+        """The f16 at byte `offset` of a block, as f32."""
+        b, ir = self.b, self.ir
+        bits = self.load(self.at(blk, offset), ir.IntType(16), 1)
+        return b.fpext(b.bitcast(bits, ir.HalfType()), self.f32)
+
+    def splat(self, s):
+        b, ir = self.b, self.ir
+        one = b.insert_element(ir.Constant(self.floats, ir.Undefined), s, self.i32(0))
+        return b.shuffle_vector(one, one, self.const(self.ints, 0))
+
+    def total(self, v):
+        """The sum of a vector's lanes, halves added in a fixed tree."""
+        b, ir = self.b, self.ir
+        n = LANES
+        while n > 1:
+            n //= 2
+            lo = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(self.i32, n), list(range(n))))
+            hi = b.shuffle_vector(
+                v, v, ir.Constant(ir.VectorType(self.i32, n), list(range(n, 2 * n)))
+            )
+            v = b.fadd(lo, hi)
+        return b.extract_element(v, self.i32(0))
+
+    def low(self, v):
+        return self.b.and_(v, self.const(self.bytes, 15))
+
+    def high(self, v):
+        return self.b.lshr(v, self.const(self.bytes, 4))
+
+    def signed(self, v, less):
+        """Byte lanes less `less`, as f32 (exact: small integers)."""
+        return self.b.sitofp(self.b.sub(v, self.const(self.bytes, less)), self.floats)
+
+    def unsigned(self, v):
+        return self.b.uitofp(v, self.floats)
+
+
+def terms(vec, name, blk):
+    """The block at i8 pointer `blk` of type `name` as terms (see the module's note)."""
+    return _READERS[name](vec, blk)
+
+
+def _q4_0(vec, blk):
+    qs = vec.byte_lanes(blk, 2)
+    lo, hi = vec.signed(vec.low(qs), 8), vec.signed(vec.high(qs), 8)
+    return [([(lo, 0), (hi, LANES)], vec.half(blk, 0), None)]
+
+
+def _q4_1(vec, blk):
+    qs = vec.byte_lanes(blk, 4)
+    lo, hi = vec.unsigned(vec.low(qs)), vec.unsigned(vec.high(qs))
+    return [([(lo, 0), (hi, LANES)], vec.half(blk, 0), vec.half(blk, 2))]
+
+
+def _q5_0(vec, blk):
+    # weight j's fifth bit is bit j of the little-endian word at byte 2 (+16 to its value)
+    b = vec.b
+    qh = b.load(b.bitcast(vec.at(blk, 2), vec.i32.as_pointer()), align=1)
+    word = b.shuffle_vector(
+        b.insert_element(vec.ir.Constant(vec.ints, vec.ir.Undefined), qh, vec.i32(0)),
+        vec.ir.Constant(vec.ints, vec.ir.Undefined),
+        vec.const(vec.ints, 0),
+    )
+    qs = vec.byte_lanes(blk, 6)
+    halves = []
+    for nibble, first in ((vec.low(qs), 0), (vec.high(qs), LANES)):
+        bits = b.lshr(word, vec.const(vec.ints, list(range(first, first + LANES))))
+        bits = b.shl(b.and_(bits, vec.const(vec.ints, 1)), vec.const(vec.ints, 4))
+        q = b.or_(nibble, b.trunc(bits, vec.bytes))
+        halves.append((vec.signed(q, 16), first))
+    return [(halves, vec.half(blk, 0), None)]
+
+
+def _q8_0(vec, blk):
+    lo = vec.b.sitofp(vec.byte_lanes(blk, 2), vec.floats)
+    hi = vec.b.sitofp(vec.byte_lanes(blk, 2 + LANES), vec.floats)
+    return [([(lo, 0), (hi, LANES)], vec.half(blk, 0), None)]
+
+
+def _q4_k(vec, blk):
+    # d, dmin, 12 bytes of scales and minimums, then 4 chunks of 32 bytes: a chunk's low
+    # nibbles are sub-block 2c (weights 64c ..), its high nibbles sub-block 2c + 1
+    b = vec.b
+    d, dmin = vec.half(blk, 0), vec.half(blk, 2)
+    out = []
+    for s in range(8):
+        sc, mn = _k_scale_min(vec, blk, 4, s)
+        ds, dm = b.fmul(d, b.uitofp(sc, vec.f32)), b.fmul(dmin, b.uitofp(mn, vec.f32))
+        chunk = 16 + (s // 2) * 32
+        part = vec.low if s % 2 == 0 else vec.high
+        values = [
+            (vec.unsigned(part(vec.byte_lanes(blk, chunk + h))), 32 * s + h) for h in (0, LANES)
+        ]
+        out.append((values, ds, b.fsub(vec.f32(-0.0), dm)))
+    return out
+
+
+def _k_scale_min(vec, blk, at, s):
+    """Sub-block s's 6-bit scale and minimum (i8) from the 12 bytes at `at`: bytes 0-3
+    and 4-7 hold scales and minimums 0-3 and, in their top 2 bits, the high bits of 4-7;
+    bytes 8-11 the low 4 bits of scales 4-7 (low nibble) and minimums 4-7 (high)."""
+    b, i8 = vec.b, vec.i8
+    if s < 4:
+        return (
+            b.and_(vec.byte(blk, at + s), i8(63)),
+            b.and_(vec.byte(blk, at + 4 + s), i8(63)),
+        )
+    j = s - 4
+    low = vec.byte(blk, at + 8 + j)
+    sc = b.or_(b.and_(low, i8(15)), b.shl(b.lshr(vec.byte(blk, at + j), i8(6)), i8(4)))
+    mn = b.or_(b.lshr(low, i8(4)), b.shl(b.lshr(vec.byte(blk, at + 4 + j), i8(6)), i8(4)))
+    return sc, mn
+
+
+def _q6_k(vec, blk):
+    # ql (128 bytes), qh (64), 16 int8 scales, d: weight 128 h + 32 f + j is nibble f // 2
+    # of ql byte 64 h + 32 (f % 2) + j with bits 2f, 2f + 1 of qh byte 32 h + j above
+    # it, less 32; its scale is that of its 16-weight group
+    b = vec.b
+    d = vec.half(blk, 208)
+    out = []
+    for h in range(2):
+        for f in range(4):
+            for lane in (0, LANES):
+                ql = vec.byte_lanes(blk, 64 * h + 32 * (f % 2) + lane)
+                nibble = vec.low(ql) if f < 2 else vec.high(ql)
+                qh = b.lshr(vec.byte_lanes(blk, 128 + 32 * h + lane), vec.const(vec.bytes, 2 * f))
+                top = b.shl(b.and_(qh, vec.const(vec.bytes, 3)), vec.const(vec.bytes, 4))
+                v = vec.signed(b.or_(nibble, top), 32)
+                group = 8 * h + 2 * f + lane // LANES
+                scale = b.fmul(d, b.sitofp(vec.byte(blk, 192 + group), vec.f32))
+                out.append(([(v, 128 * h + 32 * f + lane)], scale, None))
+    return out
+
+
+_READERS = {
+    "q4_0": _q4_0,
+    "q4_1": _q4_1,
+    "q5_0": _q5_0,
+    "q8_0": _q8_0,
+    "q4_k": _q4_k,
+    "q6_k": _q6_k,
+}
