@@ -1,7 +1,7 @@
 """Text generation speed and memory: a random ~100M-parameter Llama (hidden 768, 8 layers,
 GQA 12/4, intermediate 2048, vocab 32000) on ember (cpu f32, cpu Q4_K GGUF, wgpu f32, wgpu Q4_K GGUF)
 next to transformers on torch CPU; with --gguf, a real GGUF model (SmolLM2-135M-Instruct
-Q4_1, say) on ember cpu quantized (numba's fused kernels, and numpy alone), ember cpu f32
+Q4_1, say) on ember cpu quantized (its compiled kernels, and numpy alone), ember cpu f32
 (the file dequantized once), transformers on torch CPU loaded from the same file, and
 llama.cpp (llama-cpp-python, when installed) with the same thread count.
 

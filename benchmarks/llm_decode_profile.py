@@ -257,7 +257,7 @@ def main():
 
     print(f"load average: {os.getloadavg()}")
     what = set(args.what.split(","))
-    prompt_then(model, 8, 4)  # warm-up (numba compiles or loads its cache)
+    prompt_then(model, 8, 4)  # warm-up (the kernels compile or load from ember's cache)
     kinds = " + ".join(kernels_loaded()) or "numpy"
     print(f"{os.path.basename(path)}: kernels {kinds}, threads {workers()}")
     if "steps" in what:

@@ -9,8 +9,9 @@ on random blocks, for:
   numpy dequantize + GEMM   today's path: rows dequantized a chunk at a time, BLAS gemv
   int8 repack + GEMM        values unpacked to int8 once at load, per token each chunk is
                             cast to f32, scaled and multiplied by BLAS (pure numpy)
-  fused numba, 1 / 2 thr    array_qkernels: per-block dots on the raw blocks
-  q8 activations (numba)    Q4_1 only: x quantized to int8 per 32, integer block dots
+  fused kernels, 1 / 2 thr  llvm_quant's: per-block dots on the raw blocks
+  q8 activations (numba)    Q4_1 only: x quantized to int8 per 32, integer block dots (a
+                            numba kernel of this benchmark's own, needs numba)
                             (llama.cpp's scheme; not exact to f32 rounding)
   f32 dense BLAS            the dequantized weight (5.5x the file for Q4_1): the bar
 
@@ -126,26 +127,27 @@ TYPES_SHAPE = (2048, 768)  # a multiple of every block size (256)
 
 def per_type(rounds):
     """Each ggml type's fused kernel on one thread: G weights/s, and f32 BLAS beside it."""
-    from ember.backends import array_qkernels
+    import functools
+
+    from ember.backends import llvm_quant
     from ember.io.quant import BLOCK_SIZES, GGMLType, QTensor
     from test_gguf import random_blocks
 
     rng = np.random.default_rng(0)
     n, k = TYPES_SHAPE
     x = rng.standard_normal((1, k)).astype(np.float32)
-    xs = x.reshape(1, -1, 16).sum(-1, dtype=np.float32)
     out = np.empty((1, n), np.float32)
     print(f"fused kernels, one thread, {n} x {k}, load {os.getloadavg()[0]:.2f}")
     for t in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"):
         gt = GGMLType[t]
         w = QTensor(random_blocks(rng, gt, n * k // BLOCK_SIZES[gt][0]).reshape(-1), gt, (n, k))
         raw = w.raw.reshape(n, -1)
-        kernel = getattr(array_qkernels, "dot_" + t.lower())
+        kernel = functools.partial(llvm_quant.for_type(gt).dot, raw, x, out, 0, n)
         dense = w.dequantize()
 
-        def fused(kernel=kernel, raw=raw):
+        def fused(kernel=kernel):
             for _ in range(20):
-                kernel(raw, x, xs, out, 0, n, array_qkernels.F16)
+                kernel()
 
         def blas(dense=dense):
             for _ in range(20):
@@ -169,7 +171,7 @@ def main():
 
     if args.types:
         if not aq.jit_available():
-            sys.exit("--types needs the numba kernels (pip install 'ember[jit]')")
+            sys.exit("--types needs the compiled kernels (pip install 'ember[jit]')")
         per_type(args.rounds)
         return
 
@@ -198,14 +200,15 @@ def main():
 
         fused = each(lambda x, w, o: aq.qmatmul_rows(x, w, o, path="fused"))
         row_parallel._state["workers"] = 1  # the numpy backend's row threads, forced
-        runs["fused numba, 1 thread"] = time_it(fused, args.rounds)
+        runs["fused kernels, 1 thread"] = time_it(fused, args.rounds)
         row_parallel._state["workers"] = 2
-        runs["fused numba, 2 threads"] = each(
+        runs["fused kernels, 2 threads"] = each(
             lambda x, w, o: aq.qmatmul_rows(x, w, o, path="fused")
         )
         if MODELS[args.model][6] == "Q4_1":
-            from ember.backends.array_qkernels import F16
-
+            # half bits -> f32, the table the numba candidate reads its scales from
+            F16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+            F16 = F16.astype(np.float32)
             k8 = q8_kernel()
 
             def q8(x, w, o):

@@ -94,6 +94,14 @@ def write_llama_gguf(path, hf_model, qtypes, tokenizer_json=None, gguf=None, rop
             w.add_tensor(name, arr)
             seen[name] = arr
             return
+        if qname in ("Q2_K", "Q3_K"):  # types the gguf package does not write: ember's encoder
+            from ember.io.quant import dequantize
+            from ember.io.quantize import quantize
+
+            raw = quantize(arr, qname)
+            w.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=t)
+            seen[name] = dequantize(raw.reshape(-1), qname, arr.shape)
+            return
         raw = quantize_q4_k(arr) if qname == "Q4_K" else gguf.quants.quantize(arr, t)
         w.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=t)
         seen[name] = gguf.quants.dequantize(raw, t).reshape(arr.shape)

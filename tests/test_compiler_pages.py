@@ -1,5 +1,5 @@
 """LLVM's pages leave the process once the kernels are in place (backends/compiler_pages),
-and the kernels a quantized model needs are loaded as its weights are placed, before any
+and the kernels a quantized model needs are built as its weights are placed, before any
 is read (array_qmatmul.prepare)."""
 
 import os
@@ -97,18 +97,15 @@ def test_keep_turns_release_off(own_llvm):
 
 
 def test_kernels_compute_after_the_pages_went(linux_pageout, jit):
-    """numba compiles a new kernel after a release (LLVM's pages come back from the file),
-    and the ones loaded before still run."""
+    """The compiled kernels built before a release still run after it, with their bits."""
     rng = np.random.default_rng(0)
-    w = weight(rng, GGMLType.Q5_K, 6, 2)
+    w = weight(rng, GGMLType.Q3_K, 6, 2)
     x = rng.standard_normal((2, w.shape[1])).astype(np.float32)
     before = aq.qmatmul_rows(x, w, np.empty((2, 6), np.float32), path="fused")
     compiler_pages.release()
     again = aq.qmatmul_rows(x, w, np.empty((2, 6), np.float32), path="fused")
     np.testing.assert_array_equal(before, again)
-    new = weight(rng, GGMLType.Q2_K, 4, 2)  # a type this test process may not have loaded
-    got = aq.qmatmul_rows(x, new, np.empty((2, 4), np.float32), path="fused")
-    assert_matmul_to_f32_rounding(got, x, quant.dequantize(new.raw, new.ggml_type, new.shape))
+    assert_matmul_to_f32_rounding(again, x, quant.dequantize(w.raw, w.ggml_type, w.shape))
 
 
 def test_release_elsewhere_does_nothing(monkeypatch):
@@ -116,40 +113,28 @@ def test_release_elsewhere_does_nothing(monkeypatch):
     assert compiler_pages.release() == 0
 
 
-class _NoWholeRaw:
-    """A row stack whose own raw (a copy of every part) must not be taken."""
+class _Unreadable:
+    """A weight whose bytes must not be read."""
 
-    def __init__(self, stack):
-        self._stack = stack
-        self.parts, self.ggml_type, self.shape = stack.parts, stack.ggml_type, stack.shape
-        self.offsets = stack.offsets
+    def __init__(self, ggml_type):
+        self.ggml_type, self.shape = ggml_type, (4, 256)
 
     @property
     def raw(self):
-        raise AssertionError("prepare() assembled the whole stack")
+        raise AssertionError("prepare() read the weight")
 
 
-def test_prepare_loads_a_types_kernels_from_a_stacks_first_part(jit, monkeypatch):
-    rng = np.random.default_rng(1)
-    t = GGMLType.Q5_1
-    monkeypatch.setattr(aq, "_prepared", set())
-    released = []
-    monkeypatch.setattr(compiler_pages, "release", lambda: released.append(1) or 0)
-    stack = StackedQTensor([weight(rng, t, 4, 1), weight(rng, t, 2, 1)])
-    aq.prepare(_NoWholeRaw(stack))
-    for name in ("dot_", "decode_"):
-        kernel = getattr(jit, name + aq.KERNEL_NAMES[int(t)])
-        assert kernel.signatures, f"{kernel.__name__} was not loaded"
-    aq.prepare(_NoWholeRaw(stack))  # once a type: nothing is read twice
-    x = rng.standard_normal((1, stack.shape[1])).astype(np.float32)
-    aq.qmatmul_rows(x, stack, np.empty((1, 6), np.float32))
-    aq.qmatmul_rows(x, stack, np.empty((1, 6), np.float32))
-    assert released == [1], "the first product after prepare() hands LLVM's pages back, once"
+def test_prepare_builds_the_types_kernels_without_reading_the_weight(jit):
+    from ember.backends import llvm_build
+
+    aq.prepare(_Unreadable(GGMLType.Q2_K))
+    assert llvm_build.is_built("llvm_quant")
 
 
 def test_f16_weights_never_import_numba():
     """F16 is llvm_f16's: placing such weights (a Whisper checkpoint) must not import
-    numba, a fifth of a second of a cold start and ~48 MB."""
+    numba, a fifth of a second of a cold start and ~48 MB (the block types: tests/
+    test_qmatmul_llvm_quant.py)."""
     out = _run(
         """
         import sys
@@ -163,25 +148,3 @@ def test_f16_weights_never_import_numba():
         """
     )
     assert out == ["False"]
-
-
-class _Untouchable:
-    """A one-row part whose bytes must not be read: two rows past its start are not its."""
-
-    def __init__(self, part):
-        self.shape, self.ggml_type = part.shape, part.ggml_type
-
-    @property
-    def raw(self):
-        raise AssertionError("prepare() read rows of a one-row part")
-
-
-def test_prepare_passes_over_a_part_of_one_row(jit, monkeypatch):
-    rng = np.random.default_rng(2)
-    t = GGMLType.Q3_K
-    monkeypatch.setattr(aq, "_prepared", set())
-    stack = _NoWholeRaw(StackedQTensor([weight(rng, t, 1, 1), weight(rng, t, 5, 1)]))
-    stack.parts = (_Untouchable(stack.parts[0]), stack.parts[1])
-    aq.prepare(stack)
-    assert int(t) in aq._prepared
-    assert getattr(jit, "dot_" + aq.KERNEL_NAMES[int(t)]).signatures

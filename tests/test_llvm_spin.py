@@ -173,13 +173,9 @@ def test_the_f16_product_runs_on_the_processes_helpers(spin, monkeypatch):
     from ember.io import quant
     from ember.io.quant import GGMLType, QTensor
 
-    from ember.backends import array_qmatmul
-
     monkeypatch.setitem(row_parallel._state, "workers", 2)
     monkeypatch.setitem(row_parallel._state, "spin_bound", False)
     monkeypatch.setattr(row_parallel, "_choices", row_parallel._Choices())
-    # as in a process whose products never ran on numba's threads (earlier tests' did)
-    monkeypatch.setitem(array_qmatmul._state, "kernels", None)
     w, x = halves_and_x(5, 1024, 256, 1)
     weight = QTensor(w.view(np.uint8), GGMLType.F16, w.shape)
     want = np.empty((1, 1024), np.float32)

@@ -1,4 +1,4 @@
-"""llvm_quant's compiled kernels for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K weights (through array_qmatmul):
+"""llvm_quant's compiled kernels for every ggml block type (through array_qmatmul):
 products against float64 on the dequantized weights, row decoders bit for bit against
 numpy's dequantizer, splits over llvm_spin's helpers with the whole kernel's bits, and
 models in these types that never import numba."""
@@ -19,7 +19,8 @@ from ember.backends import llvm_build, llvm_quant, llvm_spin, row_parallel
 from ember.io import quant
 from ember.io.quant import BLOCK_SIZES, GGMLType, QTensor, StackedQTensor
 
-TYPES = [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K]
+TYPES = [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0,
+         GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K]
 ids = lambda t: t.name  # noqa: E731
 AWAKE = 1 << 50  # cycles: helpers that stay awake until closed (a test's own)
 PATIENCE = 30.0  # seconds: a generous bound on a helper's wake-up, never reached when it works
@@ -76,8 +77,12 @@ HALVES = {
     GGMLType.Q4_0: (0,),
     GGMLType.Q4_1: (0, 2),
     GGMLType.Q5_0: (0,),
+    GGMLType.Q5_1: (0, 2),
     GGMLType.Q8_0: (0,),
+    GGMLType.Q2_K: (80, 82),
+    GGMLType.Q3_K: (108,),
     GGMLType.Q4_K: (0, 2),
+    GGMLType.Q5_K: (0, 2),
     GGMLType.Q6_K: (208,),
 }
 
@@ -184,8 +189,6 @@ def test_a_decode_steps_product_runs_on_the_processes_helpers(kernels, helpers_w
     monkeypatch.setitem(row_parallel._state, "workers", 2)
     monkeypatch.setitem(row_parallel._state, "spin_bound", False)
     monkeypatch.setattr(row_parallel, "_choices", row_parallel._Choices())
-    # as in a process whose products never ran on numba's threads (earlier tests' may have)
-    monkeypatch.setitem(aq._state, "kernels", None)
     rng = np.random.default_rng(8)
     w = weight(rng, GGMLType.Q4_1, 3072, 18)
     k = kernels[int(GGMLType.Q4_1)]
@@ -203,15 +206,13 @@ def test_a_decode_steps_product_runs_on_the_processes_helpers(kernels, helpers_w
         assert_same_bits(quant.qmatmul(x, w, path="fused"), want)
 
 
-def test_the_cpu_computes_these_types_without_numba(kernels, monkeypatch):
+def test_the_cpu_computes_these_types_only_with_the_kernels(kernels, monkeypatch):
     import ember
-    from ember.backends import optional_jit
 
     be = ember.Device.cpu().backend
-    monkeypatch.setattr(optional_jit, "jit_installed", lambda: False)
     for t in TYPES:
         assert be.computes_quantized(t)
-    assert not be.computes_quantized(GGMLType.Q5_K)  # numba's kernels only
+    assert not be.computes_quantized(GGMLType.F32)  # no kernel: dense is the fast form
     monkeypatch.setenv("EMBER_JIT", "0")
     assert not be.computes_quantized(GGMLType.Q4_1)
 
@@ -226,22 +227,15 @@ print(int(np.argmax(logits[0, -1])), "numba" in sys.modules)
 """
 
 
-@pytest.mark.parametrize(
-    "qtypes, numba_wanted",
-    [
-        ({"linear": "Q4_1", "embed": "Q8_0", "output": "Q8_0"}, False),
-        ({"linear": "Q5_1", "embed": "Q8_0", "output": "Q8_0"}, True),
-    ],
-)
-def test_a_model_in_these_types_never_imports_numba(kernels, tmp_path, qtypes, numba_wanted):
-    """A GGUF Llama whose weights are all of llvm_quant's types runs without numba in the
-    process (its import and ~48 MB of its objects); one with Q5_1 takes numba's kernels."""
+@pytest.mark.parametrize("linear", ["Q4_1", "Q2_K", "Q4_K"])
+def test_a_quantized_model_never_imports_numba(kernels, tmp_path, linear):
+    """A GGUF Llama runs without numba in the process (its import and ~48 MB of its
+    objects), whatever its block types."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from ggml_encode import write_llama_gguf
 
-    if numba_wanted:
-        pytest.importorskip("numba")
+    qtypes = {"linear": linear, "embed": "Q8_0", "output": "Q8_0"}
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(
         hidden_size=256,
@@ -264,7 +258,7 @@ def test_a_model_in_these_types_never_imports_numba(kernels, tmp_path, qtypes, n
     assert done.returncode == 0, done.stderr[-3000:]
     token, imported = done.stdout.split()
     assert 0 <= int(token) < 96
-    assert imported == str(numba_wanted)
+    assert imported == "False"
 
 
 def test_a_weights_later_products_reuse_its_plan_with_the_same_bits(kernels, monkeypatch):
@@ -292,11 +286,7 @@ def test_a_weights_later_products_reuse_its_plan_with_the_same_bits(kernels, mon
     # x it cannot index: the plan declines, and the ordinary path says what is wrong
     with pytest.raises(ValueError, match="contiguous"):
         aq.qmatmul_rows(np.asfortranarray(x), w, np.empty((2, 11), np.float32))
-    # numpy's dequantizer from now on (numba's kernels, found missing meanwhile, are
-    # looked for again after the test)
-    monkeypatch.setitem(aq._state, "tried", aq._state["tried"])
-    monkeypatch.setitem(aq._state, "kernels", aq._state["kernels"])
-    monkeypatch.setenv("EMBER_JIT", "0")
+    monkeypatch.setenv("EMBER_JIT", "0")  # numpy's dequantizer from now on
     used = []
     real_gemm = aq._dequantize_gemm
     monkeypatch.setattr(aq, "_dequantize_gemm", lambda *a: used.append(1) or real_gemm(*a))
@@ -308,21 +298,3 @@ def test_a_weights_later_products_reuse_its_plan_with_the_same_bits(kernels, mon
     del w, plan
     gc.collect()
     assert len(aq._plans) == 0  # the weight gone, its plan with it
-
-
-def test_products_keep_off_the_helpers_while_numbas_threads_run_others(kernels, monkeypatch):
-    """Where numba's threads run this process's other products (its OpenMP workers spin
-    after them), a compiled product below LONE_WEIGHTS runs on the caller alone; a
-    longer one may still take the helpers."""
-
-    class Spread:
-        @staticmethod
-        def usable():
-            return True
-
-    k = kernels[int(GGMLType.Q8_0)]
-    monkeypatch.setitem(aq._state, "kernels", ({}, None, Spread))
-    assert aq._helpers(k, 2, aq.LONE_WEIGHTS - 1) is aq._ALONE
-    assert aq._helpers(k, 2, aq.LONE_WEIGHTS) is not aq._ALONE
-    monkeypatch.setitem(aq._state, "kernels", None)  # numba never loaded
-    assert aq._helpers(k, 2, 1000) is not aq._ALONE

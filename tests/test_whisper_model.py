@@ -226,7 +226,7 @@ def test_ctranslate2_f16_model_bin_keeps_its_halves_where_the_cpu_computes_with_
     (Backend.computes_quantized): every linear layer and the token table stay F16 QTensors
     over the file's bytes (the self-attention's q/k/v one view of CTranslate2's fused
     matrix), and the logits, whole and step by step, are still the f16-rounded model's."""
-    require("numba")
+    require("llvmlite")
     from ember.io.quant import GGMLType
     from ember.models.quant_layers import AdjacentStack, QuantEmbedding, QuantLinear
 
@@ -253,7 +253,7 @@ def test_hugging_face_f16_checkpoint_keeps_its_halves_where_the_cpu_computes_wit
     """A Hugging Face directory saved in f16 takes the same path as an f16 model.bin: its
     linear weights and token table F16 QTensors over the safetensors' bytes, the logits
     the f16-rounded model's."""
-    require("numba")
+    require("llvmlite")
     torch = require("torch")
     from ember.io.quant import GGMLType
     from ember.models.quant_layers import QuantEmbedding, QuantLinear

@@ -529,18 +529,11 @@ class ArrayBackend(Backend):
         return weight
 
     def computes_quantized(self, ggml_type):
-        """numpy with the jit extra: F16 and the block types llvm_quant covers where their
-        kernels compile here (llvmlite imported now: 0.04 s), the other block types
-        array_qkernels has kernels for where numba is installed (found without importing
-        it: that happens at the first product)."""
-        from .array_qmatmul import KERNEL_NAMES, compiled_kernels
-        from .optional_jit import jit_installed
+        """numpy with the jit extra: F16 and every ggml block type where their compiled
+        kernels (llvm_f16's, llvm_quant's) build here (llvmlite imported now: 0.04 s)."""
+        from .array_qmatmul import compiled_kernels
 
-        if not self._is_numpy:
-            return False
-        if compiled_kernels(ggml_type) is not None:
-            return True
-        return int(ggml_type) in KERNEL_NAMES and jit_installed()
+        return self._is_numpy and compiled_kernels(ggml_type) is not None
 
     def qmatmul(self, x, lx, qweight, dtype):
         """x @ dequantize(qweight).T for a host weight (Backend.qmatmul), numpy only:

@@ -11,8 +11,12 @@ there is none). A term's values share its s and c: a dot product then adds s * s
     Q4_0  (q - 8) * d                       one term of 32
     Q4_1  q * d + m                         one term of 32
     Q5_0  (q - 16) * d, q's fifth bits in a 32-bit word   one term of 32
+    Q5_1  q * d + m, the same 5-bit values                 one term of 32
     Q8_0  q * d                             one term of 32
+    Q2_K  q * (d sc_g) - (dmin m_g)         16 terms of 16 (4-bit sc_g, m_g a byte)
+    Q3_K  (q - 4) * (d sc_g)                16 terms of 16 (6-bit signed sc_g packed in 12 bytes)
     Q4_K  q * (d sc_j) - (dmin m_j)         8 terms of 32 (6-bit sc_j, m_j packed in 12 bytes)
+    Q5_K  Q4_K's, q's fifth bits in 32 bytes of their own
     Q6_K  (q - 32) * (d sc_g)               16 terms of 16 (int8 sc_g)
 """
 
@@ -23,8 +27,12 @@ FORMATS = {
     2: ("q4_0", 32, 18),
     3: ("q4_1", 32, 20),
     6: ("q5_0", 32, 22),
+    7: ("q5_1", 32, 24),
     8: ("q8_0", 32, 34),
+    10: ("q2_k", 256, 84),
+    11: ("q3_k", 256, 110),
     12: ("q4_k", 256, 144),
+    13: ("q5_k", 256, 176),
     14: ("q6_k", 256, 210),
 }
 
@@ -119,22 +127,31 @@ def _q4_1(vec, blk):
 
 
 def _q5_0(vec, blk):
-    # weight j's fifth bit is bit j of the little-endian word at byte 2 (+16 to its value)
+    return [(_q5_values(vec, blk, 2, 16), vec.half(blk, 0), None)]
+
+
+def _q5_1(vec, blk):
+    return [(_q5_values(vec, blk, 4, 0), vec.half(blk, 0), vec.half(blk, 2))]
+
+
+def _q5_values(vec, blk, qh_at, less):
+    """[(lanes 0-15, 0), (lanes 16-31, 16)] of a Q5_0/Q5_1 block whose 32-bit word of
+    fifth bits is at qh_at (bit j: weight j's, +16), its nibbles after it, less `less`."""
     b = vec.b
-    qh = b.load(b.bitcast(vec.at(blk, 2), vec.i32.as_pointer()), align=1)
+    qh = b.load(b.bitcast(vec.at(blk, qh_at), vec.i32.as_pointer()), align=1)
     word = b.shuffle_vector(
         b.insert_element(vec.ir.Constant(vec.ints, vec.ir.Undefined), qh, vec.i32(0)),
         vec.ir.Constant(vec.ints, vec.ir.Undefined),
         vec.const(vec.ints, 0),
     )
-    qs = vec.byte_lanes(blk, 6)
+    qs = vec.byte_lanes(blk, qh_at + 4)
     halves = []
     for nibble, first in ((vec.low(qs), 0), (vec.high(qs), LANES)):
         bits = b.lshr(word, vec.const(vec.ints, list(range(first, first + LANES))))
         bits = b.shl(b.and_(bits, vec.const(vec.ints, 1)), vec.const(vec.ints, 4))
         q = b.or_(nibble, b.trunc(bits, vec.bytes))
-        halves.append((vec.signed(q, 16), first))
-    return [(halves, vec.half(blk, 0), None)]
+        halves.append((vec.signed(q, less) if less else vec.unsigned(q), first))
+    return halves
 
 
 def _q8_0(vec, blk):
@@ -143,20 +160,88 @@ def _q8_0(vec, blk):
     return [([(lo, 0), (hi, LANES)], vec.half(blk, 0), None)]
 
 
+def _two_bits(vec, qs, f):
+    """Bits 2f, 2f + 1 of byte lanes."""
+    b = vec.b
+    return b.and_(b.lshr(qs, vec.const(vec.bytes, 2 * f)), vec.const(vec.bytes, 3))
+
+
+def _q2_k(vec, blk):
+    # 16 scale bytes (d's multiplier in the low nibble, dmin's in the high), 64 bytes of
+    # 2-bit values, d, dmin: weight 128 h + 32 f + j is field f of byte 16 + 32 h + j
+    b = vec.b
+    d, dmin = vec.half(blk, 80), vec.half(blk, 82)
+    out = []
+    for h in range(2):
+        for f in range(4):
+            for lane in (0, LANES):
+                q = _two_bits(vec, vec.byte_lanes(blk, 16 + 32 * h + lane), f)
+                group = 8 * h + 2 * f + lane // LANES
+                scale = vec.byte(blk, group)
+                s = b.fmul(d, b.uitofp(b.and_(scale, vec.i8(15)), vec.f32))
+                m = b.fmul(dmin, b.uitofp(b.lshr(scale, vec.i8(4)), vec.f32))
+                out.append(
+                    ([(vec.unsigned(q), 128 * h + 32 * f + lane)], s, b.fsub(vec.f32(-0.0), m))
+                )
+    return out
+
+
+def _q3_k(vec, blk):
+    # hmask (32 bytes), qs (64), 12 bytes of scales, d: weight 128 h + 32 f + j is field f
+    # of qs byte 32 h + j, with 4 more where bit 4 h + f of hmask byte j is set, less 4
+    b = vec.b
+    d = vec.half(blk, 108)
+    out = []
+    for h in range(2):
+        for f in range(4):
+            for lane in (0, LANES):
+                q = _two_bits(vec, vec.byte_lanes(blk, 32 + 32 * h + lane), f)
+                bit = b.lshr(vec.byte_lanes(blk, lane), vec.const(vec.bytes, 4 * h + f))
+                q = b.or_(q, b.shl(b.and_(bit, vec.const(vec.bytes, 1)), vec.const(vec.bytes, 2)))
+                group = 8 * h + 2 * f + lane // LANES
+                s = b.fmul(d, b.sitofp(_q3_scale(vec, blk, 96, group), vec.f32))
+                out.append(([(vec.signed(q, 4), 128 * h + 32 * f + lane)], s, None))
+    return out
+
+
+def _q3_scale(vec, blk, at, i):
+    """Q3_K's scale i (i8, -32..31) from its 12 bytes at `at`: the low 4 bits in a nibble
+    of byte i % 8 (low for i < 8), the high 2 in bits 2 (i // 4), +1 of byte 8 + i % 4."""
+    b, i8 = vec.b, vec.i8
+    low = vec.byte(blk, at + i % 8)
+    low = b.and_(low, i8(15)) if i < 8 else b.lshr(low, i8(4))
+    high = b.and_(b.lshr(vec.byte(blk, at + 8 + i % 4), i8(2 * (i // 4))), i8(3))
+    return b.sub(b.or_(low, b.shl(high, i8(4))), i8(32))
+
+
 def _q4_k(vec, blk):
-    # d, dmin, 12 bytes of scales and minimums, then 4 chunks of 32 bytes: a chunk's low
-    # nibbles are sub-block 2c (weights 64c ..), its high nibbles sub-block 2c + 1
+    return _k_terms(vec, blk, 16, None)
+
+
+def _q5_k(vec, blk):
+    return _k_terms(vec, blk, 48, 16)
+
+
+def _k_terms(vec, blk, qs_at, qh_at):
+    """Q4_K's and Q5_K's blocks: d, dmin, 12 bytes of scales and minimums, (Q5_K) 32
+    bytes of fifth bits at qh_at, then at qs_at 4 chunks of 32 bytes: a chunk's low
+    nibbles are sub-block 2c (weights 64c ..), its high nibbles sub-block 2c + 1, whose
+    fifth bits are bits 2c and 2c + 1 of the qh bytes."""
     b = vec.b
     d, dmin = vec.half(blk, 0), vec.half(blk, 2)
     out = []
     for s in range(8):
         sc, mn = _k_scale_min(vec, blk, 4, s)
         ds, dm = b.fmul(d, b.uitofp(sc, vec.f32)), b.fmul(dmin, b.uitofp(mn, vec.f32))
-        chunk = 16 + (s // 2) * 32
+        chunk = qs_at + (s // 2) * 32
         part = vec.low if s % 2 == 0 else vec.high
-        values = [
-            (vec.unsigned(part(vec.byte_lanes(blk, chunk + h))), 32 * s + h) for h in (0, LANES)
-        ]
+        values = []
+        for h in (0, LANES):
+            q = part(vec.byte_lanes(blk, chunk + h))
+            if qh_at is not None:
+                bit = b.lshr(vec.byte_lanes(blk, qh_at + h), vec.const(vec.bytes, s))
+                q = b.or_(q, b.shl(b.and_(bit, vec.const(vec.bytes, 1)), vec.const(vec.bytes, 4)))
+            values.append((vec.unsigned(q), 32 * s + h))
         out.append((values, ds, b.fsub(vec.f32(-0.0), dm)))
     return out
 
@@ -203,7 +288,11 @@ _READERS = {
     "q4_0": _q4_0,
     "q4_1": _q4_1,
     "q5_0": _q5_0,
+    "q5_1": _q5_1,
     "q8_0": _q8_0,
+    "q2_k": _q2_k,
+    "q3_k": _q3_k,
     "q4_k": _q4_k,
+    "q5_k": _q5_k,
     "q6_k": _q6_k,
 }

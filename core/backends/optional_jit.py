@@ -39,9 +39,3 @@ def jit_module(name):
             except ImportError:  # numba missing
                 _modules[name] = None
     return _modules[name]
-
-
-def jit_installed():
-    """Whether jit_module can load its modules (numba importable, EMBER_JIT not 0), found
-    without importing numba (a fifth of a second)."""
-    return not jit_disabled() and importlib.util.find_spec("numba") is not None
