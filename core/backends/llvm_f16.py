@@ -4,7 +4,7 @@ An F16 weight (a half per element: ggml's F16, the f16 checkpoints Whisper ships
 f32 rows, without an f32 copy of the weight: each half is widened in a register by the
 hardware's conversion (x86's F16C vcvtph2ps, ARM's fcvtl) inside loops LLVM vectorizes.
 
-Why llvmlite and not numba, which ember's other kernels use (array_qkernels): numba's
+Why llvmlite and not numba (which ember's convolution epilogues use): numba's
 import and its first call cost about 0.45 s of GIL-bound Python a process (2 vCPUs here),
 which a Whisper cold start (0.7 s in all) cannot hide; llvmlite (numba's own LLVM
 binding, installed with it by the ``ember[jit]`` extra) imports in 0.03 s and compiles
@@ -19,7 +19,7 @@ ember's cache (llvm_build.ObjectCache). The functions, in C terms:
         out[(r - r0) * ldo + j] = f32(w[r * ldw + j])
 
 dot takes two weight rows at a time (they share each load of x) and asks for the rows
-4 KiB ahead (LLVM's prefetch hint, as numba_prefetch does for the other kernels: a decode
+4 KiB ahead (LLVM's prefetch hint, as llvm_quant's kernels do: a decode
 step reads each weight once, from memory, and without it Whisper's decode steps ran no
 faster than f32 GEMVs). The sums carry LLVM's `fast` flags (reassociation lets the loop
 vectorizer split each into vector lanes, as numba's fastmath does); the decode is exact.
@@ -110,8 +110,7 @@ def _ir_module(triple):
         # whose sum is then stored twice (the same value), so no branch is needed
         rb = b.select(b.icmp_signed("<", b.add(ra, i64(1)), r1), b.add(ra, i64(1)), ra)
         # a decode step reads each weight once, from memory: asking for the rows a few KiB
-        # ahead keeps more loads in flight than the hardware prefetcher does (as numba's
-        # kernels do, numba_prefetch)
+        # ahead keeps more loads in flight than the hardware prefetcher does
         ask_for(b, b.add(ra, ahead))
         ask_for(b, b.add(b.add(ra, ahead), i64(1)))
 

@@ -1,15 +1,12 @@
-"""ggml block-quantized weights (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K) times f32 rows on the
-CPU, compiled by LLVM through llvmlite alone, once a process (the machine code kept in
-ember's cache).
+"""ggml block-quantized weights (every block type: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K,
+Q3_K, Q4_K, Q5_K, Q6_K) times f32 rows on the CPU, compiled by LLVM through llvmlite
+alone, once a process (the machine code kept in ember's cache).
 
-These are the types of llama.cpp's common small models (SmolLM2's GGUF is Q4_1 with a
-Q8_0 embedding; Gemma 3 270M's Q4_K_M file is Q8_0, Q5_0, Q4_K and Q6_K).
-array_qkernels has numba kernels for the other types; these replaced numba's for
-theirs, because a process that imports numba pays for it: its import and first calls
-(~0.45 s of GIL-bound Python), ~48 MB of its own Python objects for the process
-(SmolLM2-135M's peak RSS was 2.2x its 94 MiB file with numba's kernels), and OpenMP
-workers that spin between products where llvm_spin's helpers spin too. With every
-weight of a model in these types numba is never imported.
+They replaced numba kernels (array_qkernels, until 2026-12-07), because a process that
+imports numba pays for it: its import and first calls (~0.45 s of GIL-bound Python),
+~48 MB of its own Python objects for the process (SmolLM2-135M's peak RSS was 2.2x its
+94 MiB file with numba's kernels), and OpenMP workers that spin between products where
+llvm_spin's helpers spin too; and the explicit vector IR runs faster.
 
 The kernels (llvm_products' signature; W is a byte, ldw a row's stride in bytes, k its
 weights): each block is read where it lies, its values made in 16-lane vector
