@@ -167,30 +167,38 @@ def test_two_callers_share_the_helpers_and_each_gets_its_own_products(spin):
         helpers.close()
 
 
-def test_the_f16_product_runs_on_the_processes_helpers(spin, monkeypatch):
-    """array_qmatmul's fused F16 path shares a product run_rows would share with the
-    process's helpers (while it times faster): the bits of one thread's kernel."""
-    from ember.io import quant
-    from ember.io.quant import GGMLType, QTensor
-
+def shares_with_the_helpers(monkeypatch, product, want, helpers):
+    """product() (a fused qmatmul) run until one was shared with the process's helpers,
+    then more: each time the bits `want` of one thread's kernel."""
     monkeypatch.setitem(row_parallel._state, "workers", 2)
     monkeypatch.setitem(row_parallel._state, "spin_bound", False)
     monkeypatch.setattr(row_parallel, "_choices", row_parallel._Choices())
-    w, x = halves_and_x(5, 1024, 256, 1)
-    weight = QTensor(w.view(np.uint8), GGMLType.F16, w.shape)
-    want = np.empty((1, 1024), np.float32)
-    spin.dot(w, x, want, 0, 1024)
-    helpers = spin.helpers(2)
     before = sum(helpers.jobs())
     # the first run wakes the helper, which starts spinning once it gets the GIL (a few
     # products later on a loaded machine); run_either tries both ways, then the faster
     end = time.monotonic() + PATIENCE
     while sum(helpers.jobs()) == before:
         assert time.monotonic() < end, "no product was shared with the helper"
-        assert_same_bits(quant.qmatmul(x, weight, path="fused"), want)
+        assert_same_bits(product(), want)
         monkeypatch.setattr(row_parallel, "_choices", row_parallel._Choices())  # shared first
     for _ in range(20):
-        assert_same_bits(quant.qmatmul(x, weight, path="fused"), want)
+        assert_same_bits(product(), want)
+
+
+def test_the_f16_product_runs_on_the_processes_helpers(spin, monkeypatch):
+    """array_qmatmul's fused F16 path shares a product run_rows would share with the
+    process's helpers (while it times faster): the bits of one thread's kernel (a block
+    type's: tests/test_qmatmul_llvm_quant.py)."""
+    from ember.io import quant
+    from ember.io.quant import GGMLType, QTensor
+
+    w, x = halves_and_x(5, 1024, 256, 1)
+    weight = QTensor(w.view(np.uint8), GGMLType.F16, w.shape)
+    want = np.empty((1, 1024), np.float32)
+    spin.dot(w, x, want, 0, 1024)
+    shares_with_the_helpers(
+        monkeypatch, lambda: quant.qmatmul(x, weight, path="fused"), want, spin.helpers(2)
+    )
 
 
 def _child_product(queue):

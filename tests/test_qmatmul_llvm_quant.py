@@ -1,4 +1,4 @@
-"""llvm_quant's compiled kernels for every ggml block type (through array_qmatmul):
+"""llvm_quant's compiled jit for every ggml block type (through array_qmatmul):
 products against float64 on the dequantized weights, row decoders bit for bit against
 numpy's dequantizer, splits over llvm_spin's helpers with the whole kernel's bits, and
 models in these types that never import numba."""
@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from helpers import missing
 from test_gguf import assert_same_bits, random_blocks
-from test_qmatmul_cpu import assert_matmul_to_f32_rounding
+from test_llvm_spin import AWAKE, shares_with_the_helpers, wait_for
+from test_qmatmul_cpu import assert_matmul_to_f32_rounding, jit, weight  # noqa: F401
 
 from ember.backends import array_qmatmul as aq
 from ember.backends import llvm_build, llvm_quant, llvm_spin, row_parallel
@@ -22,51 +23,29 @@ from ember.io.quant import BLOCK_SIZES, GGMLType, QTensor, StackedQTensor
 TYPES = [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0,
          GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K]
 ids = lambda t: t.name  # noqa: E731
-AWAKE = 1 << 50  # cycles: helpers that stay awake until closed (a test's own)
-PATIENCE = 30.0  # seconds: a generous bound on a helper's wake-up, never reached when it works
-
-
-@pytest.fixture
-def kernels():
-    """llvm_quant's kernels by ggml type: skipped where llvmlite is missing (a failure
-    under CI=true)."""
-    try:
-        import llvmlite  # noqa: F401
-    except ImportError as exc:
-        missing("llvmlite (the ember[jit] extra)", str(exc))
-    built = llvm_quant.kernels()
-    if built is None:
-        missing("llvm_quant's kernels", "EMBER_JIT=0 is set")
-    return built
-
-
-def weight(rng, t, rows, blocks):
-    """A random (rows, blocks * block size) QTensor of type t: random bytes, finite scales."""
-    size = BLOCK_SIZES[t][0]
-    return QTensor(random_blocks(rng, t, rows * blocks).reshape(-1), t, (rows, blocks * size))
 
 
 @pytest.mark.parametrize("t", TYPES, ids=ids)
 @pytest.mark.parametrize("m", [1, 3, 6])
 @pytest.mark.parametrize("path", ["fused", "decode", "auto"])
-def test_products_equal_float64_on_the_dequantized_weight(kernels, t, m, path, monkeypatch):
+def test_products_equal_float64_on_the_dequantized_weight(jit, t, m, path, monkeypatch):
     rng = np.random.default_rng(int(t) * 10 + m)
-    w = weight(rng, t, 7, 5)  # an odd row count: the kernels take rows two at a time
+    w = weight(rng, t, 7, 5)  # an odd row count: the jit take rows two at a time
     x = rng.standard_normal((m, w.shape[1])).astype(np.float32)
     used = []
     real = aq._compiled_rows
     monkeypatch.setattr(aq, "_compiled_rows", lambda *a: used.append(a[0]) or real(*a))
     got = quant.qmatmul(x, w, path=path)
-    assert used == [kernels[int(t)]], "the product did not take llvm_quant's kernels"
+    assert used == [jit[int(t)]], "the product did not take llvm_quant's jit"
     assert got.shape == (m, 7)
     assert_matmul_to_f32_rounding(got, x, w.dequantize())
 
 
 @pytest.mark.parametrize("t", TYPES, ids=ids)
-def test_the_row_decoder_is_bit_exact_with_the_numpy_dequantizer(kernels, t):
+def test_the_row_decoder_is_bit_exact_with_the_numpy_dequantizer(jit, t):
     rng = np.random.default_rng(300 + int(t))
     w = weight(rng, t, 6, 9)
-    k = kernels[int(t)]
+    k = jit[int(t)]
     got = np.full((4, w.shape[1]), np.nan, np.float32)
     k.decode(k.weight_rows(w), got, 1, 5)  # rows 1:5 only
     assert_same_bits(got, w.dequantize()[1:5])
@@ -88,7 +67,7 @@ HALVES = {
 
 
 @pytest.mark.parametrize("t", TYPES, ids=ids)
-def test_every_half_scale_decodes_as_numpy_does(kernels, t):
+def test_every_half_scale_decodes_as_numpy_does(jit, t):
     """Each block's scale (and minimum) takes every finite f16 value, subnormals and
     both zeros among them: the decoder widens each as numpy's cast does."""
     block = BLOCK_SIZES[t][1]
@@ -100,16 +79,16 @@ def test_every_half_scale_decodes_as_numpy_does(kernels, t):
         raw[:, at : at + 2] = (finite if i == 0 else rng.permutation(finite)).view(np.uint8).reshape(-1, 2)
     rows = finite.size // 64  # 64 blocks a row
     w = QTensor(raw[: rows * 64].reshape(-1), t, (rows, 64 * BLOCK_SIZES[t][0]))
-    k = kernels[int(t)]
+    k = jit[int(t)]
     got = np.empty(w.shape, np.float32)
     k.decode(k.weight_rows(w), got, 0, rows)
     assert_same_bits(got, w.dequantize())
 
 
-def test_the_dot_kernel_writes_only_its_rows_and_columns(kernels):
+def test_the_dot_kernel_writes_only_its_rows_and_columns(jit):
     rng = np.random.default_rng(5)
     w = weight(rng, GGMLType.Q4_1, 9, 2)
-    k = kernels[int(GGMLType.Q4_1)]
+    k = jit[int(GGMLType.Q4_1)]
     x = rng.standard_normal((2, 64)).astype(np.float32)
     wide = np.full((2, 20), -7.0, np.float32)
     cols = wide[:, 5:14]
@@ -120,8 +99,8 @@ def test_the_dot_kernel_writes_only_its_rows_and_columns(kernels):
     assert (wide[untouched] == -7.0).all()
 
 
-def test_the_kernels_refuse_arrays_they_cannot_index(kernels):
-    k = kernels[int(GGMLType.Q8_0)]
+def test_the_kernels_refuse_arrays_they_cannot_index(jit):
+    k = jit[int(GGMLType.Q8_0)]
     w = np.zeros((4, 34), np.uint8)
     x, out = np.zeros((1, 32), np.float32), np.zeros((1, 4), np.float32)
     with pytest.raises(ValueError, match="uint8"):
@@ -133,7 +112,7 @@ def test_the_kernels_refuse_arrays_they_cannot_index(kernels):
 
 
 @pytest.mark.parametrize("t", TYPES, ids=ids)
-def test_a_stack_of_parts_runs_as_one_weight(kernels, t):
+def test_a_stack_of_parts_runs_as_one_weight(jit, t):
     rng = np.random.default_rng(int(t) + 40)
     parts = [weight(rng, t, n, 3) for n in (6, 6, 5)]
     stack = StackedQTensor(parts)
@@ -144,28 +123,19 @@ def test_a_stack_of_parts_runs_as_one_weight(kernels, t):
 
 
 @pytest.fixture
-def helpers_wait(kernels):
+def helpers_wait(jit):
     if llvm_build.kernels("llvm_spin") is None:
         pytest.skip("no spinning helpers on this CPU (llvm_spin.supported: x86-64 only)")
     return llvm_build.kernels("llvm_spin").spin
 
 
-def wait_for(predicate):
-    end = time.monotonic() + PATIENCE
-    while not predicate():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.0005)
-    return True
-
-
 @pytest.mark.parametrize("t", TYPES, ids=ids)
 @pytest.mark.parametrize("count", [1, 3])
 @pytest.mark.parametrize("rows", [1, 3, 64, 301])
-def test_a_split_product_has_the_whole_kernels_bits(kernels, helpers_wait, t, count, rows):
+def test_a_split_product_has_the_whole_kernels_bits(jit, helpers_wait, t, count, rows):
     rng = np.random.default_rng(rows + int(t))
     w = weight(rng, t, rows, 4)
-    k = kernels[int(t)]
+    k = jit[int(t)]
     x = rng.standard_normal((2, w.shape[1])).astype(np.float32)
     want = np.empty((2, rows), np.float32)
     k.dot(k.weight_rows(w), x, want, 0, rows)
@@ -183,30 +153,19 @@ def test_a_split_product_has_the_whole_kernels_bits(kernels, helpers_wait, t, co
         helpers.close()
 
 
-def test_a_decode_steps_product_runs_on_the_processes_helpers(kernels, helpers_wait, monkeypatch):
+def test_a_decode_steps_product_runs_on_the_processes_helpers(jit, helpers_wait, monkeypatch):
     """array_qmatmul's fused path shares a product run_rows would share with the process's
     helpers (while it times faster): the bits of one thread's kernel."""
-    monkeypatch.setitem(row_parallel._state, "workers", 2)
-    monkeypatch.setitem(row_parallel._state, "spin_bound", False)
-    monkeypatch.setattr(row_parallel, "_choices", row_parallel._Choices())
     rng = np.random.default_rng(8)
     w = weight(rng, GGMLType.Q4_1, 3072, 18)
-    k = kernels[int(GGMLType.Q4_1)]
+    k = jit[int(GGMLType.Q4_1)]
     x = rng.standard_normal((1, 576)).astype(np.float32)
     want = np.empty((1, 3072), np.float32)
     k.dot(k.weight_rows(w), x, want, 0, 3072)
-    helpers = k.helpers(2)
-    before = sum(helpers.jobs())
-    end = time.monotonic() + PATIENCE
-    while sum(helpers.jobs()) == before:
-        assert time.monotonic() < end, "no product was shared with the helper"
-        assert_same_bits(quant.qmatmul(x, w, path="fused"), want)
-        monkeypatch.setattr(row_parallel, "_choices", row_parallel._Choices())  # shared first
-    for _ in range(10):
-        assert_same_bits(quant.qmatmul(x, w, path="fused"), want)
+    shares_with_the_helpers(monkeypatch, lambda: quant.qmatmul(x, w, path="fused"), want, k.helpers(2))
 
 
-def test_the_cpu_computes_these_types_only_with_the_kernels(kernels, monkeypatch):
+def test_the_cpu_computes_these_types_only_with_the_kernels(jit, monkeypatch):
     import ember
 
     be = ember.Device.cpu().backend
@@ -228,7 +187,7 @@ print(int(np.argmax(logits[0, -1])), "numba" in sys.modules)
 
 
 @pytest.mark.parametrize("linear", ["Q4_1", "Q2_K", "Q4_K"])
-def test_a_quantized_model_never_imports_numba(kernels, tmp_path, linear):
+def test_a_quantized_model_never_imports_numba(jit, tmp_path, linear):
     """A GGUF Llama runs without numba in the process (its import and ~48 MB of its
     objects), whatever its block types."""
     torch = pytest.importorskip("torch")
@@ -261,7 +220,7 @@ def test_a_quantized_model_never_imports_numba(kernels, tmp_path, linear):
     assert imported == "False"
 
 
-def test_a_weights_later_products_reuse_its_plan_with_the_same_bits(kernels, monkeypatch):
+def test_a_weights_later_products_reuse_its_plan_with_the_same_bits(jit, monkeypatch):
     """A weight's first few-row product on the "auto" path keeps a plan of its kernel
     arguments (array_qmatmul._FusedPlan), weakly: later products run through it, with
     the fused path's bits; x it cannot index, and EMBER_JIT=0 set since, go the

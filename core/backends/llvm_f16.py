@@ -67,7 +67,7 @@ def build():
 def _ir_module(triple):
     from llvmlite import ir
 
-    from .llvm_ir import loop, new_module, no_alias, prefetch_row, reduce
+    from .llvm_ir import loop, new_module, no_alias, reduce, row_pairs
 
     i64, f32, i16 = ir.IntType(64), ir.FloatType(), ir.IntType(16)
     p16, p32 = i16.as_pointer(), f32.as_pointer()
@@ -90,30 +90,7 @@ def _ir_module(triple):
     no_alias(w, x, out)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
 
-    # rows asked for ahead: PREFETCH_BYTES of them (at least a pair)
-    ahead = b.udiv(i64(PREFETCH_BYTES // 2), b.select(b.icmp_signed(">", k, i64(0)), k, i64(1)))
-    ahead = b.select(b.icmp_signed("<", ahead, i64(2)), i64(2), ahead)
-    last = b.sub(r1, i64(1))
-    wbytes, ldw_bytes, kbytes = (
-        b.bitcast(w, ir.IntType(8).as_pointer()),
-        b.mul(ldw, i64(2)),
-        b.mul(k, i64(2)),
-    )
-
-    def ask_for(b, r):
-        """prefetch every cache line of weight row min(r, r1 - 1)"""
-        r = b.select(b.icmp_signed("<", r, last), r, last)
-        prefetch_row(b, module, wbytes, ldw_bytes, r, kbytes)
-
-    def row_pair(b, ra):
-        # rows ra and rb = ra + 1 share each load of x; past the last row rb is ra again,
-        # whose sum is then stored twice (the same value), so no branch is needed
-        rb = b.select(b.icmp_signed("<", b.add(ra, i64(1)), r1), b.add(ra, i64(1)), ra)
-        # a decode step reads each weight once, from memory: asking for the rows a few KiB
-        # ahead keeps more loads in flight than the hardware prefetcher does
-        ask_for(b, b.add(ra, ahead))
-        ask_for(b, b.add(b.add(ra, ahead), i64(1)))
-
+    def row_pair(b, ra, rb):
         def dot_one(b, i):
             wa, wb = b.gep(w, [b.mul(ra, ldw)]), b.gep(w, [b.mul(rb, ldw)])
             xrow = b.gep(x, [b.mul(i, ldx)])
@@ -132,7 +109,9 @@ def _ir_module(triple):
 
         loop(b, i64(0), m, dot_one, "i")
 
-    loop(b, r0, r1, row_pair, "r", step=2)
+    row_bytes = b.mul(k, i64(2))
+    wbytes, ldw_bytes = b.bitcast(w, ir.IntType(8).as_pointer()), b.mul(ldw, i64(2))
+    row_pairs(b, module, wbytes, ldw_bytes, row_bytes, r0, r1, PREFETCH_BYTES, row_pair)
     b.ret_void()
     if llvm_spin.supported(triple):  # the split over spinning helpers (llvm_spin)
         llvm_spin.add_split(module, fn, "ember_f16_dot_split", rows_at=ROWS_AT, align=2)

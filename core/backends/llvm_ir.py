@@ -135,3 +135,28 @@ def prefetch_row(b, module, base, row_bytes, r, nbytes):
         "pf",
         step=64,
     )
+
+
+def row_pairs(b, module, weights, row_stride, row_bytes, r0, r1, ahead_bytes, body):
+    """for (ra = r0; ra < r1; ra += 2) body(b, ra, rb): the weight rows of a product two
+    at a time (they share each load of x), rb = ra + 1 or, past the last row, ra again
+    (whose result is then stored twice, the same value: no branch). Before each pair the
+    rows `ahead_bytes` on (at least a pair) are asked for (prefetch_row: a decode step
+    reads each weight once, from memory). `weights` is the rows' i8 pointer, rows
+    `row_stride` bytes apart and `row_bytes` long."""
+    wide = b.select(b.icmp_signed(">", row_bytes, I64(0)), row_bytes, I64(1))
+    ahead = b.udiv(I64(ahead_bytes), wide)
+    ahead = b.select(b.icmp_signed("<", ahead, I64(2)), I64(2), ahead)
+    last = b.sub(r1, I64(1))
+
+    def ask_for(b, r):
+        r = b.select(b.icmp_signed("<", r, last), r, last)
+        prefetch_row(b, module, weights, row_stride, r, row_bytes)
+
+    def pair(b, ra):
+        rb = b.select(b.icmp_signed("<", b.add(ra, I64(1)), r1), b.add(ra, I64(1)), ra)
+        ask_for(b, b.add(ra, ahead))
+        ask_for(b, b.add(b.add(ra, ahead), I64(1)))
+        body(b, ra, rb)
+
+    loop(b, r0, r1, pair, "r", step=2)

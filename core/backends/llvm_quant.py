@@ -98,7 +98,7 @@ def _ir_module(triple):
 def _add_dot(module, name, weights, nbytes):
     from llvmlite import ir
 
-    from .llvm_ir import I64, loop, no_alias, prefetch_row, reduce
+    from .llvm_ir import I64, loop, no_alias, reduce, row_pairs
 
     i8p, p32 = ir.IntType(8).as_pointer(), ir.FloatType().as_pointer()
     fn = ir.Function(
@@ -118,22 +118,7 @@ def _add_dot(module, name, weights, nbytes):
         value.flags.append("fast")
         return value
 
-    # rows asked for ahead: PREFETCH_BYTES of them (at least a pair)
-    wide = b.select(b.icmp_signed(">", row_bytes, I64(0)), row_bytes, I64(1))
-    ahead = b.udiv(I64(PREFETCH_BYTES), wide)
-    ahead = b.select(b.icmp_signed("<", ahead, I64(2)), I64(2), ahead)
-    last = b.sub(r1, I64(1))
-
-    def ask_for(b, r):
-        r = b.select(b.icmp_signed("<", r, last), r, last)
-        prefetch_row(b, module, w, ldw, r, row_bytes)
-
-    def row_pair(b, ra):
-        # rows ra and rb = ra + 1 share each load of x; past the last row rb is ra again,
-        # whose sum is then stored twice (the same value), so no branch is needed
-        rb = b.select(b.icmp_signed("<", b.add(ra, I64(1)), r1), b.add(ra, I64(1)), ra)
-        ask_for(b, b.add(ra, ahead))
-        ask_for(b, b.add(b.add(ra, ahead), I64(1)))
+    def row_pair(b, ra, rb):
         wa, wb = b.gep(w, [b.mul(ra, ldw)]), b.gep(w, [b.mul(rb, ldw)])
 
         def dot_one(b, i):
@@ -172,7 +157,7 @@ def _add_dot(module, name, weights, nbytes):
 
         loop(b, I64(0), m, dot_one, "i")
 
-    loop(b, r0, r1, row_pair, "r", step=2)
+    row_pairs(b, module, w, ldw, row_bytes, r0, r1, PREFETCH_BYTES, row_pair)
     b.ret_void()
     return fn
 

@@ -160,6 +160,16 @@ def _q8_0(vec, blk):
     return [([(lo, 0), (hi, LANES)], vec.half(blk, 0), None)]
 
 
+def _groups_of_16():
+    """(h, f, lane, group, first weight) of a 256-weight block's 16-weight groups, weight
+    128 h + 32 f + lane + j of group 8 h + 2 f + lane // 16 (Q2_K's, Q3_K's and Q6_K's
+    order: a 128-weight half h, its 32-weight field or quarter f, a 16-lane half)."""
+    for h in range(2):
+        for f in range(4):
+            for lane in (0, LANES):
+                yield h, f, lane, 8 * h + 2 * f + lane // LANES, 128 * h + 32 * f + lane
+
+
 def _two_bits(vec, qs, f):
     """Bits 2f, 2f + 1 of byte lanes."""
     b = vec.b
@@ -192,15 +202,12 @@ def _q3_k(vec, blk):
     b = vec.b
     d = vec.half(blk, 108)
     out = []
-    for h in range(2):
-        for f in range(4):
-            for lane in (0, LANES):
-                q = _two_bits(vec, vec.byte_lanes(blk, 32 + 32 * h + lane), f)
-                bit = b.lshr(vec.byte_lanes(blk, lane), vec.const(vec.bytes, 4 * h + f))
-                q = b.or_(q, b.shl(b.and_(bit, vec.const(vec.bytes, 1)), vec.const(vec.bytes, 2)))
-                group = 8 * h + 2 * f + lane // LANES
-                s = b.fmul(d, b.sitofp(_q3_scale(vec, blk, 96, group), vec.f32))
-                out.append(([(vec.signed(q, 4), 128 * h + 32 * f + lane)], s, None))
+    for h, f, lane, group, first in _groups_of_16():
+        q = _two_bits(vec, vec.byte_lanes(blk, 32 + 32 * h + lane), f)
+        bit = b.lshr(vec.byte_lanes(blk, lane), vec.const(vec.bytes, 4 * h + f))
+        q = b.or_(q, b.shl(b.and_(bit, vec.const(vec.bytes, 1)), vec.const(vec.bytes, 2)))
+        s = b.fmul(d, b.sitofp(_q3_scale(vec, blk, 96, group), vec.f32))
+        out.append(([(vec.signed(q, 4), first)], s, None))
     return out
 
 
@@ -270,17 +277,15 @@ def _q6_k(vec, blk):
     b = vec.b
     d = vec.half(blk, 208)
     out = []
-    for h in range(2):
-        for f in range(4):
-            for lane in (0, LANES):
-                ql = vec.byte_lanes(blk, 64 * h + 32 * (f % 2) + lane)
-                nibble = vec.low(ql) if f < 2 else vec.high(ql)
-                qh = b.lshr(vec.byte_lanes(blk, 128 + 32 * h + lane), vec.const(vec.bytes, 2 * f))
-                top = b.shl(b.and_(qh, vec.const(vec.bytes, 3)), vec.const(vec.bytes, 4))
-                v = vec.signed(b.or_(nibble, top), 32)
-                group = 8 * h + 2 * f + lane // LANES
-                scale = b.fmul(d, b.sitofp(vec.byte(blk, 192 + group), vec.f32))
-                out.append(([(v, 128 * h + 32 * f + lane)], scale, None))
+    for h, f, lane, group, first in _groups_of_16():
+        ql = vec.byte_lanes(blk, 64 * h + 32 * (f % 2) + lane)
+        nibble = vec.low(ql) if f < 2 else vec.high(ql)
+        top = b.shl(
+            _two_bits(vec, vec.byte_lanes(blk, 128 + 32 * h + lane), f), vec.const(vec.bytes, 4)
+        )
+        v = vec.signed(b.or_(nibble, top), 32)
+        scale = b.fmul(d, b.sitofp(vec.byte(blk, 192 + group), vec.f32))
+        out.append(([(v, first)], scale, None))
     return out
 
 
