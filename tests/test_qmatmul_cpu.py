@@ -17,6 +17,21 @@ from ember.io import quant
 from ember.io.quant import BLOCK_SIZES, GGMLType, QTensor, StackedQTensor
 
 
+# every ggml block type (llvm_quant's kernels take them all)
+TYPES = [
+    GGMLType.Q4_0,
+    GGMLType.Q4_1,
+    GGMLType.Q5_0,
+    GGMLType.Q5_1,
+    GGMLType.Q8_0,
+    GGMLType.Q2_K,
+    GGMLType.Q3_K,
+    GGMLType.Q4_K,
+    GGMLType.Q5_K,
+    GGMLType.Q6_K,
+]
+
+
 @pytest.fixture
 def jit():
     """llvm_quant's kernels by type: skipped where llvmlite is not installed, a failure

@@ -13,15 +13,13 @@ import pytest
 from helpers import missing
 from test_gguf import assert_same_bits, random_blocks
 from test_llvm_spin import AWAKE, shares_with_the_helpers, wait_for
-from test_qmatmul_cpu import assert_matmul_to_f32_rounding, jit, weight  # noqa: F401
+from test_qmatmul_cpu import TYPES, assert_matmul_to_f32_rounding, jit, weight  # noqa: F401
 
 from ember.backends import array_qmatmul as aq
 from ember.backends import llvm_build, llvm_quant, llvm_spin, row_parallel
 from ember.io import quant
 from ember.io.quant import BLOCK_SIZES, GGMLType, QTensor, StackedQTensor
 
-TYPES = [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0,
-         GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K]
 ids = lambda t: t.name  # noqa: E731
 
 
