@@ -537,9 +537,10 @@ class ArrayBackend(Backend):
 
     def qmatmul(self, x, lx, qweight, dtype):
         """x @ dequantize(qweight).T for a host weight (Backend.qmatmul), numpy only:
-        array_qmatmul's fused kernels for a decode step's few rows where numba is
-        installed, else rows of the weight dequantized a chunk at a time into one reused
-        f32 buffer, each chunk one GEMM into its columns of the output."""
+        array_qmatmul's compiled kernels where the jit extra is installed (fused dot
+        products for a decode step's few rows, decoded chunks and GEMMs for more), else
+        rows of the weight dequantized a chunk at a time into one reused f32 buffer,
+        each chunk one GEMM into its columns of the output."""
         if not self._is_numpy:
             return super().qmatmul(x, lx, qweight, dtype)
         xp = self.xp

@@ -21,7 +21,7 @@ registers (llvm_quant_blocks: a block's terms):
 - dot_split: dot shared with llvm_spin's helpers (x86-64).
 
 Unavailable (None) without llvmlite, with EMBER_JIT=0, or where the build fails (a
-warning says why; array_qmatmul then takes numba's kernels or numpy's path).
+warning says why; array_qmatmul then takes numpy's path).
 
 Measured (Intel Ice Lake, one thread, in cache): Q4_1 3072x576 0.16-0.17 ms against
 numba's 0.22, Q4_0 0.13-0.14 against 0.23. A trial that rounded x to 16-bit integers per

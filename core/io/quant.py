@@ -666,7 +666,7 @@ def qmatmul(x, w, *, chunk_rows=None, path="numpy"):
     (out_features, in_features). ``chunk_rows`` weight rows at a time (default about
     1 MiB of f32) are dequantized into one reused buffer and multiplied by one GEMM, so
     the extra memory is one chunk plus the dequantizer's temporaries: the reference the
-    numba kernels (``ember[jit]``) are tested against. ``path`` picks another of
+    compiled kernels (``ember[jit]``) are tested against. ``path`` picks another of
     backends/array_qmatmul.py's paths ("auto" chooses as the numpy backend does).
     """
     if not isinstance(w, (QTensor, StackedQTensor)):
