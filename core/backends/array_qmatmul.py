@@ -124,8 +124,10 @@ def _compiled_rows(kernels, x2, w, out, path, chunk_rows, chunk_bytes):
         if path == "auto":
             _remember_plan(w, plan)
         if not plan.run(x2, out):
+            # x or out the plan does not take: the checked arguments (or their error)
             for rows, at in _compiled_parts(kernels, w):
-                _compiled_dot(kernels, rows, x2, out[:, at : at + rows.shape[0]])
+                cols = out[:, at : at + rows.shape[0]]
+                _compiled_call(kernels, kernels.args(rows, x2, cols, 0, rows.shape[0]))
         return out
     # many rows: part by part even where the parts are adjacent (a GEMM's bits depend on
     # its width, so an adjacent stack keeps a plain stack's bits only chunked as it is),
@@ -171,14 +173,19 @@ class _FusedPlan:
 
 
 def _compiled_call(kernels, args):
-    """_compiled_dot on ready arguments (_FusedPlan)."""
+    """A compiled dot on its checked arguments (ProductKernels.args, or a _FusedPlan's)
+    on every core: through llvm_spin's spinning helpers where they are built (a decode
+    step's products are too short for run_rows' hand-off: Whisper base's fc2, 512 x 2048
+    halves, 68 us alone, 29 us split with a helper), else over run_rows' pool; either
+    only where run_rows would share, and only while it times faster than one thread
+    (row_parallel.run_either)."""
     n, elements = args[8], args[6] * args[9]
     helpers = kernels.helpers(share_count(n, elements, align=2, blas_free=True))
     if helpers is None:
         run_rows(lambda r0, r1: kernels.call(args, r0, r1), n, elements, align=2, blas_free=True)
         return
     run_either(
-        _compiled_dot.__code__,
+        _compiled_call.__code__,
         n * elements,
         lambda: kernels.call_split(args, helpers),
         lambda: kernels.call(args, 0, n),
@@ -200,31 +207,6 @@ def _plan_of(w):
 def _remember_plan(w, plan):
     with contextlib.suppress(TypeError):  # a duck-typed weight that takes no weak reference
         _plans[w] = plan
-
-
-def _compiled_dot(kernels, rows, x2, cols):
-    """cols = x2 @ weight(rows).T on every core: through llvm_spin's spinning helpers where
-    they are built (a decode step's products are too short for run_rows' hand-off: Whisper
-    base's fc2, 512 x 2048 halves, 68 us alone, 29 us split with a helper), else over
-    run_rows' pool; either only where run_rows would share, and only while it times
-    faster than one thread (row_parallel.run_either)."""
-    n, elements = rows.shape[0], x2.shape[1] * x2.shape[0]
-    helpers = kernels.helpers(share_count(n, elements, align=2, blas_free=True))
-    if helpers is None:
-        run_rows(
-            lambda r0, r1: kernels.dot(rows, x2, cols, r0, r1),
-            n,
-            elements,
-            align=2,
-            blas_free=True,  # no GEMM inside, and _chunked_gemm keeps BLAS's pool asleep
-        )
-        return
-    run_either(
-        _compiled_dot.__code__,
-        n * elements,
-        lambda: kernels.dot_split(rows, x2, cols, 0, n, helpers),
-        lambda: kernels.dot(rows, x2, cols, 0, n),
-    )
 
 
 def _compiled_parts(kernels, w):

@@ -55,18 +55,19 @@ class ProductKernels:
             return None
         return llvm_spin.process_helpers(threads)
 
+    def args(self, w, x, out, r0, r1):
+        """dot's ten arguments for these arrays (checked now), for `call`."""
+        self._check(w, x, out)
+        return (*_rows(w), *_rows(x), *_rows(out), x.shape[0], r0, r1, self._per_row(w))
+
     def dot_split(self, w, x, out, r0, r1, helpers):
         """dot over rows r0:r1 shared with `helpers` (self.helpers): the same bits.
         Returns whether the helpers ran their parts (llvm_spin.Helpers.split)."""
-        self._check(w, x, out)
-        return helpers.split(
-            self._split, *_rows(w), *_rows(x), *_rows(out), x.shape[0], r0, r1, self._per_row(w)
-        )
+        return self.call_split(self.args(w, x, out, r0, r1), helpers)
 
     def dot(self, w, x, out, r0, r1):
         """out[:, r0:r1] = x @ weight(w[r0:r1]).T (out may be a column slice of a wider array)."""
-        self._check(w, x, out)
-        self._dot(*_rows(w), *_rows(x), *_rows(out), x.shape[0], r0, r1, self._per_row(w))
+        self._dot(*self.args(w, x, out, r0, r1))
 
     def weight_args(self, w):
         """(address, row stride, rows, weights a row) of a weight the kernels can index
@@ -75,8 +76,8 @@ class ProductKernels:
         return w.ctypes.data, w.strides[0] // w.itemsize, w.shape[0], self._per_row(w)
 
     def call(self, args, r0, r1):
-        """dot on ready arguments (dot's ten, their checks done by the caller: a weight's
-        from weight_args) over rows r0:r1 instead of theirs."""
+        """dot on ready arguments (dot's ten, checked: from `args`, or a weight's from
+        weight_args) over rows r0:r1 instead of theirs."""
         self._dot(*args[:7], r0, r1, args[9])
 
     def call_split(self, args, helpers):

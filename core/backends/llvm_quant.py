@@ -37,11 +37,10 @@ from .llvm_products import ROWS_AT, ProductKernels
 from .llvm_quant_blocks import FORMATS, Vectors, terms
 
 PREFETCH_BYTES = 4096  # bytes of weight rows asked for ahead of the rows computed
-TYPES = tuple(FORMATS)  # the ggml type numbers these kernels take
 
 
 def kernels():
-    """{ggml type number: ProductKernels} for TYPES, or None where they cannot be had
+    """{ggml type number: ProductKernels} for FORMATS' types, or None where they cannot be had
     (see the module's note; llvm_build builds them)."""
     from . import llvm_build
 

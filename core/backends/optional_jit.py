@@ -3,7 +3,6 @@ on first use, and None where numba is missing or EMBER_JIT=0 (then the numpy pat
 serves). EMBER_JIT is read at every call, so setting it to 0 turns the modules off at once."""
 
 import importlib
-import importlib.util
 import os
 import threading
 
