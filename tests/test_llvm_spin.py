@@ -110,6 +110,40 @@ def test_a_sleeping_helper_leaves_the_product_to_the_caller_and_is_woken(spin):
         helpers.close()
 
 
+def test_ready_wakes_sleeping_helpers_and_returns_once_they_spin(spin):
+    helpers = llvm_spin.Helpers(wait(), 2, AWAKE)
+    try:
+        assert all(s == llvm_spin.ASLEEP for s in helpers.slots[:, 0])
+        helpers.ready(patience=PATIENCE)
+        assert awake(helpers)
+        helpers.ready(patience=PATIENCE)  # none asleep: nothing to do, returns at once
+        assert awake(helpers)
+    finally:
+        helpers.close()
+
+
+def test_a_long_product_wakes_its_sleeping_helper_before_splitting(spin, monkeypatch):
+    # above WAKE_FOR weights times rows the caller waits for the helper instead of
+    # running the helper's part itself; below it, the helper's part is the caller's
+    from ember.backends import llvm_products
+
+    w, x, want, helpers = product_and_helpers(spin, 3, 512, 128, 1, 1)
+    try:
+        got = np.empty_like(want)
+        monkeypatch.setattr(llvm_products, "WAKE_FOR", 512 * 128 + 1)
+        assert spin.dot_split(w, x, got, 0, 512, helpers) is False  # asleep: ran alone
+        assert helpers.jobs() == [0]
+        helpers.close()  # asleep for good: a fresh set for the long product
+        helpers = llvm_spin.Helpers(wait(), 1, AWAKE)
+        monkeypatch.setattr(llvm_products, "WAKE_FOR", 512 * 128)
+        monkeypatch.setattr(llvm_spin, "READY_PATIENCE", PATIENCE)
+        assert spin.dot_split(w, x, got, 0, 512, helpers) is True
+        assert helpers.jobs() == [1]
+        assert_same_bits(got, want)
+    finally:
+        helpers.close()
+
+
 def test_an_idle_helper_goes_back_to_sleep(spin):
     w, x = halves_and_x(8, 512, 128, 1)
     helpers = llvm_spin.Helpers(wait(), 1, idle_cycles=1000)

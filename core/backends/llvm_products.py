@@ -26,6 +26,10 @@ _P, _I = ctypes.c_void_p, ctypes.c_int64
 DOT_ARGS = (_P, _I, _P, _I, _P, _I, _I, _I, _I, _I)
 DECODE_ARGS = (_P, _I, _P, _I, _I, _I, _I)
 ROWS_AT = 7  # dot's r0 among its arguments (llvm_spin.add_split's rows_at)
+# Weights times rows of x from which a split first wakes its sleeping helpers and waits
+# for them (llvm_spin.Helpers.ready): ~0.3 ms of one core's work at 5-10 GB/s of weight
+# bytes, against a wake-up of ~20-100 us.
+WAKE_FOR = 1 << 22
 
 
 class ProductKernels:
@@ -82,6 +86,8 @@ class ProductKernels:
 
     def call_split(self, args, helpers):
         """dot_split on ready arguments (see call)."""
+        if args[6] * (args[8] - args[7]) * args[9] >= WAKE_FOR:
+            helpers.ready()
         return helpers.split(self._split, *args)
 
     def decode(self, w, out, r0, r1):

@@ -38,6 +38,7 @@ step's heads).
 import atexit
 import os
 import threading
+import time
 
 import numpy as np
 
@@ -50,6 +51,9 @@ MAX_HELPERS = 63  # the split's mask of parts it ran itself is one i64
 # 2-3 GHz. A Whisper decode step's products come every 0.05-0.3 ms, its steps every ~10
 # ms with the token rules between; a sleeping helper costs the next product its help only.
 IDLE_CYCLES = 3_000_000
+# How long `Helpers.ready` waits for woken helpers to spin (seconds): a thread's wake-up
+# and its turn at the GIL take ~20-100 us where a core is free.
+READY_PATIENCE = 0.0005
 
 # pid: this process's (os.getpid() is a system call, and helpers() is asked at every
 # product), set again in a forked child
@@ -358,6 +362,23 @@ class Helpers:
         if ran_here:
             self.wake(ran_here)
         return not ran_here
+
+    def ready(self, patience=None):
+        """Wake the helpers that sleep and wait, the GIL let go, until they spin (for at
+        most `patience` seconds, READY_PATIENCE unless given): for a product long enough to repay a wake-up. A split
+        finding a helper asleep runs its part itself and only then wakes it, which for
+        a lone long product (the logits' 262,144 x 640 Q8_0 rows of Gemma 3, 18 ms on
+        one core) meant one core every time its helper had dozed off before it."""
+        asleep = [i for i in range(self.count) if self.slots[i, 0] == ASLEEP]
+        if not asleep:
+            return
+        for i in asleep:
+            self._wake[i].set()
+        deadline = time.perf_counter() + (READY_PATIENCE if patience is None else patience)
+        while any(self.slots[i, 0] == ASLEEP for i in asleep):
+            if time.perf_counter() > deadline:
+                return
+            time.sleep(0)  # lets the woken threads take the GIL to enter their spin
 
     def wake(self, mask):
         """Wake the helpers of `mask` (a split's parts run by the caller) that sleep."""
