@@ -6,19 +6,30 @@ llvmlite is numba's LLVM binding (the ``ember[jit]`` extra installs it): it impo
 ~0.03 s, where numba's import and first call cost ~0.45 s of a process. A module is
 built at most once a process; `compile_module` runs LLVM's optimization passes only
 when no cached machine code matches (the passes and code generation are most of a
-build's time; with it cached, the IR is not even generated), and
-`compiler_pages.release()` hands LLVM's code pages back after.
+build's time; with it cached, the IR is not even generated). Cached code is loaded
+without LLVM where elf_objects takes it (Linux on x86-64), the CPU's description coming
+from llvm_host's record: such a process never loads LLVM's library. Where LLVM did run,
+`compiler_pages.release()` hands its code pages back after.
 """
 
-import hashlib
 import importlib
+import importlib.util
 import os
 import threading
+import sys
 import warnings
 
+from . import llvm_host
 from .optional_jit import jit_disabled
 
 _DIGEST = 32  # bytes of SHA-256 before a cached object's code
+try:  # CPython's own SHA-256: hashlib's import maps OpenSSL's libcrypto (3.3 MiB resident)
+    from _sha2 import sha256  # CPython 3.12+
+except ImportError:
+    try:
+        from _sha256 import sha256  # CPython 3.11
+    except ImportError:
+        from hashlib import sha256
 # Groups of kernel modules built together, each module with a `build()` returning its
 # kernels (or None where this CPU cannot have them): a group at the first ask for any of
 # its modules, then LLVM's code pages handed back once (compiler_pages). Built one by
@@ -55,13 +66,14 @@ def _build_group(group):
     from . import compiler_pages
 
     built = dict.fromkeys(group)
-    if llvm() is not None:
+    if importlib.util.find_spec("llvmlite") is not None:
         for name in group:
             try:
                 built[name] = importlib.import_module(f"{__package__}.{name}").build()
             except Exception as exc:  # an LLVM that refuses the IR: numpy serves
                 warnings.warn(f"{name}: kernels not built ({exc})", stacklevel=4)
-        compiler_pages.release()  # the code is in place: LLVM's pages can go
+        if "llvmlite.binding" in sys.modules:
+            compiler_pages.release()  # the code is in place: LLVM's pages can go
     _built.update(built)
 
 
@@ -77,27 +89,34 @@ def llvm():
 
 
 def host():
-    """(triple, cpu name, feature string, features dict-like) of this process's CPU."""
-    binding = llvm()
-    features = binding.get_host_cpu_features()
-    return binding.get_process_triple(), binding.get_host_cpu_name(), features.flatten(), features
+    """(triple, cpu name, feature string, {feature: enabled}) of this process's CPU, as
+    LLVM names them (llvm_host: without LLVM where its record is kept)."""
+    return llvm_host.host()
 
 
 def compile_module(name, key, make_module):
     """An MCJIT engine holding the machine code of the llvmlite.ir.Module `make_module()`
     builds for this process's triple, optimized at -O3 with loop and SLP vectorization;
-    or, where an earlier process kept that code in ember's cache, an engine loaded from
-    it without building the module at all (generating and printing the IR of nine
+    or, where an earlier process kept that code in ember's cache, that code loaded
+    without building the module at all (generating and printing the IR of nine
     unrolled convolution kernels, in a trial, took 0.38 s of a process; loading their
-    object 5 ms). `key` must name everything the IR
-    depends on besides llvmlite and the CPU (see `source_key`). Keep the engine alive
-    while its functions are called."""
-    binding = llvm()
+    object 5 ms): by elf_objects where it takes the object, else by MCJIT. Either has
+    `get_function_address(name)`. `key` must name everything the IR depends on besides
+    llvmlite and the CPU (see `source_key`). Keep what it returns alive while its
+    functions are called."""
     triple, cpu, flat, _ = host()
+    cached = ObjectCache(name, key, triple, cpu, flat)
+    if cached.code is not None:
+        from . import elf_objects
+
+        try:
+            return elf_objects.LoadedObject(cached.code)
+        except elf_objects.UnsupportedObject:
+            pass  # another platform, or code this loader does not take: MCJIT links it
+    binding = llvm()
     machine = binding.Target.from_triple(triple).create_target_machine(
         cpu=cpu, features=flat, opt=3, jit=True
     )
-    cached = ObjectCache(name, key, triple, cpu, flat)
     if cached.code is not None:
         engine = binding.create_mcjit_compiler(
             binding.parse_assembly(f'target triple = "{triple}"'), machine
@@ -123,19 +142,22 @@ def compile_kernels(module, make_ir, params=(), sources=()):
     the modules `sources` (others whose IR builders it calls) and `params`:
     `make_ir(triple)` builds the llvmlite.ir.Module (run only where nothing is cached).
     The engine is named after the module."""
-    from . import llvm_ir
-
     triple = host()[0]
-    key = source_key(module, llvm_ir, *sources, params=params)
+    key = source_key(module, LLVM_IR, *sources, params=params)
     return compile_module(module.__name__.rsplit(".", 1)[-1], key, lambda: make_ir(triple))
 
 
+# llvm_ir's source, read for the cache key without importing it (its import imports
+# llvmlite.ir, ~6 ms that a process loading cached code has no use for)
+LLVM_IR = os.path.join(os.path.dirname(__file__), "llvm_ir.py")
+
+
 def source_key(*modules, params=()):
-    """A cache key for IR generated by `modules` (their source text: any edit is another
-    key) with `params`."""
+    """A cache key for IR generated by `modules` (modules, or their files' paths: their
+    source text, so that any edit is another key) with `params`."""
     texts = []
     for module in modules:
-        with open(module.__file__, encoding="utf-8") as fh:
+        with open(getattr(module, "__file__", module), encoding="utf-8") as fh:
             texts.append(fh.read())
     return "\0".join(texts + [repr(params)])
 
@@ -158,7 +180,7 @@ class ObjectCache:
         from ..cache_dir import cache_dir
 
         key = "\0".join((key, llvmlite.__version__, triple, cpu, features))
-        file = f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:32]}.o"
+        file = f"{name}-{sha256(key.encode()).hexdigest()[:32]}.o"
         self.path = os.path.join(cache_dir(), "jit", file)
         self.code = None
         try:
@@ -167,7 +189,7 @@ class ObjectCache:
         except OSError:
             return
         digest, code = kept[:_DIGEST], kept[_DIGEST:]
-        if code and hashlib.sha256(code).digest() == digest:
+        if code and sha256(code).digest() == digest:
             self.code = code
 
     def load(self, module):
@@ -185,7 +207,7 @@ class ObjectCache:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             with open(part, "xb") as fh:  # "x": a file of that name is left alone
                 made = True
-                fh.write(hashlib.sha256(code).digest() + code)
+                fh.write(sha256(code).digest() + code)
             os.link(part, self.path)
         except OSError:  # already there, unwritable, or no hard links here: not kept
             pass
