@@ -45,6 +45,16 @@ CONFIG = {
 }
 
 
+def prompt_ids(vocab, n):
+    """The prompt's token ids, the same for every engine. Not numpy.random: its import maps
+    OpenSSL's libcrypto and four extension modules (4.6 MiB resident) into a worker whose
+    figure is peak RSS, a cost of the harness that no engine should carry."""
+    import random
+
+    rng = random.Random(1)
+    return [rng.randrange(3, vocab) for _ in range(n)]
+
+
 def peak_rss_mb():
     with open("/proc/self/status") as f:
         for line in f:
@@ -119,7 +129,7 @@ def worker_torch_gguf(path, hf_dir, n_prompt, n_decode):
     if not os.path.exists(os.path.join(hf_dir, "config.json")):
         _save_f32(model, hf_dir)
     vocab = model.config.vocab_size
-    ids = torch.randint(3, vocab, (1, n_prompt), generator=torch.Generator().manual_seed(1))
+    ids = torch.tensor([prompt_ids(vocab, n_prompt)])
 
     def run(n_dec):
         with torch.no_grad():
@@ -191,7 +201,7 @@ def worker_llamacpp(path, n_prompt, n_decode, threads):
     )
     load = time.perf_counter() - t0
     vocab = llm.n_vocab()
-    ids = np.random.default_rng(1).integers(3, vocab, n_prompt).tolist()
+    ids = prompt_ids(vocab, n_prompt)
 
     def run(n_dec):
         llm.reset()
@@ -228,7 +238,7 @@ def worker_ember(path, device, n_prompt, n_decode, gguf):
     # The weights on the device right after load (None where the backend keeps no count).
     on_device = dev.memory_stats().get("bytes_in_use")
     vocab = model.config.vocab_size
-    ids = np.random.default_rng(1).integers(3, vocab, (1, n_prompt))
+    ids = np.array([prompt_ids(vocab, n_prompt)])
 
     def run(n_dec):
         cache = model.new_cache(1, n_prompt + n_dec + 1)

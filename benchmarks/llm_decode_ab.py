@@ -16,6 +16,7 @@ import argparse
 import hashlib
 import json
 import os
+import random
 import shlex
 import statistics
 import subprocess
@@ -39,7 +40,9 @@ def worker(path, n_prompt, n_decode):
     t0 = time.perf_counter()
     model = load_gguf_model(path)
     load_s = time.perf_counter() - t0
-    ids = np.random.default_rng(1).integers(3, model.config.vocab_size, (1, n_prompt))
+    # not numpy.random: its import maps OpenSSL's libcrypto (llm.py's prompt_ids)
+    rng = random.Random(1)
+    ids = np.array([[rng.randrange(3, model.config.vocab_size) for _ in range(n_prompt)]])
 
     def run(n_dec):
         cache = model.new_cache(1, n_prompt + n_dec + 1)

@@ -42,6 +42,11 @@ class Device:
         """Wait until queued work has finished (a no-op on synchronous backends)."""
         self.backend.synchronize()
 
+    def release_free_memory(self):
+        """Hand memory held for freed temporaries back to the system where the backend
+        can (the CPU: the C heap's free pages)."""
+        self.backend.release_free_memory()
+
     # --- constructors ------------------------------------------------------------------------
     @classmethod
     def _get(cls, kind, index, make):

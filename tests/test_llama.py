@@ -163,6 +163,22 @@ def test_kv_cache_is_written_in_place(family):
         model([_prompt(hf.config.vocab_size, 8, 4)], cache=cache)
 
 
+def test_a_pass_over_many_positions_gives_freed_memory_back_before_the_head(
+    family, monkeypatch
+):
+    name, hf, path = family
+    model = LlamaForCausalLM.from_pretrained(path)
+    calls = []
+    head = model.logits
+    monkeypatch.setattr(model.device.backend, "release_free_memory", lambda: calls.append("free"))
+    monkeypatch.setattr(model, "logits", lambda x: (calls.append("head"), head(x))[1])
+    cache = model.new_cache(1, 12)
+    model([_prompt(hf.config.vocab_size, 4, 3)], cache=cache, last_only=True)
+    assert calls == ["free", "head"]
+    model([[5]], cache=cache)  # a decode step frees nothing worth a trim
+    assert calls == ["free", "head", "head"]
+
+
 def test_decode_allocates_no_new_gpu_buffers(family):
     """A WebGPU property (buffer pooling), so this test opens the wgpu device itself."""
     name, hf, path = family

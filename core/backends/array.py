@@ -9,7 +9,7 @@ are slow and bf16 does not exist there.
 from .. import dtype as dt
 from ..errors import DimOutOfRange, OutOfMemory, ShapeMismatch, fmt_shape
 from ..hostdata import bf16_to_f32, f32_to_bf16
-from ..hostmem import host_memory_bytes, human_bytes
+from ..hostmem import host_memory_bytes, human_bytes, trim_heap
 from ..ops import BINARY, COMPARE, INT_DIV, UNARY
 from . import array_attention, array_small_attention, composites
 from .array_conv import conv2d as banded_conv2d
@@ -49,6 +49,11 @@ class ArrayBackend(Backend):
         if not self._is_numpy:
             return [fn(item) for item in items]
         return map_tasks(fn, items)
+
+    def release_free_memory(self):
+        """numpy: the C heap's free pages (hostmem.trim_heap); cupy keeps its pool."""
+        if self._is_numpy:
+            trim_heap()
 
     # --- views and conversions ----------------------------------------------------------
     def view(self, storage, layout):

@@ -445,6 +445,11 @@ class Backend:
     def synchronize(self) -> None:
         """Wait for queued work (a no-op on synchronous backends)."""
 
+    def release_free_memory(self) -> None:
+        """Hand memory that only freed temporaries held back to the system: called by a
+        model after work that freed many large ones (a prompt's layers), before what
+        follows. A no-op by default."""
+
     def map_independent(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list:
         """[fn(item) for item in items], in order. The calls share nothing (each builds
         its own tensors: the micro-batches of an embedding job, say), so a backend may run

@@ -339,6 +339,10 @@ class LlamaForCausalLM(Module):
                 x = layer(x, *rotations[layer.self_attn.rope_kind], cache, masks)
         if cache is not None:
             cache.advance(t)
+        if t > 1:
+            # the layers' temporaries of many positions are freed: before the head reads
+            # its (largest) weight, give their memory back (a CPU heap keeps it)
+            self.device.release_free_memory()
         if last_only and t > 1:
             x = x.narrow(1, t - 1, 1)
         return self.logits(x)
