@@ -9,6 +9,7 @@ import time
 import pytest
 
 from ember.backends import row_parallel
+from test_qmatmul_f16 import jit  # noqa: F401  (the fixture)
 
 
 @pytest.fixture
@@ -191,6 +192,45 @@ def test_run_either_keys_each_code_object_apart(monkeypatch):
     row_parallel.run_either(g.__code__, 1000, g, g)
     assert len(choices.sites) == 2
     assert choices.site(f.__code__, 1000) is not choices.site(g.__code__, 1000)
+
+
+def test_run_either_keys_each_operand_apart(monkeypatch):
+    """Two products of one size (two weights) keep their own timings: a site's choice
+    compares one product's runs, not the least of several products'."""
+    choices = row_parallel._Choices()
+    monkeypatch.setattr(row_parallel, "_choices", choices)
+    key = (lambda: None).__code__
+    for weight in (0x1000, 0x2000, 0x1000):
+        row_parallel.run_either(key, 1 << 20, lambda: None, lambda: None, operand=weight)
+    assert len(choices.sites) == 2
+    assert choices.site(key, 1 << 20, 0x1000).calls == 2
+
+
+def test_a_product_site_is_its_weights(monkeypatch, jit):  # noqa: F811
+    """array_qmatmul's compiled products key run_either by their weight."""
+    import numpy as np
+
+    from ember.backends import array_qmatmul
+    from ember.io.quant import GGMLType
+    from test_qmatmul_cpu import weight
+
+    operands = []
+    real = row_parallel.run_either
+
+    def run_either(key, elements, shared, alone, operand=None):
+        operands.append(operand)
+        return real(key, elements, shared, alone, operand)
+
+    monkeypatch.setattr(array_qmatmul, "run_either", run_either)
+    monkeypatch.setitem(row_parallel._state, "workers", 2)
+    rng = np.random.default_rng(0)
+    a, b = (weight(rng, GGMLType.Q8_0, 512, 8) for _ in range(2))
+    x = rng.standard_normal((1, a.shape[1])).astype(np.float32)
+    for w in (a, b, a):
+        array_qmatmul.qmatmul_rows(x, w, np.empty((1, 512), np.float32), path="fused")
+    if not operands:
+        pytest.skip("no spinning helpers here: the products share through run_rows")
+    assert len(set(operands)) == 2 and operands[0] == operands[2]
 
 
 def test_a_run_the_helpers_slept_through_is_not_timed_and_sharing_is_tried_again(monkeypatch):

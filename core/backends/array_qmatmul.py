@@ -189,6 +189,11 @@ def _compiled_call(kernels, args):
         n * elements,
         lambda: kernels.call_split(args, helpers),
         lambda: kernels.call(args, 0, n),
+        # each weight its own site: keyed by size alone, a decode step's products of one
+        # power of two (SmolLM2's q/k/v stack and its down projection) pooled their
+        # timings, each way's least being another product's, and half of a step's
+        # products ran on one core
+        operand=args[0],
     )
 
 

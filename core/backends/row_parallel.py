@@ -191,9 +191,10 @@ def run_rows(fn, rows, elements_per_row, align=1, blas_free=False, pieces=None, 
     _choices.record(site, shared, time.perf_counter() - began)
 
 
-def run_either(key, elements, shared, alone):
-    """shared() or alone(), whichever has been the faster for `key` (a code object) and
-    this size, as run_rows chooses (_Choices): for work shared some other way than the
+def run_either(key, elements, shared, alone, operand=None):
+    """shared() or alone(), whichever has been the faster for `key` (a code object),
+    this size and `operand` (what tells one work of the site from another of about its
+    size: a product's weight), as run_rows chooses (_Choices): for work shared some other way than the
     pool's (llvm_spin's spinning helpers), which a loaded machine can still slow (a
     helper that lost its core keeps its caller waiting).
 
@@ -203,7 +204,7 @@ def run_either(key, elements, shared, alone):
     a while left the helpers asleep, so each of its tries of sharing, every EXPLORE_EVERY
     calls, ran alone plus a wake-up, and it kept to one core for good (SmolLM2-135M
     Q4_1: decode steps of 33 ms where sharing every product takes 25)."""
-    site = _choices.site(key, elements)
+    site = _choices.site(key, elements, operand)
     way = _choices.share(site)
     began = time.perf_counter()
     helped = (shared if way else alone)()
