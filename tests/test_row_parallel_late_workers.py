@@ -194,6 +194,28 @@ def test_run_either_keys_each_code_object_apart(monkeypatch):
     assert choices.site(f.__code__, 1000) is not choices.site(g.__code__, 1000)
 
 
+@pytest.mark.parametrize("alone, way", [(0.9, "shared"), (0.7, "alone")])
+def test_run_either_keeps_sharing_unless_alone_is_clearly_faster(monkeypatch, alone, way):
+    """The spinning helpers' sites run alone only where alone took under SPIN_MARGIN of
+    sharing's time (100 us shared): 90 us is noise, 70 us is a core lost."""
+    choices = row_parallel._Choices()
+    monkeypatch.setattr(row_parallel, "_choices", choices)
+    clock = [0.0]
+    monkeypatch.setattr(row_parallel.time, "perf_counter", lambda: clock[0])
+    ways = []
+
+    def run(name, seconds):
+        def go():
+            ways.append(name)
+            clock[0] += seconds
+        return go
+
+    key = (lambda: None).__code__
+    for _ in range(12):
+        row_parallel.run_either(key, 1 << 20, run("shared", 1e-4), run("alone", alone * 1e-4))
+    assert ways[4:] == [way] * 8, ways
+
+
 def test_run_either_keys_each_operand_apart(monkeypatch):
     """Two products of one size (two weights) keep their own timings: a site's choice
     compares one product's runs, not the least of several products'."""

@@ -53,6 +53,13 @@ FIRST_EXPLORE = 16
 # alternating in processes: ~108 ms median with the average, ~102 with the least of 3;
 # SmolLM2 decode the same (20.5 and 20.4 tok/s, identical bits).
 WINDOW = 3
+# run_either's spinning helpers share a run for a few stores and a compare-exchange, so a
+# site of theirs runs alone only where alone was clearly the faster: its least recent
+# timing under this fraction of sharing's. Judged even, the two ways' noise (a decode
+# step's products take 10-200 us) sent 40% of SmolLM2-135M's products to one core,
+# while sharing them all decoded 1.04-1.06x faster (10 interleaved rounds); a loaded
+# machine, where a helper loses its core, still makes alone the faster by far.
+SPIN_MARGIN = 0.8
 # The caller polls for its workers' last ranges for at most this long (seconds).
 SPIN_SECONDS = 0.002
 # The largest OPENBLAS_THREAD_TIMEOUT (log2 of cycles spun) under which BLAS workers sleep
@@ -205,7 +212,7 @@ def run_either(key, elements, shared, alone, operand=None):
     calls, ran alone plus a wake-up, and it kept to one core for good (SmolLM2-135M
     Q4_1: decode steps of 33 ms where sharing every product takes 25)."""
     site = _choices.site(key, elements, operand)
-    way = _choices.share(site)
+    way = _choices.share(site, SPIN_MARGIN)
     began = time.perf_counter()
     helped = (shared if way else alone)()
     if way and helped is False:
@@ -273,7 +280,9 @@ class _Choices:
             entry = self.sites[key] = _Site()
         return entry
 
-    def share(self, site):
+    def share(self, site, margin=1.0):
+        """Whether the site's next run goes shared: alone only where alone's least recent
+        timing is under `margin` times sharing's (1: the faster)."""
         site.calls += 1
         if site.retry:
             site.retry = False
@@ -283,13 +292,13 @@ class _Choices:
         if shared is None:
             return True
         if shared >= LONG_RUN_SECONDS:
-            best = alone is None or shared < alone
+            best = alone is None or shared * margin < alone
         elif shared >= PRESUMED_SHARED_SECONDS and site.calls < FIRST_EXPLORE:
             return True
         elif min(site.runs) < 2:
             return site.runs[1] <= site.runs[0]
         else:
-            best = shared < alone
+            best = shared * margin < alone
         return (not best) if explore else best
 
     def record(self, site, shared, seconds):
