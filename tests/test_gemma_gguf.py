@@ -52,8 +52,10 @@ def _tiny_vocab(n):
     return pieces, types + [5] * (n - len(types))
 
 
-def _write_gemma_gguf(path, hf, arch, gguf):
-    """`hf` written as llama.cpp writes Gemma 2/3 (f32 tensors), with a tokenizer."""
+def _write_gemma_gguf(path, hf, arch, gguf, qtypes=None):
+    """`hf` written as llama.cpp writes Gemma 2/3 (f32 tensors, or those named in `qtypes`,
+    {GGUF name suffix: gguf.GGMLQuantizationType}, quantized by gguf's own encoder), with
+    a tokenizer."""
     cfg = hf.config
     sd = {k: v.detach().float().numpy() for k, v in hf.state_dict().items()}
     w = gguf.GGUFWriter(str(path), arch)
@@ -89,6 +91,10 @@ def _write_gemma_gguf(path, hf, arch, gguf):
     w.add_add_space_prefix(False)
 
     def put(name, arr):
+        qtype = next((t for k, t in (qtypes or {}).items() if name.endswith(f"{k}.weight")), None)
+        if qtype is not None:
+            w.add_tensor(name, gguf.quants.quantize(np.ascontiguousarray(arr), qtype), raw_dtype=qtype)
+            return
         w.add_tensor(name, np.ascontiguousarray(arr + 1.0 if name.endswith("norm.weight") else arr))
 
     names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "post_attention_norm",
@@ -125,6 +131,91 @@ def tiny_gguf(request, torch, gguf, tmp_path_factory):
     path = tmp_path_factory.mktemp(arch) / f"tiny-{arch}.gguf"
     _write_gemma_gguf(path, hf, arch, gguf)
     return arch, hf, str(path)
+
+
+@pytest.fixture(scope="module")
+def tiny_quantized_gemma3(torch, gguf, tmp_path_factory):
+    """A tiny Gemma 3 GGUF quantized as a Q4_K_M file mixes types: q and k Q5_0, v Q8_0
+    (a ConcatLinear), the rest Q8_0."""
+    transformers = require("transformers")
+    torch.manual_seed(7)
+    hf = transformers.AutoModelForCausalLM.from_config(
+        transformers.Gemma3TextConfig(**GEMMA3)).eval()
+    q = gguf.GGMLQuantizationType
+    qtypes = {"attn_q": q.Q5_0, "attn_k": q.Q5_0, "attn_v": q.Q8_0, "attn_output": q.Q8_0,
+              "ffn_gate": q.Q8_0, "ffn_up": q.Q8_0, "ffn_down": q.Q8_0}
+    path = tmp_path_factory.mktemp("gemma3q") / "tiny-gemma3-q.gguf"
+    _write_gemma_gguf(path, hf, "gemma3", gguf, qtypes)
+    return str(path)
+
+
+def _decode_logits(model, ids, steps, fused, monkeypatch=None, taken=None):
+    """The logits of `steps` greedy decode steps after `ids`, through the fused step or
+    the modules' path; `taken` (a list) gets whether each fused step ran fused."""
+    from ember.models.llama_step import DecodeStep
+
+    if taken is not None:
+        run = DecodeStep.run
+
+        def counted(self, *args):
+            out = run(self, *args)
+            taken.append(out is not None)
+            return out
+
+        monkeypatch.setattr(DecodeStep, "run", counted)
+    model.fused_decode = fused
+    cache = model.new_cache(1, len(ids) + steps + 1)
+    logits = model([ids], cache=cache, last_only=True).numpy()
+    out = []
+    for _ in range(steps):
+        logits = model([[int(logits[0, -1].argmax())]], cache=cache, last_only=True).numpy()
+        out.append(logits)
+    return out
+
+
+def test_a_fused_gemma3_decode_step_has_the_modules_bits(tiny_quantized_gemma3, device,
+                                                         monkeypatch):
+    """llama_step.DecodeStep takes Gemma 3's layers (q/k norms, four norms a layer, the
+    mixed-type q/k/v joined): its logits equal the modules' bit for bit, inside the
+    sliding window (steps 1-2 of a 3-token prompt, window 5) and past it, where the
+    window's mask sends every step back to the modules."""
+    from ember.models.llama_step import DecodeStep
+    from ember.models.quant_layers import ConcatLinear
+
+    model = load_gguf_model(tiny_quantized_gemma3, device=device)
+    assert isinstance(model.layers[0].self_attn.qkv_proj, ConcatLinear)
+    assert DecodeStep.of(model) is not None
+    ids, taken = [5, 17, 40], []
+    fused = _decode_logits(model, ids, 6, True, monkeypatch, taken)
+    assert taken == [True, True, False, False, False, False]
+    for a, b in zip(fused, _decode_logits(model, ids, 6, False), strict=True):
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+def test_gemma2_capped_scores_keep_the_modules_path(torch, gguf, tmp_path):
+    from ember.models.llama_step import DecodeStep
+
+    transformers = require("transformers")
+    torch.manual_seed(8)
+    hf = transformers.AutoModelForCausalLM.from_config(transformers.Gemma2Config(**GEMMA2)).eval()
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    qtypes = {n: q8 for n in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate",
+                              "ffn_up", "ffn_down")}
+    _write_gemma_gguf(tmp_path / "g2.gguf", hf, "gemma2", gguf, qtypes)
+    model = load_gguf_model(str(tmp_path / "g2.gguf"))
+    assert DecodeStep.of(model) is None  # quantized, but capped scores are not the fused op's
+    for layer in model.layers:  # uncapped, still no: Gemma 2 has no q/k norms
+        layer.self_attn.softcap = None
+    assert DecodeStep.of(model) is None
+
+
+def test_real_gemma3_fused_decode_steps_have_the_modules_bits(gemma3_gguf, monkeypatch):  # noqa: F811
+    model = load_gguf_model(gemma3_gguf)
+    ids, taken = [2, 818, 5279, 529, 7001, 563], []
+    fused = _decode_logits(model, ids, 3, True, monkeypatch, taken)
+    assert taken == [True] * 3
+    for a, b in zip(fused, _decode_logits(model, ids, 3, False), strict=True):
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
 
 
 def test_gguf_config_fills_in_what_llama_cpp_leaves_implicit(tiny_gguf):

@@ -464,15 +464,18 @@ def test_cli_chat_from_gguf_uses_its_template(tmp_path, hf_llama, hf_tokenizer, 
 @pytest.mark.parametrize("batch", [1, 2])
 def test_a_fused_decode_step_has_the_modules_bits(quant_file, hf_llama, device, batch):
     """llama_step.DecodeStep makes the modules' backend calls with their arguments: each
-    decode step's logits equal the modules' path bit for bit, on every device (a model
-    it does not take, mixed types whose q/k/v are concatenated, keeps that path)."""
+    decode step's logits equal the modules' path bit for bit, on every device, mixed
+    types whose q/k/v are concatenated (ConcatLinear) included (a model it does not
+    take, dense Linears, keeps that path)."""
     from ember.models.llama_step import DecodeStep
-    from ember.models.quant_layers import QuantLinear
+    from ember.models.quant_layers import ConcatLinear, QuantLinear
 
     qname, path, _ = quant_file
     model = load_gguf_model(path, device=device)
     # F16 weights off the CPU are dense Linears
-    takes = qname != "mixed" and isinstance(model.layers[0].self_attn.qkv_proj, QuantLinear)
+    qkv = model.layers[0].self_attn.qkv_proj
+    takes = isinstance(qkv, (QuantLinear, ConcatLinear))
+    assert takes == (qname != "F16" or device.kind == "cpu")
     assert (DecodeStep.of(model) is not None) == takes
     ids = [_prompt(hf_llama.config.vocab_size, seed=3 + i) for i in range(batch)]
 
