@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import UnsupportedDType
 from . import llvm_f16, llvm_quant
+from .addresses import address
 from .blas_threads import single_thread_below
 from .optional_jit import jit_disabled
 from .row_parallel import run_either, run_rows, share_count
@@ -166,7 +167,7 @@ class _FusedPlan:
             or jit_disabled()
         ):
             return False
-        m, xa, oa, ldo = x2.shape[0], x2.ctypes.data, out.ctypes.data, out.strides[0] // 4
+        m, xa, oa, ldo = x2.shape[0], address(x2), address(out), out.strides[0] // 4
         for (wa, ldw, n, _), at in self.parts:
             _compiled_call(self.kernels, (wa, ldw, xa, k, oa + 4 * at, ldo, m, 0, n, k))
         return True

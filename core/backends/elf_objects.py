@@ -96,7 +96,9 @@ def _sections(code):
     if ident[:4] != b"\x7fELF" or ident[4] != 2 or ident[5] != 1:
         raise UnsupportedObject("not a little-endian 64-bit ELF file")
     if etype != ET_REL or machine != EM_X86_64:
-        raise UnsupportedObject(f"not an x86-64 relocatable object (type {etype}, machine {machine})")
+        raise UnsupportedObject(
+            f"not an x86-64 relocatable object (type {etype}, machine {machine})"
+        )
     if shentsize != _SECTION.size or shoff + shnum * shentsize > len(code):
         raise UnsupportedObject("section headers beyond the file")
     sections = [_SECTION.unpack_from(code, shoff + i * shentsize) for i in range(shnum)]
@@ -217,7 +219,11 @@ def _libc():
         libc = ctypes.CDLL(None, use_errno=True)
         libc.mmap.restype = ctypes.c_void_p
         libc.mmap.argtypes = (
-            ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
             ctypes.c_long,
         )
         libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)

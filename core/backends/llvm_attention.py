@@ -31,6 +31,7 @@ import sys
 import numpy as np
 
 from . import llvm_spin
+from .addresses import address
 from .llvm_math import EXP_MIN
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
@@ -73,10 +74,10 @@ class AttentionKernels:
         scale_bits = int(np.float32(scale).view(np.uint32))
         words = np.array(
             _operand_words(operands)
-            + [m, tq, tk, d, dv, scale_bits, scratch.ctypes.data, counts.ctypes.data],
+            + [m, tq, tk, d, dv, scale_bits, address(scratch), address(counts)],
             np.int64,
         )
-        shared = helpers.split(self._split, words.ctypes.data, 0, m)
+        shared = helpers.split(self._split, address(words), 0, m)
         return int(counts.sum()), shared
 
     def attend(self, operands, m, tq, tk, d, dv, scale, scratch):
@@ -90,7 +91,7 @@ class AttentionKernels:
         if scratch.size < 2 * tk + d or scratch.dtype != "float32":
             raise ValueError(f"llvm_attention: scratch of {scratch.size} for 2 x {tk} + {d} floats")
         args = _operand_words(operands)
-        return self._attend(*args, m, tq, tk, d, dv, scale, scratch.ctypes.data)
+        return self._attend(*args, m, tq, tk, d, dv, scale, address(scratch))
 
 
 def _operand_words(operands):
@@ -103,7 +104,7 @@ def _operand_words(operands):
             a, matrix, row = item
             if a.dtype != "float32":
                 raise ValueError(f"llvm_attention: needs float32, got {a.dtype}")
-            words += [a.ctypes.data, matrix, row]
+            words += [address(a), matrix, row]
     return words
 
 

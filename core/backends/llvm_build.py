@@ -15,8 +15,8 @@ from llvm_host's record: such a process never loads LLVM's library. Where LLVM d
 import importlib
 import importlib.util
 import os
-import threading
 import sys
+import threading
 import warnings
 
 from . import llvm_host

@@ -34,6 +34,8 @@ import ctypes
 import itertools
 import sys
 
+from .addresses import address
+
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 # exp_rows gives +inf above EXP_MAX (127 ln 2: exp_neg's range; float32's own exp
 # overflows at 88.72, and a softmax row holding such a score is redone shifted either
@@ -80,7 +82,7 @@ class MathKernels:
         rows_o, ldo, cols_o = _rows(out)
         if (rows_x, cols) != (rows_o, cols_o):
             raise ValueError(f"llvm_math.{op}: shapes {x.shape} and {out.shape} differ")
-        self._maps[op](x.ctypes.data, ldx, rows_x, cols, out.ctypes.data, ldo)
+        self._maps[op](address(x), ldx, rows_x, cols, address(out), ldo)
 
     def exp_rows(self, s, total):
         """exp of the 2-D float32 array s in place (rows contiguous), total[r] = row r's
@@ -93,7 +95,7 @@ class MathKernels:
             raise ValueError("llvm_math.exp_rows: totals must be contiguous float32")
         if total.size != s.shape[0]:
             raise ValueError(f"llvm_math.exp_rows: {total.size} totals for {s.shape[0]} rows")
-        self._exp_rows(s.ctypes.data, s.strides[0] // 4, s.shape[0], s.shape[1], total.ctypes.data)
+        self._exp_rows(address(s), s.strides[0] // 4, s.shape[0], s.shape[1], address(total))
 
 
 def _rows(a):

@@ -24,6 +24,8 @@ EMBER_JIT=0, or where the build fails.
 import ctypes
 import sys
 
+from .addresses import address
+
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 _ARGS = (_P, _I, _P, _I, _P, _I, _I, _I, _P, _P, ctypes.c_float, _I)
 
@@ -65,16 +67,16 @@ class NormKernels:
             if v is not None and v.shape != (cols,):
                 raise ValueError(f"llvm_norm: a weight of {v.shape} for rows of {cols}")
         self._norm(
-            x.ctypes.data,
+            address(x),
             x.strides[0] // 4,
-            None if residual is None else residual.ctypes.data,
+            None if residual is None else address(residual),
             0 if residual is None else residual.strides[0] // 4,
-            out.ctypes.data,
+            address(out),
             out.strides[0] // 4,
             rows,
             cols,
-            None if weight is None else weight.ctypes.data,
-            None if bias is None else bias.ctypes.data,
+            None if weight is None else address(weight),
+            None if bias is None else address(bias),
             eps,
             1 if rms else 0,
         )

@@ -21,6 +21,7 @@ import ctypes
 import numpy as np
 
 from . import llvm_spin
+from .addresses import address
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 DOT_ARGS = (_P, _I, _P, _I, _P, _I, _I, _I, _I, _I)
@@ -121,4 +122,4 @@ class ProductKernels:
 
 def _rows(a):
     """(address, row stride in elements) of a 2-D array whose rows are contiguous."""
-    return a.ctypes.data, a.strides[0] // a.itemsize
+    return address(a), a.strides[0] // a.itemsize

@@ -161,7 +161,9 @@ class _Layer:
         heads = self.attend(be, self.step_heads(be, self.qkv(be, h, lx), b), b, laid, cache, length)
         lheads = Layout((b, 1, self.attn.n_heads * self.attn.head_dim))
         xs = be.binary("add", xs, lx, self.o(be, heads, lheads), lx, f32)
-        return be.binary("add", xs, lx, self.mlp(be, _norm(be, xs, lx, self.norms[1]), lx, b), lx, f32)
+        return be.binary(
+            "add", xs, lx, self.mlp(be, _norm(be, xs, lx, self.norms[1]), lx, b), lx, f32
+        )
 
     def step_heads(self, be, qkv, b):
         """The projection's heads as the fused attention takes them (Attention.step_heads)."""
