@@ -34,6 +34,15 @@ SMALL_SCORES = 1 << 15
 SPLIT_WORK = 1 << 20
 
 
+def takes_step(n_heads, kv, tk, d):
+    """Whether a decode step of one sequence (n_heads queries grouped over kv heads of d,
+    against tk keys) comes here as one unsplit compiled call (llvm_attention's
+    attend_step then does it all): small, and too little work for the helpers."""
+    g = n_heads // kv
+    small = g <= SMALL_QUERIES and n_heads * tk <= SMALL_SCORES
+    return small and not (kv > 1 and kv * g * tk * 2 * d >= SPLIT_WORK)
+
+
 def is_small(q, k):
     """Whether attention of q [..., Tq, D] over k [..., Tk, D] is small enough here."""
     return q.shape[-2] <= SMALL_QUERIES and q[..., 0].size * k.shape[-2] <= SMALL_SCORES

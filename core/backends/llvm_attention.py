@@ -39,6 +39,7 @@ _P, _I = ctypes.c_void_p, ctypes.c_int64
 # then serves four (3 x 3 x 160 x 64, the call with its Python: 35 -> 25 us)
 KEYS_AT_ONCE = 4
 _ARGS = (_P, _I, _I) * 5 + (_I, _I, _I, _I, _I, ctypes.c_float, _P)
+_STEP_ARGS = (_P, _P, _P, _I, _P, _P, _I, _I, _I, _I, _I, ctypes.c_float, _P, _P, _P)
 
 
 def kernels():
@@ -52,6 +53,9 @@ class AttentionKernels:
     def __init__(self, engine, split=False):
         self._engine = engine  # owns the machine code: kept alive with the function
         self._attend = ctypes.CFUNCTYPE(_I, *_ARGS)(engine.get_function_address("ember_attend"))
+        self._step = ctypes.CFUNCTYPE(_I, *_STEP_ARGS)(
+            engine.get_function_address("ember_attend_step")
+        )
         self._split = None
         if split:
             address = engine.get_function_address("ember_attend_split")
@@ -79,6 +83,53 @@ class AttentionKernels:
         )
         shared = helpers.split(self._split, address(words), 0, m)
         return int(counts.sum()), shared
+
+    def attend_step(self, qkv, keys, values, length, n_heads, scale, tables, interleaved):
+        """One position's self-attention for a batch of one in one call (ember_attend_step,
+        ArrayBackend.attention_step's arithmetic): qkv (heads, d) float32 C-contiguous,
+        keys and values (kv, L, d) float32 views with contiguous rows, written at row
+        `length`; tables None or (cos, sin), each d / 2 contiguous floats. Returns (out
+        (n_heads * d,), rotated q and k heads (n_heads + kv, d)) and None for out where a
+        row was left undone (a maximum score not finite: the caller redoes the attention
+        on the heads); None where the arrays are not that (the caller's own path)."""
+        heads, d = qkv.shape
+        kv = keys.shape[0]
+        if (
+            not qkv.flags.c_contiguous
+            or keys.shape != values.shape
+            or keys.shape[2] != d
+            or keys.strides != values.strides
+            or keys.strides[1:] != (4 * d, 4)
+            or heads != n_heads + 2 * kv
+            or d % 2
+        ):
+            return None
+        cos = sin = None
+        if tables is not None:
+            cos, sin = tables
+            if cos.shape != (d // 2,) or sin.shape != cos.shape:
+                return None
+        rot = np.empty((n_heads + kv, d), np.float32)
+        out = np.empty(n_heads * d, np.float32)
+        scratch = np.empty(2 * (length + 1) + d, np.float32)
+        undone = self._step(
+            address(qkv),
+            None if cos is None else address(cos),
+            None if sin is None else address(sin),
+            1 if interleaved else 0,
+            address(keys),
+            address(values),
+            keys.strides[0] // 4,
+            length,
+            n_heads,
+            kv,
+            d,
+            scale,
+            address(rot),
+            address(out),
+            address(scratch),
+        )
+        return (None if undone else out), rot
 
     def attend(self, operands, m, tq, tk, d, dv, scale, scratch):
         """The attention of m stacked matrices q [tq, d], k [tk, d], v [tk, dv] under a
@@ -241,7 +292,78 @@ def _ir_module(triple):
     if llvm_spin.supported(triple):  # the matrices split over spinning helpers (llvm_spin)
         rows = _add_rows(module, fn)
         llvm_spin.add_split(module, rows, "ember_attend_split", rows_at=1, align=1)
+    _add_step(module, fn)
     return module
+
+
+def _add_step(module, attend):
+    """``i64 ember_attend_step(f32 *qkv, f32 *cos, f32 *sin, i64 interleaved, f32 *keys,
+    f32 *values, i64 cache_h, i64 length, i64 nh, i64 kv, i64 d, f32 scale, f32 *rot,
+    f32 *out, f32 *scratch)``: one position's self-attention for a batch of one, as
+    ArrayBackend.attention_step computes it. qkv holds nh + 2 kv heads of d; the q and k
+    heads are rotated into rot (nh + kv heads) by the tables cos, sin (d / 2 each; null:
+    copied as they are), each half as numpy's four passes round it (a*c - b*s and b*c +
+    a*s, every product rounded); the k heads and the v heads go into the caches (head h
+    of `keys` at h cache_h, its row `length`), then `attend` takes the kv matrices of g =
+    nh / kv query rows over length + 1 keys into out (nh x d). Returns attend's rows
+    undone."""
+    from llvmlite import ir
+
+    from .llvm_ir import I64, loop, no_alias
+
+    f32 = ir.FloatType()
+    pf = f32.as_pointer()
+    args = [pf, pf, pf, I64, pf, pf, I64, I64, I64, I64, I64, f32, pf, pf, pf]
+    fn = ir.Function(module, ir.FunctionType(I64, args), "ember_attend_step")
+    qkv, cos, sin, interleaved, keys, values, cache_h, length, nh, kv, d, scale = fn.args[:12]
+    rot, out, scratch = fn.args[12:]
+    no_alias(rot, out, scratch)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    half = b.sdiv(d, I64(2))
+    no_rope = b.icmp_unsigned("==", cos, ir.Constant(pf, None))
+    inter = b.icmp_unsigned("!=", interleaved, I64(0))
+    pairs = b.select(inter, I64(2), I64(1))  # a pair's element step: (2i, 2i+1)
+    apart = b.select(inter, I64(1), half)  # its partner's distance: (i, i + d/2)
+
+    def head(b, h):
+        src, dst = b.gep(qkv, [b.mul(h, d)]), b.gep(rot, [b.mul(h, d)])
+
+        def pair(b, i):
+            ia = b.mul(i, pairs)
+            ib = b.add(ia, apart)
+            x, y = b.load(b.gep(src, [ia])), b.load(b.gep(src, [ib]))
+            c = b.select(no_rope, f32(1.0), b.load(b.gep(b.select(no_rope, rot, cos), [i])))
+            s_ = b.select(no_rope, f32(0.0), b.load(b.gep(b.select(no_rope, rot, sin), [i])))
+            first = b.select(no_rope, x, b.fsub(b.fmul(x, c), b.fmul(y, s_)))
+            second = b.select(no_rope, y, b.fadd(b.fmul(y, c), b.fmul(x, s_)))
+            b.store(first, b.gep(dst, [ia]))
+            b.store(second, b.gep(dst, [ib]))
+
+        loop(b, I64(0), half, pair, "pair")
+
+    loop(b, I64(0), b.add(nh, kv), head, "head")
+
+    def cache_row(b, h):
+        row = b.add(b.mul(h, cache_h), b.mul(length, d))
+        k_src = b.gep(rot, [b.mul(b.add(nh, h), d)])
+        v_src = b.gep(qkv, [b.mul(b.add(b.add(nh, kv), h), d)])
+        k_dst, v_dst = b.gep(keys, [row]), b.gep(values, [row])
+
+        def one(b, j):
+            b.store(b.load(b.gep(k_src, [j])), b.gep(k_dst, [j]))
+            b.store(b.load(b.gep(v_src, [j])), b.gep(v_dst, [j]))
+
+        loop(b, I64(0), d, one, "cache")
+
+    loop(b, I64(0), kv, cache_row, "kv")
+    g = b.sdiv(nh, kv)
+    null = ir.Constant(pf, None)
+    undone = b.call(
+        attend,
+        [rot, b.mul(g, d), d, keys, cache_h, d, values, cache_h, d, null, I64(0), I64(0)]
+        + [out, b.mul(g, d), d, kv, g, b.add(length, I64(1)), d, d, scale, scratch],
+    )
+    b.ret(undone)
 
 
 def _add_rows(module, attend):
