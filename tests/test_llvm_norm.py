@@ -68,3 +68,40 @@ def test_arrays_the_kernel_cannot_take_go_the_numpy_way(norm_kernels, monkeypatc
     assert calls == [] and got64.dtype == np.float64
     np.testing.assert_allclose(got, _reference(x, w, None, 1e-6, True, None), rtol=2e-6)
     np.testing.assert_allclose(got64, _reference(x, None, None, 1e-6, True, None), rtol=1e-12)
+
+
+@pytest.mark.parametrize("rms", [True, False])
+@pytest.mark.parametrize(
+    "shape, narrow",
+    [
+        ((1, 1, 640), None),
+        ((1, 1, 6, 256), (2, 0, 4)),
+        ((1, 1, 6, 256), (2, 4, 1)),
+        ((3, 1, 64), None),
+    ],
+)
+def test_a_decode_steps_norm_goes_straight_to_the_kernel_with_its_bits(
+    norm_kernels, monkeypatch, rms, shape, narrow
+):
+    """ArrayBackend.layer_norm's small path (a decode step's hidden state, a head's
+    view of the q/k/v projection) calls the kernel directly: norm_last_dim's bits."""
+    import ember
+    from ember import dtype as dt
+    from ember.layout import Layout
+
+    be = ember.Device.parse("cpu").backend
+    rng = np.random.default_rng(sum(shape))
+    x = rng.standard_normal(int(np.prod(shape))).astype(np.float32)
+    layout = Layout(shape) if narrow is None else Layout(shape).narrow(*narrow)
+    cols = layout.shape[-1]
+    w, b = (rng.standard_normal(cols).astype(np.float32) for _ in range(2))
+    lw = Layout((cols,))
+    from ember.backends import array as array_backend
+
+    calls = []
+    monkeypatch.setattr(array_backend, "norm_last_dim", lambda *a, **k: calls.append(a))
+    got = be.layer_norm(x, layout, w, lw, None if rms else b, lw, 1e-5, dt.f32, rms=rms)
+    assert calls == []  # the small path took it
+    monkeypatch.undo()
+    want = array_rows.norm_last_dim(np, be.view(x, layout), w, None if rms else b, 1e-5, rms)
+    np.testing.assert_array_equal(got.view(np.uint32), want.reshape(-1).view(np.uint32))
