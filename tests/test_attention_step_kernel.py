@@ -19,12 +19,17 @@ def cpu():
     return ember.Device.parse("cpu").backend
 
 
-def _step(be, rng, n_heads, kv, d, length, cap=40, rope=True, interleaved=False, batch=1):
-    """(the output, keys, values) of attention_step on random heads and caches."""
+def _step(
+    be, rng, n_heads, kv, d, length, cap=40, rope=True, interleaved=False, batch=1, poison=None
+):
+    """(the output, keys, values) of attention_step on random heads and caches, after
+    `poison(qkv, keys)` where given."""
     heads = n_heads + 2 * kv
     qkv = rng.standard_normal(batch * heads * d).astype(np.float32)
     keys = rng.standard_normal(batch * kv * cap * d).astype(np.float32)
     values = rng.standard_normal(batch * kv * cap * d).astype(np.float32)
+    if poison is not None:
+        poison(qkv, keys)
     lc = Layout((1, d // 2))
     tables = None
     if rope:
@@ -100,38 +105,17 @@ def test_the_compiled_step_has_the_paths_bits(
 def test_a_row_without_a_finite_score_goes_the_numpy_way(cpu, attention_kernels, monkeypatch):
     """An infinite key (kv head 0, position 3): that head's query rows have no finite
     maximum, the kernel leaves them, and numpy's tile redoes the attention (its NaNs)."""
-    n_heads, kv, d, cap, length = 4, 2, 16, 10, 6
+    d = 16
 
-    def run():
-        rng = np.random.default_rng(5)
-        heads = n_heads + 2 * kv
-        qkv = rng.standard_normal(heads * d).astype(np.float32)
-        keys = rng.standard_normal(kv * cap * d).astype(np.float32)
-        values = rng.standard_normal(kv * cap * d).astype(np.float32)
+    def poison(qkv, keys):
         keys[3 * d] = np.inf
         qkv[0] = qkv[d] = 1.0  # kv head 0's query heads see +inf: no finite maximum
-        lcache = Layout((1, kv, cap, d))
-        with np.errstate(invalid="ignore"):
-            out = cpu.attention_step(
-                qkv,
-                Layout((1, 1, heads, d)),
-                keys,
-                lcache,
-                values,
-                lcache,
-                length,
-                n_heads,
-                0.25,
-                dt.f32,
-                None,
-                False,
-            )
-        return np.asarray(out).copy(), keys, values
 
-    fused = run()
-    with monkeypatch.context() as m:
-        m.setattr(array_small_attention, "takes_step", lambda *a: False)
-        before = run()
+    with np.errstate(invalid="ignore"):
+        fused, before, taken = _both_ways(
+            cpu, monkeypatch, 5, n_heads=4, kv=2, d=d, length=6, cap=10, rope=False, poison=poison
+        )
+    assert taken == 1
     for a, b in zip(fused, before, strict=True):
         np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
     head0 = fused[0][: 2 * d]  # kv head 0's two query heads
