@@ -20,14 +20,14 @@ ember f32 and Q4_K engines on those devices against transformers on torch CUDA (
 torch" columns are then ratios to torch CUDA); --layers N shrinks the random model.
 """
 
-import argparse
 import json
 import os
-import signal
-import subprocess
 import sys
-import tempfile
 import time
+
+# argparse, signal, subprocess and tempfile are the parent's: imported in main and spawn,
+# not in a worker, whose peak RSS is the engine's figure (they and what they import,
+# shutil's compressors among them, were ~2 MB of every worker's)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
@@ -285,6 +285,8 @@ def _worker_main(argv):
 
 
 def spawn(args, timeout, threads=None, extra_env=None):
+    import subprocess
+
     env = dict(os.environ, **(extra_env or {}))
     if threads:
         # Both engines get the same thread count: OpenBLAS (numpy) and OpenMP (torch).
@@ -309,6 +311,9 @@ def spawn(args, timeout, threads=None, extra_env=None):
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         return _worker_main(sys.argv[2:])
+    import argparse
+    import tempfile
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--decode", type=int, default=32)
@@ -371,6 +376,8 @@ def main():
 
 def measure(args, work):
     """Every engine of every section, interleaved; the tables and the JSON."""
+    import signal
+
     try:
         from common import machine_report
 
