@@ -622,9 +622,14 @@ class ArrayBackend(Backend):
                 shapes=(lx.shape, tuple(qweight.shape)),
             )
         lead = lx.shape[:-1]
-        x2 = xp.ascontiguousarray(self.load(x, lx, dtype), dtype=xp.float32).reshape(-1, n_in)
+        if dtype is dt.f32 and lx.is_contiguous():  # a slice of the storage: no view, no copy
+            x2 = x[lx.offset : lx.offset + lx.numel].reshape(-1, n_in)
+        else:
+            x2 = xp.ascontiguousarray(self.load(x, lx, dtype), dtype=xp.float32).reshape(-1, n_in)
         out = xp.empty((x2.shape[0], n_out), xp.float32)
         qmatmul_rows(x2, qweight, out, chunk_bytes=_QMATMUL_CHUNK_BYTES)
+        if dtype is dt.f32:  # already the flat contiguous f32 storage store() makes
+            return out.reshape(-1), lead + (n_out,)
         return self.store(out, dtype), lead + (n_out,)
 
     def qlinear(
