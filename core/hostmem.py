@@ -39,7 +39,7 @@ def trim_heap():
 
         try:
             _trim.append(ctypes.CDLL(None).malloc_trim)
-        except (AttributeError, OSError):
+        except (AttributeError, OSError, TypeError):  # no malloc_trim; Windows: no CDLL(None)
             _trim.append(None)
     if _trim[0] is None:
         return False
