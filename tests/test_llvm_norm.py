@@ -105,3 +105,20 @@ def test_a_decode_steps_norm_goes_straight_to_the_kernel_with_its_bits(
     monkeypatch.undo()
     want = array_rows.norm_last_dim(np, be.view(x, layout), w, None if rms else b, 1e-5, rms)
     np.testing.assert_array_equal(got.view(np.uint32), want.reshape(-1).view(np.uint32))
+
+
+def test_a_strided_weight_keeps_the_decode_norm_off_the_kernel(norm_kernels):
+    """The small path reads weights as contiguous rows: a strided one (every other
+    element of a longer array) takes norm_last_dim's way, with its values."""
+    import ember
+    from ember import dtype as dt
+    from ember.layout import Layout
+
+    be = ember.Device.parse("cpu").backend
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(64).astype(np.float32)
+    w = rng.standard_normal(128).astype(np.float32)
+    strided = Layout((64,), (2,), 0)
+    got = be.layer_norm(x, Layout((1, 1, 64)), w, strided, None, None, 1e-5, dt.f32, rms=True)
+    want = x / np.sqrt(np.mean(x.astype(np.float64) ** 2) + 1e-5) * w[::2]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

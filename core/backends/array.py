@@ -515,14 +515,14 @@ class ArrayBackend(Backend):
         n = layout.numel
         if not 0 < n < MIN_PARALLEL_ELEMENTS or not layout.is_contiguous():
             return None
-        kernels = llvm_norm.kernels()
-        if kernels is None:
-            return None
         cols = layout.shape[-1] if layout.shape else 1
         x = storage[layout.offset : layout.offset + n].reshape(-1, cols)
-        out = self.xp.empty(n, self.xp.float32)
         weight = None if w is None else self.view(w, lw)
         bias = None if b is None else self.view(b, lb)
+        kernels = llvm_norm.for_rows(self.xp, x, weight, bias)  # None: a strided weight
+        if kernels is None:
+            return None
+        out = self.xp.empty(n, self.xp.float32)
         kernels.norm(x, out.reshape(-1, cols), weight, bias, eps, rms)
         return out
 

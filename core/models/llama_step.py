@@ -234,9 +234,7 @@ class _Projection:
     a ConcatLinear's parts' joined as tensor.cat joins them."""
 
     def __init__(self, projection, device):
-        parts = [projection]
-        if hasattr(projection, "names"):  # a ConcatLinear (_parts checked its parts)
-            parts = [getattr(projection, n) for n in projection.names]
+        parts = _parts(projection, sys.modules[f"{__package__}.quant_layers"])
         self.placed = [_placed(p, device) for p in parts]
         self.widths = [p.out_features for p in parts]
 
