@@ -365,10 +365,11 @@ class Helpers:
 
     def ready(self, patience=None):
         """Wake the helpers that sleep and wait, the GIL let go, until they spin (for at
-        most `patience` seconds, READY_PATIENCE unless given): for a product long enough to repay a wake-up. A split
-        finding a helper asleep runs its part itself and only then wakes it, which for
-        a lone long product (the logits' 262,144 x 640 Q8_0 rows of Gemma 3, 18 ms on
-        one core) meant one core every time its helper had dozed off before it."""
+        most `patience` seconds, READY_PATIENCE unless given): for a product long enough
+        to repay a wake-up. A split finding a helper asleep runs its part itself and only
+        then wakes it, which for a lone long product (the logits' 262,144 x 640 Q8_0 rows
+        of Gemma 3, 18 ms on one core) meant one core every time its helper had dozed
+        off before it."""
         asleep = [i for i in range(self.count) if self.slots[i, 0] == ASLEEP]
         if not asleep:
             return

@@ -201,7 +201,8 @@ def run_rows(fn, rows, elements_per_row, align=1, blas_free=False, pieces=None, 
 def run_either(key, elements, shared, alone, operand=None):
     """shared() or alone(), whichever has been the faster for `key` (a code object),
     this size and `operand` (what tells one work of the site from another of about its
-    size: a product's weight), as run_rows chooses (_Choices): for work shared some other way than the
+    size: a product's weight), as run_rows chooses (_Choices), alone only where clearly
+    the faster (SPIN_MARGIN): for work shared some other way than the
     pool's (llvm_spin's spinning helpers), which a loaded machine can still slow (a
     helper that lost its core keeps its caller waiting).
 
