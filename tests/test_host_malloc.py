@@ -62,3 +62,41 @@ def test_freed_temporaries_are_reused_not_faulted_again():
 )
 def test_a_users_malloc_setting_wins(env):
     assert _probe(**env)["applied"] is False
+
+
+ARENAS = r"""
+import json, resource, threading
+import numpy as np
+import ember
+ember.Device.cpu()
+
+def churn():
+    a = np.ones(24 << 18, np.float32)  # 24 MiB, freed in this thread's arena
+    del a
+
+t = threading.Thread(target=churn)
+t.start()
+t.join()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+b = np.ones(24 << 18, np.float32)  # the main thread: another thread's freed block?
+print(json.dumps({"faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before}))
+"""
+
+
+def _arenas(**env):
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "GLIBC_TUN"))}
+    full.pop("EMBER_MALLOC", None)
+    full.update(NUMPY_MADVISE_HUGEPAGE="0", **env)
+    out = subprocess.run(
+        [sys.executable, "-c", ARENAS], env=full, capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout)["faults"]
+
+
+@pytest.mark.skipif(not _glibc(), reason="the setting is made on glibc only")
+def test_a_block_one_thread_freed_serves_another():
+    """One arena for every thread: the main thread's array reuses what a pool thread
+    freed (a few faults) instead of faulting 24 MiB afresh in an arena of its own; a
+    user's MALLOC_ARENA_MAX keeps glibc's arenas."""
+    assert _arenas() < 1000
+    assert _arenas(MALLOC_ARENA_MAX="8") > 5000
