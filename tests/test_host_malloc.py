@@ -26,13 +26,14 @@ print(json.dumps({"applied": host_malloc._state["applied"], "faults": faults[1:]
 """
 
 
-def _probe(**env):
+def _probe(script=PROBE, **env):
+    """The JSON `script` prints, run without the caller's malloc settings and with `env`."""
     full = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "GLIBC_TUN"))}
     full.pop("EMBER_MALLOC", None)
     # 4 KiB pages only, so a fault count measures memory touched afresh
     full.update(NUMPY_MADVISE_HUGEPAGE="0", **env)
     out = subprocess.run(
-        [sys.executable, "-c", PROBE], env=full, capture_output=True, text=True, check=True
+        [sys.executable, "-c", script], env=full, capture_output=True, text=True, check=True
     )
     return json.loads(out.stdout)
 
@@ -83,20 +84,10 @@ print(json.dumps({"faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt -
 """
 
 
-def _arenas(**env):
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "GLIBC_TUN"))}
-    full.pop("EMBER_MALLOC", None)
-    full.update(NUMPY_MADVISE_HUGEPAGE="0", **env)
-    out = subprocess.run(
-        [sys.executable, "-c", ARENAS], env=full, capture_output=True, text=True, check=True
-    )
-    return json.loads(out.stdout)["faults"]
-
-
 @pytest.mark.skipif(not _glibc(), reason="the setting is made on glibc only")
 def test_a_block_one_thread_freed_serves_another():
     """One arena for every thread: the main thread's array reuses what a pool thread
     freed (a few faults) instead of faulting 24 MiB afresh in an arena of its own; a
     user's MALLOC_ARENA_MAX keeps glibc's arenas."""
-    assert _arenas() < 1000
-    assert _arenas(MALLOC_ARENA_MAX="8") > 5000
+    assert _probe(ARENAS)["faults"] < 1000
+    assert _probe(ARENAS, MALLOC_ARENA_MAX="8")["faults"] > 5000
