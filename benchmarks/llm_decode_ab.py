@@ -16,7 +16,6 @@ import argparse
 import hashlib
 import json
 import os
-import random
 import shlex
 import statistics
 import subprocess
@@ -36,13 +35,12 @@ def worker(path, n_prompt, n_decode):
     import ember
     import numpy as np
     from ember.models.gguf_llama import load_gguf_model
+    from llm import prompt_ids  # this folder's: the ids every engine of llm.py gets
 
     t0 = time.perf_counter()
     model = load_gguf_model(path)
     load_s = time.perf_counter() - t0
-    # not numpy.random: its import maps OpenSSL's libcrypto (llm.py's prompt_ids)
-    rng = random.Random(1)
-    ids = np.array([[rng.randrange(3, model.config.vocab_size) for _ in range(n_prompt)]])
+    ids = np.array([prompt_ids(model.config.vocab_size, n_prompt)])
 
     def run(n_dec):
         cache = model.new_cache(1, n_prompt + n_dec + 1)

@@ -1,13 +1,14 @@
-"""hostmem.trim_heap finds glibc's malloc_trim where the C library is glibc, and says it
-did nothing elsewhere. (What it gives back is a figure, not a test: a 128-token
-SmolLM2-135M prompt's 5.6 MiB of freed temporaries, benchmarks/llm.py's peak RSS.)"""
+"""host_malloc.trim_heap finds glibc's malloc_trim where the C library is glibc, and says
+it did nothing elsewhere (what it gives back is a figure, not a test: a 128-token
+SmolLM2-135M prompt's 5.6 MiB of freed temporaries, benchmarks/llm.py's peak RSS); large
+zeros are resident only where written."""
 
 import platform
 
 import pytest
 import sys
 
-from ember.hostmem import trim_heap
+from ember.backends.host_malloc import trim_heap
 
 
 def test_trim_heap_runs_where_the_c_library_is_glibc():

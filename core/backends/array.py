@@ -9,7 +9,7 @@ are slow and bf16 does not exist there.
 from .. import dtype as dt
 from ..errors import DimOutOfRange, OutOfMemory, ShapeMismatch, fmt_shape
 from ..hostdata import bf16_to_f32, f32_to_bf16
-from ..hostmem import host_memory_bytes, human_bytes, trim_heap
+from ..hostmem import host_memory_bytes, human_bytes
 from ..ops import BINARY, COMPARE, INT_DIV, UNARY
 from . import array_attention, array_small_attention, composites, llvm_attention, llvm_norm
 from .array_conv import conv2d as banded_conv2d
@@ -20,6 +20,7 @@ from .array_rows import linear_epilogue, norm_last_dim, softmax_last_dim
 from .array_stacked import stacked_matmul
 from .base import Backend
 from .blas_threads import SMALL_GEMM_MACS
+from .host_malloc import trim_heap
 from .row_parallel import MIN_PARALLEL_ELEMENTS, map_tasks
 
 
@@ -51,7 +52,7 @@ class ArrayBackend(Backend):
         return map_tasks(fn, items)
 
     def release_free_memory(self):
-        """numpy: the C heap's free pages (hostmem.trim_heap); cupy keeps its pool."""
+        """numpy: the C heap's free pages (host_malloc.trim_heap); cupy keeps its pool."""
         if self._is_numpy:
             trim_heap()
 
@@ -60,8 +61,8 @@ class ArrayBackend(Backend):
         """The strided array that `layout` reads from `storage`, without a copy."""
         xp = self.xp
         shape = layout.shape
-        if layout.offset == 0 and layout.numel == storage.size and layout.is_contiguous():
-            return storage.reshape(shape)
+        if layout.is_contiguous():  # a slice of the storage (a decode step's views mostly)
+            return storage[layout.offset : layout.offset + layout.numel].reshape(shape)
         item = storage.itemsize
         strides = tuple(s * item for s in layout.strides)
         if layout.numel == 0:
@@ -510,13 +511,13 @@ class ArrayBackend(Backend):
         """A decode step's norm (f32, contiguous, fewer than MIN_PARALLEL_ELEMENTS values,
         so one block on this thread) straight to llvm_norm's kernel: norm_last_dim's
         compiled path, the same call on the same rows, without its views, checks and
-        blocks (19.5 -> 13 us a call; SmolLM2-135M makes 61 a step, Gemma 3 108).
+        blocks (19.5 -> 9-13 us a call; SmolLM2-135M makes 61 a step, Gemma 3 108).
         None where it does not apply."""
         n = layout.numel
         if not 0 < n < MIN_PARALLEL_ELEMENTS or not layout.is_contiguous():
             return None
         cols = layout.shape[-1] if layout.shape else 1
-        x = storage[layout.offset : layout.offset + n].reshape(-1, cols)
+        x = self.view(storage, layout).reshape(-1, cols)
         weight = None if w is None else self.view(w, lw)
         bias = None if b is None else self.view(b, lb)
         kernels = llvm_norm.for_rows(self.xp, x, weight, bias)  # None: a strided weight
@@ -624,10 +625,7 @@ class ArrayBackend(Backend):
                 shapes=(lx.shape, tuple(qweight.shape)),
             )
         lead = lx.shape[:-1]
-        if dtype is dt.f32 and lx.is_contiguous():  # a slice of the storage: no view, no copy
-            x2 = x[lx.offset : lx.offset + lx.numel].reshape(-1, n_in)
-        else:
-            x2 = xp.ascontiguousarray(self.load(x, lx, dtype), dtype=xp.float32).reshape(-1, n_in)
+        x2 = xp.ascontiguousarray(self.load(x, lx, dtype), dtype=xp.float32).reshape(-1, n_in)
         out = xp.empty((x2.shape[0], n_out), xp.float32)
         qmatmul_rows(x2, qweight, out, chunk_bytes=_QMATMUL_CHUNK_BYTES)
         if dtype is dt.f32:  # already the flat contiguous f32 storage store() makes
