@@ -13,7 +13,7 @@ llvm_ir.exp_neg (within 2e-7 relative of float64):
         gelu(x) = x / (1 + exp(-2 g(x)))       (= 0.5 x (1 + tanh(g(x))), ops.gelu_erf_block's
                                                 g; within 3e-7 relative of float64 GELU for
                                                 x > 0.01, 2e-7 absolute below; x * 0 under
-                                                -20, where GELU is below 1e-87)
+                                                -6, where |GELU| < 6e-9: see GELU_ZERO_BELOW)
         silu(x) = x / (1 + exp(-x))            (within 3e-7 relative everywhere, where numpy's
                                                 tanh form loses digits for x < 0; x * 0
                                                 under -100)
@@ -42,7 +42,13 @@ _P, _I = ctypes.c_void_p, ctypes.c_int64
 # way) and 0 below EXP_MIN (e^-87.34 is the smallest normal float32; float32's exp goes
 # on through denormals to -103.3, terms no softmax sum notices)
 EXP_MAX, EXP_MIN = 88.02969193111305, -87.33654022216797
-GELU_ZERO_BELOW = -20.0
+# Under -6 the polynomial g only keeps tanh saturated (it fits erf's GELU to 2e-7 absolute,
+# not its tail), so this form gave values from 1e-10 down to exp_neg's clamp, x * 2^-127:
+# noise where GELU is under 6e-9, and tiny enough that the next GEMM's products fell to
+# float32 denormals, which the CPU computes in microcode: Whisper base's encoder, whose last
+# layers put most fc1 outputs under -6, ran its fc2 GEMMs at 60% speed. Zero from -6 on, as
+# erf's form in float32 (1 + erf(x / sqrt 2) rounds to 0 near there).
+GELU_ZERO_BELOW = -6.0
 SILU_ZERO_BELOW = -100.0  # SiLU(-100) = -3.7e-42; below it under float32's denormals
 ELEMENTWISE = ("gelu", "silu")
 
