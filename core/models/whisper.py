@@ -24,6 +24,7 @@ from ..nn import Conv1d, Embedding, LayerNorm, Linear, Module, ModuleList
 from ..tensor import cat, tensor
 from .kv_cache import KVCache
 from .layer_factory import DenseLayers
+from .whisper_step import DecoderStep
 
 
 class Attention(Module):
@@ -230,6 +231,10 @@ class DecoderCache:
 
 
 class Decoder(Module):
+    # A decode step takes whisper_step.DecoderStep where its layers allow (the same
+    # backend calls without the modules' Python between them); False keeps the modules'.
+    fused_decode = True
+
     def __init__(self, cfg, vb, layers):
         super().__init__()
         self.cfg = cfg
@@ -301,8 +306,13 @@ class Decoder(Module):
                 shapes=(tokens.shape,),
             )
         x = self.embed_tokens(tokens) + self.embed_positions.weight.narrow(0, start, t)
-        for layer in self.layers:
-            x = layer(x, cache, heads.get(layer.index), scores)
+        step = DecoderStep.of(self) if t == 1 and not heads and self.fused_decode else None
+        stepped = step.run(x, cache) if step is not None else None
+        if stepped is not None:
+            x = stepped
+        else:
+            for layer in self.layers:
+                x = layer(x, cache, heads.get(layer.index), scores)
         cache.self_kv.advance(t)
         if last_only:
             x = x.narrow(1, t - 1, 1)

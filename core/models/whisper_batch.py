@@ -18,6 +18,7 @@ from ..tensor import tensor
 from .kv_cache import KVCache
 from .whisper import DecoderCache
 from .whisper_decoding import DecodeResult, LogitRules, _log_softmax, _logsumexp
+from .whisper_step import DecoderStep
 
 NEG_INF = -np.inf
 
@@ -65,6 +66,8 @@ class _Rows:
         )
         cross = [layer.encoder_attn.keys_values(encoder_out) for layer in model.decoder.layers]
         self.cache = DecoderCache(self_kv, cross)
+        # made once a window: nothing in it goes stale between the window's steps
+        self.step = DecoderStep.of(model.decoder) if model.decoder.fused_decode else None
 
     def forward(self, ids, allowed, picks):
         """ids [n, t] at the next cache slots; allowed [n, t, slots] which keys each query
@@ -81,8 +84,12 @@ class _Rows:
         mask = None
         if not (t == 1 and allowed.all()):
             mask = tensor(np.where(allowed, 0.0, NEG_INF)[:, None], dtype=x.dtype, device=dev)
-        for layer in dec.layers:
-            x = _layer(layer, x, self.cache, mask)
+        stepped = self.step.run(x, self.cache) if mask is None and self.step is not None else None
+        if stepped is not None:
+            x = stepped
+        else:
+            for layer in dec.layers:
+                x = _layer(layer, x, self.cache, mask)
         self.cache.self_kv.advance(t)
         h = x.reshape(n * t, model.cfg.d_model).index_select(0, tensor(picks, device=dev))
         return dec.logits(dec.layer_norm(h)).numpy()
