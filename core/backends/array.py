@@ -11,7 +11,14 @@ from ..errors import DimOutOfRange, OutOfMemory, ShapeMismatch, fmt_shape
 from ..hostdata import bf16_to_f32, f32_to_bf16
 from ..hostmem import host_memory_bytes, human_bytes
 from ..ops import BINARY, COMPARE, INT_DIV, UNARY
-from . import array_attention, array_small_attention, composites, llvm_attention, llvm_norm
+from . import (
+    array_attention,
+    array_fast,
+    array_small_attention,
+    composites,
+    llvm_attention,
+    llvm_norm,
+)
 from .array_conv import conv2d as banded_conv2d
 from .array_copy import contiguous_copy
 from .array_fast import UNARY_INPLACE
@@ -555,6 +562,9 @@ class ArrayBackend(Backend):
             return super().gated_activation(storage, layout, activation, dtype)
         xp = self.xp
         x = self.view(storage, layout)
+        y = array_fast.gated(xp, activation, x)  # one compiled pass, the same bits
+        if y is not None:
+            return self.store(y, dtype)
         n = layout.shape[-1] // 2
         gate, up = x[..., :n], x[..., n:]
         fast = UNARY_INPLACE.get(activation)

@@ -73,6 +73,33 @@ def _pieces(kernels, op, x, out):
     run_rows(run, -(-rows.shape[0] // step), step * cols, blas_free=True)
 
 
+def gated(xp, op, x):
+    """op(gate) * up for x [..., 2n] = [gate | up] as a fresh array [..., n] through
+    llvm_math's gated kernel (the op's kernel, then the product: the bits of the two
+    steps), its rows shared over row_parallel's threads; None where the kernels do not
+    take op or x (the caller's steps then run)."""
+    kernels = _compiled(xp, op, x)
+    if kernels is None or x.ndim < 1 or x.shape[-1] % 2:
+        return None
+    n = x.shape[-1] // 2
+    out = xp.empty(x.shape[:-1] + (n,), x.dtype)
+    try:
+        rows, out2 = x.reshape(-1, 2 * n), out.reshape(-1, n)  # a copy where rows do not merge
+    except ValueError:
+        return None
+    step = max(1, _PIECE // max(n, 1))
+    if rows.shape[0] <= step:
+        kernels.gated(op, rows, out2)
+        return out
+    from .row_parallel import run_rows
+
+    def run(start, stop):
+        kernels.gated(op, rows[start * step : stop * step], out2[start * step : stop * step])
+
+    run_rows(run, -(-rows.shape[0] // step), step * n, blas_free=True)
+    return out
+
+
 # Ops with a form that writes a fresh array in place step by step (x never written).
 UNARY_INPLACE = {name: row.fresh for name, row in UNARY.items() if row.fresh is not None}
 UNARY_INPLACE.update({op: _fresh(op) for op in COMPILED})

@@ -17,6 +17,15 @@ llvm_ir.exp_neg (within 2e-7 relative of float64):
         silu(x) = x / (1 + exp(-x))            (within 3e-7 relative everywhere, where numpy's
                                                 tanh form loses digits for x < 0; x * 0
                                                 under -100)
+        gelu_tanh(x) = x / (1 + exp(-2 h(x)))  (= 0.5 x (1 + tanh(h(x))), h(x) = sqrt(2/pi)
+                                                (x + 0.044715 x^3): GELU's tanh form, exact
+                                                to 3e-7 relative for x > 0.01, 2e-7 absolute
+                                                below; x * 0 under -6, as for GELU)
+    gated_<op>(const f32 *x, i64 ldx, i64 rows, i64 cols, f32 *out, i64 ldo), op each of
+    the maps above
+        out[r * ldo + j] = f(x[r * ldx + j]) * x[r * ldx + cols + j]
+        (a gated MLP's activation: the gate half's map times the up half, in one pass;
+        the map's own steps, then one multiply: the bits of the map, then numpy's product)
     exp_rows(f32 *s, i64 ld, i64 rows, i64 cols, f32 *total)
         s[r][j] = exp(s[r][j]) in place, total[r] = the row's sum, for r < rows, j < cols
         (+inf above 127 ln 2 = 88.03 and 0 below -87.34, EXP_MAX and EXP_MIN, so that
@@ -50,7 +59,10 @@ EXP_MAX, EXP_MIN = 88.02969193111305, -87.33654022216797
 # erf's form in float32 (1 + erf(x / sqrt 2) rounds to 0 near there).
 GELU_ZERO_BELOW = -6.0
 SILU_ZERO_BELOW = -100.0  # SiLU(-100) = -3.7e-42; below it under float32's denormals
-ELEMENTWISE = ("gelu", "silu")
+# GELU's tanh form: under -6 it is above -1e-10, and its exponential form went on through
+# values whose products fall to denormals (GELU_ZERO_BELOW's reason)
+GELU_TANH_ZERO_BELOW = -6.0
+ELEMENTWISE = ("gelu", "silu", "gelu_tanh")
 
 
 def kernels():
@@ -77,6 +89,12 @@ class MathKernels:
             )
             for op in ELEMENTWISE
         }
+        self._gated = {
+            op: ctypes.CFUNCTYPE(None, _P, _I, _I, _I, _P, _I)(
+                engine.get_function_address(f"ember_gated_{op}")
+            )
+            for op in ELEMENTWISE
+        }
         self._exp_rows = ctypes.CFUNCTYPE(None, _P, _I, _I, _I, _P)(
             engine.get_function_address("ember_exp_rows")
         )
@@ -89,6 +107,18 @@ class MathKernels:
         if (rows_x, cols) != (rows_o, cols_o):
             raise ValueError(f"llvm_math.{op}: shapes {x.shape} and {out.shape} differ")
         self._maps[op](address(x), ldx, rows_x, cols, address(out), ldo)
+
+    def gated(self, op, x, out):
+        """out = op(gate) * up for x's rows [gate | up] (float32, each row's last dim
+        contiguous, the other dims merging into rows) and out of x's shape with the last
+        dim halved; op one of ELEMENTWISE."""
+        rows_x, ldx, cols = _rows(x)
+        rows_o, ldo, cols_o = _rows(out)
+        if cols % 2 or (rows_x, cols // 2) != (rows_o, cols_o):
+            raise ValueError(
+                f"llvm_math.gated_{op}: x {x.shape} must be [gate | up] rows of out {out.shape}"
+            )
+        self._gated[op](address(x), ldx, rows_x, cols_o, address(out), ldo)
 
     def exp_rows(self, s, total):
         """exp of the 2-D float32 array s in place (rows contiguous), total[r] = row r's
@@ -160,9 +190,10 @@ def _zero_below(b, v, y, limit):
     return b.select(b.fcmp_ordered("<", v, _like(v, limit)), b.fmul(v, _like(v, 0.0)), y)
 
 
-def _map_rows(module, name, f, vec):
+def _map_rows(module, name, f, vec, gated=False):
     """``void name(const f32 *x, i64 ldx, i64 rows, i64 cols, f32 *out, i64 ldo)``:
-    out[r * ldo + j] = f(x[r * ldx + j]), f built for a vector and for one element."""
+    out[r * ldo + j] = f(x[r * ldx + j]), f built for a vector and for one element;
+    `gated`: times x[r * ldx + cols + j]."""
     from llvmlite import ir
 
     from .llvm_ir import I64, loop
@@ -178,12 +209,16 @@ def _map_rows(module, name, f, vec):
     def row(b, r):
         src, dst = b.gep(x, [b.mul(r, ldx)]), b.gep(out, [b.mul(r, ldo)])
 
+        def mapped(b, at, load):
+            y = f(b, load(b.gep(src, [at])))
+            return b.fmul(y, load(b.gep(src, [b.add(at, cols)]))) if gated else y
+
         def vector(b, i):
-            v = b.load(b.bitcast(b.gep(src, [i]), vec.as_pointer()), align=4)
-            b.store(f(b, v), b.bitcast(b.gep(dst, [i]), vec.as_pointer()), align=4)
+            y = mapped(b, i, lambda p: b.load(b.bitcast(p, vec.as_pointer()), align=4))
+            b.store(y, b.bitcast(b.gep(dst, [i]), vec.as_pointer()), align=4)
 
         def one(b, i):
-            b.store(f(b, b.load(b.gep(src, [i]))), b.gep(dst, [i]))
+            b.store(mapped(b, i, b.load), b.gep(dst, [i]))
 
         loop(b, I64(0), whole, vector, "v", step=lanes)
         loop(b, whole, cols, one, "i")
@@ -195,7 +230,7 @@ def _map_rows(module, name, f, vec):
 def _ir_module(triple, lanes):
     from llvmlite import ir
 
-    from ..ops import _GELU_G
+    from ..ops import _GELU_G, SQRT_2_OVER_PI
     from .llvm_ir import I64, exp_neg, loop, new_module, no_alias, reduce
 
     f32 = ir.FloatType()
@@ -218,9 +253,20 @@ def _ir_module(triple, lanes):
         y = b.fdiv(v, b.fadd(_like(v, 1.0), exp_neg(b, module, v)))
         return _zero_below(b, v, y, SILU_ZERO_BELOW)
 
+    def gelu_tanh(b, v):
+        h = b.call(  # (G1 x^2 + G0) x, ops.gelu_tanh_array's inner
+            _fmuladd(module, v.type),
+            [_like(v, 0.044715 * SQRT_2_OVER_PI), b.fmul(v, v), _like(v, SQRT_2_OVER_PI)],
+        )
+        h2 = b.fmul(b.fmul(h, v), _like(v, 2.0))
+        y = b.fdiv(v, b.fadd(_like(v, 1.0), exp_neg(b, module, h2)))
+        return _zero_below(b, v, y, GELU_TANH_ZERO_BELOW)
+
     vec = ir.VectorType(f32, lanes)
-    for op, f in (("gelu", gelu), ("silu", silu)):
-        _map_rows(module, f"ember_{op}", f, vec)
+    maps = {"gelu": gelu, "silu": silu, "gelu_tanh": gelu_tanh}
+    for op in ELEMENTWISE:
+        _map_rows(module, f"ember_{op}", maps[op], vec)
+        _map_rows(module, f"ember_gated_{op}", maps[op], vec, gated=True)
 
     # exp_rows
     fn = ir.Function(
