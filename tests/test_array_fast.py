@@ -2,6 +2,7 @@
 (the reference forms), never write their input, and serve every float dtype and shape;
 exact GELU and SiLU on float32, where llvm_math's kernels are built, are those kernels',
 within 3e-7 of float64."""
+
 import math
 
 import numpy as np
@@ -45,8 +46,9 @@ def test_tensor_ops_use_it_on_strided_and_0d_inputs(op, dtype):
         got = getattr(view, op)()
         ref = view.to(ember.f32).numpy() if dt is not ember.f64 else view.numpy()
         with np.errstate(all="ignore"):  # the backend's own form, on contiguous f32/f64
-            want = ember.tensor(np.asarray(UNARY_INPLACE[op](np, np.ascontiguousarray(ref))),
-                                dtype=dt)
+            want = ember.tensor(
+                np.asarray(UNARY_INPLACE[op](np, np.ascontiguousarray(ref))), dtype=dt
+            )
         assert got.shape == view.shape and got.dtype is dt
         np.testing.assert_array_equal(got.to(ember.f64).numpy(), want.to(ember.f64).numpy())
     assert np.array_equal(x.to(ember.f32).numpy(), ember.tensor(base).to(dt).to(ember.f32).numpy())
@@ -177,3 +179,43 @@ def test_the_compiled_silu_is_silu_to_float32_rounding(math_kernels):
         exact = special.astype(np.float64) / (1.0 + np.exp(-special.astype(np.float64)))
     exact[np.isneginf(special)] = np.nan  # -inf * 0, as numpy's form gives it
     np.testing.assert_allclose(out, exact, rtol=3e-7, atol=1e-38)  # SiLU(-30) = -2.8e-12
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("batched_tables", [False, True])
+def test_the_compiled_rope_has_the_numpy_passes_bits(
+    math_kernels, monkeypatch, batched_tables, interleaved
+):
+    """Backend.rope through llvm_math's kernel, half-split pairs (Hugging Face's) or
+    adjacent ones (GGUF's Llama), on a prompt's q/k heads, a strided view of the
+    projection, with tables shared by the rows or one per row: the bits of
+    _rotate_into's four numpy passes, and the rotation itself to float32 rounding."""
+    from ember.backends import array as array_backend
+
+    rng = np.random.default_rng(21)
+    qkv = ember.tensor(rng.standard_normal((2, 9, 7, 40)).astype(np.float32))
+    heads = qkv.narrow(2, 0, 5).transpose(1, 2)  # [2, 5, 9, 40], not contiguous
+    shape = (2, 9, 20) if batched_tables else (9, 20)
+    cos, sin = (ember.tensor(rng.standard_normal(shape).astype(np.float32)) for _ in range(2))
+    taken = []
+    real = array_backend._compiled_rope
+    monkeypatch.setattr(
+        array_backend, "_compiled_rope", lambda *a: taken.append(real(*a)) or taken[-1]
+    )
+    got = F.rope(heads, cos, sin, interleaved=interleaved).numpy()
+    assert taken == [True]  # the kernel computed it
+    monkeypatch.setattr(array_backend, "_compiled_rope", lambda *a: False)
+    want = F.rope(heads, cos, sin, interleaved=interleaved).numpy()
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    x64 = heads.numpy().astype(np.float64)
+    c, s = (t.numpy().astype(np.float64)[..., None, :, :] for t in (cos, sin))
+    if not batched_tables:
+        c, s = c[0], s[0]
+    a, b = (x64[..., 0::2], x64[..., 1::2]) if interleaved else (x64[..., :20], x64[..., 20:])
+    first, second = a * c - b * s, b * c + a * s
+    exact = np.empty_like(x64)
+    if interleaved:
+        exact[..., 0::2], exact[..., 1::2] = first, second
+    else:
+        exact[..., :20], exact[..., 20:] = first, second
+    np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-5)

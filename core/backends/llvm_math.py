@@ -26,6 +26,16 @@ llvm_ir.exp_neg (within 2e-7 relative of float64):
         out[r * ldo + j] = f(x[r * ldx + j]) * x[r * ldx + cols + j]
         (a gated MLP's activation: the gate half's map times the up half, in one pass;
         the map's own steps, then one multiply: the bits of the map, then numpy's product)
+    rope, rope_pairs(const f32 *x, i64 xb, i64 xh, i64 xt, const f32 *cos,
+                     const f32 *sin, i64 cb, i64 ch, i64 ct, f32 *out, i64 B, i64 H,
+                     i64 T, i64 half)
+        the rotary embedding of x [B, H, T, 2 half] (strides in elements, the last dim
+        contiguous) by the tables [B, H, T, half] (strides cb, ch, ct: 0 where broadcast;
+        cos and sin alike) into the contiguous out: for the pair a, b = x[..., i],
+        x[..., i + half] (rope; Hugging Face's half-split) or x[..., 2i], x[..., 2i + 1]
+        (rope_pairs; GGUF's Llama order), a' = a cos - b sin, b' = b cos + a sin, each
+        product rounded, then the sum (numpy's four passes, the same bits, and
+        llvm_attention's step's)
     exp_rows(f32 *s, i64 ld, i64 rows, i64 cols, f32 *total)
         s[r][j] = exp(s[r][j]) in place, total[r] = the row's sum, for r < rows, j < cols
         (+inf above 127 ln 2 = 88.03 and 0 below -87.34, EXP_MAX and EXP_MIN, so that
@@ -95,6 +105,11 @@ class MathKernels:
             )
             for op in ELEMENTWISE
         }
+        rope = ctypes.CFUNCTYPE(None, _P, *(_I,) * 3, _P, _P, *(_I,) * 3, _P, *(_I,) * 4)
+        self._rope = {
+            pairs: rope(engine.get_function_address(name))
+            for pairs, name in ((False, "ember_rope"), (True, "ember_rope_pairs"))
+        }
         self._exp_rows = ctypes.CFUNCTYPE(None, _P, _I, _I, _I, _P)(
             engine.get_function_address("ember_exp_rows")
         )
@@ -119,6 +134,37 @@ class MathKernels:
                 f"llvm_math.gated_{op}: x {x.shape} must be [gate | up] rows of out {out.shape}"
             )
         self._gated[op](address(x), ldx, rows_x, cols_o, address(out), ldo)
+
+    def rope(self, x, cos, sin, out, interleaved=False):
+        """out = x rotated by cos, sin (rope above; pairs (2i, 2i + 1) where `interleaved`,
+        else (i, i + D/2)): x [B, H, T, D] float32 with its last
+        dim contiguous, cos and sin float32 views [B, H, T, D/2] of one layout (their
+        last dim contiguous, broadcast dims of stride 0), out a C-contiguous [B, H, T, D]
+        not overlapping x."""
+        shape = x.shape
+        ok = (
+            x.ndim == 4
+            and shape[-1] % 2 == 0
+            and out.shape == shape
+            and out.flags.c_contiguous
+            and cos.shape == sin.shape == shape[:-1] + (shape[-1] // 2,)
+            and cos.strides == sin.strides
+            and all(a.dtype == "float32" for a in (x, cos, sin, out))
+            and (shape[-1] <= 1 or x.strides[-1] == 4)
+            and (shape[-1] <= 2 or cos.strides[-1] == 4)
+            and min(x.strides + cos.strides) >= 0
+        )
+        if not ok:
+            raise ValueError(
+                f"llvm_math.rope: x {shape} {x.dtype}, tables {cos.shape}, out {out.shape} "
+                "are not what the kernel indexes"
+            )
+        xb, xh, xt = (st // 4 for st in x.strides[:3])
+        cb, ch, ct = (st // 4 for st in cos.strides[:3])
+        self._rope[bool(interleaved)](
+            address(x), xb, xh, xt, address(cos), address(sin), cb, ch, ct,
+            address(out), *shape[:3], shape[-1] // 2,
+        )  # fmt: skip
 
     def exp_rows(self, s, total):
         """exp of the 2-D float32 array s in place (rows contiguous), total[r] = row r's
@@ -268,6 +314,9 @@ def _ir_module(triple, lanes):
         _map_rows(module, f"ember_{op}", maps[op], vec)
         _map_rows(module, f"ember_gated_{op}", maps[op], vec, gated=True)
 
+    for interleaved in (False, True):
+        _add_rope(module, vec, interleaved)
+
     # exp_rows
     fn = ir.Function(
         module, ir.FunctionType(ir.VoidType(), [pf, I64, I64, I64, pf]), "ember_exp_rows"
@@ -296,3 +345,84 @@ def _ir_module(triple, lanes):
     loop(b, I64(0), rows, row, "r")
     b.ret_void()
     return module
+
+
+def _add_rope(module, vec, interleaved):
+    """``ember_rope`` or ``ember_rope_pairs`` (see the module's note): vectors of the
+    pairs' first and second values (shuffled out of two loads for pairs (2i, 2i + 1)),
+    then a tail one pair at a time."""
+    from llvmlite import ir
+
+    from .llvm_ir import I64, loop
+
+    f32 = ir.FloatType()
+    pf = f32.as_pointer()
+    args = [pf, I64, I64, I64, pf, pf, I64, I64, I64, pf, I64, I64, I64, I64]
+    name = "ember_rope_pairs" if interleaved else "ember_rope"
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), args), name)
+    x, xb, xh, xt, cos, sin, cb, ch, ct, out, n_b, n_h, n_t, half = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    lanes = vec.count
+    whole = b.mul(b.udiv(half, I64(lanes)), I64(lanes))
+    i32 = ir.IntType(32)
+
+    def mask(indices):
+        return ir.Constant(ir.VectorType(i32, len(indices)), [i32(i) for i in indices])
+
+    evens, odds = mask(range(0, 2 * lanes, 2)), mask(range(1, 2 * lanes, 2))
+    low = mask([j for i in range(lanes // 2) for j in (i, lanes + i)])
+    high = mask([j for i in range(lanes // 2, lanes) for j in (i, lanes + i)])
+
+    def rotated(b, a, y, c, s_):
+        return b.fsub(b.fmul(a, c), b.fmul(y, s_)), b.fadd(b.fmul(y, c), b.fmul(a, s_))
+
+    def position(b, ib, ih, it):
+        src = b.gep(x, [b.add(b.add(b.mul(ib, xb), b.mul(ih, xh)), b.mul(it, xt))])
+        at = b.add(b.add(b.mul(ib, cb), b.mul(ih, ch)), b.mul(it, ct))
+        c, s_ = b.gep(cos, [at]), b.gep(sin, [at])
+        row = b.mul(b.add(b.mul(b.add(b.mul(ib, n_h), ih), n_t), it), b.mul(half, I64(2)))
+        dst = b.gep(out, [row])
+
+        def vload(p):
+            return b.load(b.bitcast(p, vec.as_pointer()), align=4)
+
+        def vstore(v, p):
+            b.store(v, b.bitcast(p, vec.as_pointer()), align=4)
+
+        def vectors(b, i):
+            cc, ss = vload(b.gep(c, [i])), vload(b.gep(s_, [i]))
+            if interleaved:  # x[2i .. 2i + 2 lanes): even and odd values
+                at0 = b.mul(i, I64(2))
+                v0, v1 = vload(b.gep(src, [at0])), vload(b.gep(src, [b.add(at0, I64(lanes))]))
+                a, y = b.shuffle_vector(v0, v1, evens), b.shuffle_vector(v0, v1, odds)
+                first, second = rotated(b, a, y, cc, ss)
+                vstore(b.shuffle_vector(first, second, low), b.gep(dst, [at0]))
+                vstore(b.shuffle_vector(first, second, high), b.gep(dst, [b.add(at0, I64(lanes))]))
+            else:
+                a, y = vload(b.gep(src, [i])), vload(b.gep(src, [b.add(i, half)]))
+                first, second = rotated(b, a, y, cc, ss)
+                vstore(first, b.gep(dst, [i]))
+                vstore(second, b.gep(dst, [b.add(i, half)]))
+
+        def one(b, i):
+            if interleaved:
+                ia = b.mul(i, I64(2))
+                iy = b.add(ia, I64(1))
+            else:
+                ia, iy = i, b.add(i, half)
+            a, y = b.load(b.gep(src, [ia])), b.load(b.gep(src, [iy]))
+            first, second = rotated(b, a, y, b.load(b.gep(c, [i])), b.load(b.gep(s_, [i])))
+            b.store(first, b.gep(dst, [ia]))
+            b.store(second, b.gep(dst, [iy]))
+
+        loop(b, I64(0), whole, vectors, "v", step=lanes)
+        loop(b, whole, half, one, "i")
+
+    def over_t(b, ib, ih):
+        loop(b, I64(0), n_t, lambda b, it: position(b, ib, ih, it), "t")
+
+    def over_h(b, ib):
+        loop(b, I64(0), n_h, lambda b, ih: over_t(b, ib, ih), "h")
+
+    loop(b, I64(0), n_b, over_h, "b")
+    b.ret_void()
