@@ -1,5 +1,7 @@
 """numba epilogue for the numpy convolution: bias and activation in one pass from a band's
-GEMM product into the output.
+GEMM product into the output. Since llvm_math's vector kernels took SiLU and GELU
+(array_conv: this loop reads each output row as a strided array, which numba runs
+scalar), it runs sigmoid, and SiLU only where llvm_math's build failed.
 
 Imported only when numba is installed (the `ember[jit]` extra) and EMBER_JIT is not 0;
 array_conv falls back to numpy's ufuncs otherwise. The reason is SiLU, which follows
