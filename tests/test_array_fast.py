@@ -66,29 +66,35 @@ def _mixed(seed, normal, span):
     return x.astype(np.float32)
 
 
-def test_the_compiled_gelu_is_exact_gelu_to_float32_rounding(math_kernels):
-    """llvm_math's GELU, in place and into another array, on vector blocks and their tails
-    alike: within 3e-7 relative of float64 GELU for x > 0.01 and 2e-7 absolute below (as
-    close as numpy's form), the special values as numpy's form gives them."""
+def _gelu_tanh64(x):
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+@pytest.mark.parametrize("op", ["gelu", "gelu_tanh"])
+def test_the_compiled_gelu_forms_are_exact_to_float32_rounding(math_kernels, op):
+    """llvm_math's GELU and GELU tanh form (Gemma's), in place and into another array, on
+    vector blocks and their tails alike: within 3e-7 relative of float64 for x > 0.01 and
+    2e-7 absolute below (as close as numpy's form), the special values as numpy's form
+    gives them."""
     x = _mixed(3, 100_003, 25)
     got = np.empty_like(x)
-    math_kernels.apply("gelu", x, got)
+    math_kernels.apply(op, x, got)
     inplace = x.copy()
-    math_kernels.apply("gelu", inplace, inplace)
+    math_kernels.apply(op, inplace, inplace)
     assert np.array_equal(got.view(np.uint32), inplace.view(np.uint32))
-    want = _gelu64(x.astype(np.float64))
+    want = (_gelu64 if op == "gelu" else _gelu_tanh64)(x.astype(np.float64))
     pos, neg = x > 0.01, x < 0
     assert (np.abs(got - want)[pos] / want[pos]).max() < 3e-7
     assert np.abs(got - want)[neg].max() < 2e-7
     # one value in a vector block or in the tail gives the same bits
     same = np.full(19, x[7], np.float32)
-    math_kernels.apply("gelu", same, same)
+    math_kernels.apply(op, same, same)
     assert len(set(same.view(np.uint32).tolist())) == 1
     special = np.array(SPECIAL, np.float32)
     out = np.empty_like(special)
-    math_kernels.apply("gelu", special, out)
+    math_kernels.apply(op, special, out)
     with np.errstate(all="ignore"):
-        numpy_form = UNARY["gelu"].array(np, special)
+        numpy_form = UNARY[op].array(np, special)
     np.testing.assert_allclose(out, numpy_form, rtol=3e-7, atol=1e-38)
 
 
@@ -108,32 +114,6 @@ def test_the_compiled_gelu_gives_zero_or_no_value_a_gemm_would_take_into_denorma
     zeroed = got == 0
     exact = _gelu64 if op == "gelu" else _gelu_tanh64
     assert np.abs(exact(x[zeroed].astype(np.float64))).max() < 6e-9
-
-
-def _gelu_tanh64(x):
-    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
-
-
-def test_the_compiled_gelu_tanh_is_gelu_tanh_to_float32_rounding(math_kernels):
-    """llvm_math's GELU tanh form (Gemma's): within 3e-7 relative of float64 for x > 0.01
-    and 2e-7 absolute below, in place and into another array alike, the special values
-    as numpy's form gives them."""
-    x = _mixed(7, 100_003, 25)
-    got = np.empty_like(x)
-    math_kernels.apply("gelu_tanh", x, got)
-    inplace = x.copy()
-    math_kernels.apply("gelu_tanh", inplace, inplace)
-    assert np.array_equal(got.view(np.uint32), inplace.view(np.uint32))
-    want = _gelu_tanh64(x.astype(np.float64))
-    pos, neg = x > 0.01, x < 0
-    assert (np.abs(got - want)[pos] / want[pos]).max() < 3e-7
-    assert np.abs(got - want)[neg].max() < 2e-7
-    special = np.array(SPECIAL, np.float32)
-    out = np.empty_like(special)
-    math_kernels.apply("gelu_tanh", special, out)
-    with np.errstate(all="ignore"):
-        numpy_form = UNARY["gelu_tanh"].array(np, special)
-    np.testing.assert_allclose(out, numpy_form, rtol=3e-7, atol=1e-38)
 
 
 @pytest.mark.parametrize("op", ["gelu", "silu", "gelu_tanh"])

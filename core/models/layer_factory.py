@@ -10,8 +10,17 @@ directly, see whisper_load). The model code is the same either way. This module 
 numpy (the page runs it); quant_layers does.
 """
 
+import sys
+
 from ..nn import Embedding, Linear
 from ..tensor import cat
+
+
+def loaded_quant_layers():
+    """The quant_layers module where it was imported, else None: it needs numpy (a page's
+    Pyodide has none), and where it was never imported no layer is a QuantLinear, which is
+    all the fused decode steps (llama_step, whisper_step) ask it."""
+    return sys.modules.get(f"{__package__}.quant_layers")
 
 
 class DenseLayers:

@@ -23,12 +23,11 @@ Gemma 3's without soft-capping; `MLP`, `RmsNorm`) with bias-free quantized proje
 projections, other dtypes), which keeps the modules' path.
 """
 
-import sys
-
 from .. import dtype as dt
 from ..layout import Layout
 from ..nn.layers import RmsNorm
 from ..tensor import Tensor
+from .layer_factory import loaded_quant_layers
 
 
 class DecodeStep:
@@ -41,9 +40,7 @@ class DecodeStep:
     @classmethod
     def of(cls, model):
         """The model's DecodeStep, or None where its layers are not all ones it takes."""
-        # quant_layers needs numpy (a page's Pyodide has none): where it was never
-        # imported, no layer is a QuantLinear
-        quant_layers = sys.modules.get(f"{__package__}.quant_layers")
+        quant_layers = loaded_quant_layers()
         if quant_layers is None or model.dtype is not dt.f32:
             return None
         layers = []
@@ -234,7 +231,7 @@ class _Projection:
     a ConcatLinear's parts' joined as tensor.cat joins them."""
 
     def __init__(self, projection, device):
-        parts = _parts(projection, sys.modules[f"{__package__}.quant_layers"])
+        parts = _parts(projection, loaded_quant_layers())
         self.placed = [_placed(p, device) for p in parts]
         self.widths = [p.out_features for p in parts]
 

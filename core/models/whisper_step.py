@@ -20,11 +20,11 @@ for a step it does not take (more than one position, another dtype or device).
 """
 
 import math
-import sys
 
 from .. import dtype as dt
 from ..layout import Layout
 from ..tensor import Tensor
+from .layer_factory import loaded_quant_layers
 
 
 class DecoderStep:
@@ -37,9 +37,7 @@ class DecoderStep:
     @classmethod
     def of(cls, decoder):
         """The decoder's DecoderStep, or None where its layers are not all ones it takes."""
-        # quant_layers needs numpy (a page's Pyodide has none): where it was never
-        # imported, no projection is a QuantLinear
-        quant_layers = sys.modules.get(f"{__package__}.quant_layers")
+        quant_layers = loaded_quant_layers()
         if quant_layers is None or decoder.layer_norm.weight.dtype is not dt.f32:
             return None
         layers = []
