@@ -162,6 +162,11 @@ class MLP(Module):
         else:
             gate, up = gu.narrow(-1, 0, self.inter), gu.narrow(-1, self.inter, self.inter)
             h = self._act(gate) * up
+            del gate, up
+        # the layer's widest activation, gone before the down projection's buffers come:
+        # held through it, it was the top of a prompt's memory (SmolLM2-135M, 128 tokens:
+        # 5.4 -> 3.9 MiB of live arrays at the peak, 1.5 MiB of its peak RSS)
+        del gu
         return self.down_proj(h)
 
 
