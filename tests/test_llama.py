@@ -289,3 +289,25 @@ def test_tensor_copy_writes_into_a_view(device):
     np.testing.assert_array_equal(dst.numpy(), expect)
     with pytest.raises(ShapeMismatch, match=r"copy_: src \[3\]"):
         dst.narrow(2, 0, 2).copy_(ember.zeros(3, device=device))
+
+
+def test_the_mlps_widest_activation_is_gone_before_its_down_projection(family):
+    """The gate/up product (2 x intermediate wide, a prompt's largest array) is freed
+    before the down projection runs, gated or not: held through it, it had topped a
+    prompt's memory."""
+    import weakref
+
+    _, _, path = family
+    model = LlamaForCausalLM.from_pretrained(path)
+    mlp = model.layers[0].mlp
+    widest, alive_at_down = [], []
+    mlp.gate_up_proj.register_forward_hook(lambda m, i, out: widest.append(weakref.ref(out)))
+    down = mlp.down_proj.forward
+
+    def checked(x, *args, **kwargs):
+        alive_at_down.append(widest[-1]() is not None)
+        return down(x, *args, **kwargs)
+
+    mlp.down_proj.forward = checked
+    model([_prompt(model.config.vocab_size, 9, seed=4)], last_only=True)
+    assert alive_at_down == [False]
