@@ -22,10 +22,12 @@ from .row_parallel import run_either, share_count
 
 # Query rows per matrix (a decode step's grouped heads: 3 for SmolLM2, up to 8 in common
 # GQA models) and scores in all (batch x queries x keys) up to which attention takes this
-# path: SmolLM2's 3 x 3 queries stay under it up to a 3,640-token cache; SAM's decoder
-# (8 heads x 7 tokens x 4,096 keys) stays on array_attention, whose threads pay there.
+# path: SmolLM2's 3 x 3 queries stay under it up to a 7,281-token cache, and Whisper's
+# first pass of a window (8 heads x 3 prompt tokens x 1,500 keys, over the limit at 2^15:
+# 35 -> 23 ms a window's first pass, base, median of 8 interleaved); SAM's decoder (8
+# heads x 7 tokens x 4,096 keys) stays on array_attention, whose threads pay there.
 SMALL_QUERIES = 16
-SMALL_SCORES = 1 << 15
+SMALL_SCORES = 1 << 16
 # Multiply-adds from which a call's matrices are offered to llvm_spin's helpers: Whisper
 # base's cross-attention (1.5M: 410 -> 295 us a layer) is, SmolLM2-135M's step (3 x 3
 # queries x ~190 keys, 220k, ~25 us) is not: its helpers, idle between its attentions,
