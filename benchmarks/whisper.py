@@ -103,10 +103,11 @@ def read_wav16(path):
 
 # --- workers (run in their own process) ------------------------------------------------------------
 def transcribe_ember(args):
-    from ember.cli.common import open_device
+    # the Python API, as a script uses it (the CLI's package would add argparse's import)
+    from ember.device import Device
     from ember.models.whisper_transcriber import WhisperTranscriber
 
-    t = WhisperTranscriber.from_dir(args.model, device=open_device(args.device))
+    t = WhisperTranscriber.from_dir(args.model, device=Device.parse(args.device))
 
     def run():
         segs = t.transcribe(args.audio, "en" if t.tokens.multilingual else None, fallback=False)

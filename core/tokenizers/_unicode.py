@@ -110,13 +110,31 @@ def complement(ranges):
     return tuple(out)
 
 
-CONTROL_RE = re.compile("[" + class_body(_t.CONTROL_RANGES) + "]")
-CHINESE_RE = re.compile("[" + class_body(CHINESE_RANGES) + "]")
-NON_SPACE_WHITESPACE_RE = re.compile(
-    "[" + class_body(r for r in WHITESPACE_RANGES if r != (0x20, 0x20)) + "]"
-)
+# Regexes of large character classes, compiled at their first use (module __getattr__):
+# compiling them at import took 5 ms of every process that imports the tokenizers, and a
+# byte-level BPE (GPT-2's, Whisper's) uses none of them.
+_CLASSES = {
+    "CONTROL_RE": lambda: _t.CONTROL_RANGES,
+    "CHINESE_RE": lambda: CHINESE_RANGES,
+    "NON_SPACE_WHITESPACE_RE": lambda: (r for r in WHITESPACE_RANGES if r != (0x20, 0x20)),
+    "LOWER_EXTRA_RE": lambda: ((k, k) for k in sorted(_t.LOWER_EXTRA)),
+}
 _LOWER_EXTRA = {chr(k): v for k, v in _t.LOWER_EXTRA.items()}
-LOWER_EXTRA_RE = re.compile("[" + class_body((k, k) for k in sorted(_t.LOWER_EXTRA)) + "]")
+
+
+def _class_re(name):
+    compiled = globals().get(name)
+    if compiled is None:
+        compiled = globals()[name] = re.compile("[" + class_body(_CLASSES[name]()) + "]")
+    return compiled
+
+
+def __getattr__(name):
+    if name in _CLASSES:
+        return _class_re(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 _NEW_STARTS = [a for a, _, _ in _t.NEW_CATEGORIES]
 
 
@@ -133,11 +151,11 @@ def is_mark(ch):
 
 
 def is_control(ch):
-    return CONTROL_RE.match(ch) is not None
+    return _class_re("CONTROL_RE").match(ch) is not None
 
 
 def is_chinese(ch):
-    return CHINESE_RE.match(ch) is not None
+    return _class_re("CHINESE_RE").match(ch) is not None
 
 
 def category(ch):
