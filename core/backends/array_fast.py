@@ -83,10 +83,9 @@ def gated(xp, op, x):
         return None
     n = x.shape[-1] // 2
     out = xp.empty(x.shape[:-1] + (n,), x.dtype)
-    try:
-        rows, out2 = x.reshape(-1, 2 * n), out.reshape(-1, n)  # a copy where rows do not merge
-    except ValueError:
-        return None
+    rows, out2 = x.reshape(-1, 2 * n), out.reshape(-1, n)  # a copy where rows do not merge
+    if n and rows.strides[-1] != rows.itemsize:  # a strided last dim: the kernel's rows
+        rows = xp.ascontiguousarray(rows)  # must be contiguous
     step = max(1, _PIECE // max(n, 1))
     if rows.shape[0] <= step:
         kernels.gated(op, rows, out2)
