@@ -23,6 +23,15 @@ def loaded_quant_layers():
     return sys.modules.get(f"{__package__}.quant_layers")
 
 
+def placed_f32(linear, device):
+    """A QuantLinear's weight as its backend call takes it (placed on `device` for f32
+    activations, as its forward places it): what the fused decode steps pass."""
+    from .. import dtype as dt
+
+    linear.place(device, dt.f32)
+    return linear._placed[1]
+
+
 class DenseLayers:
     """How the model makes its layers from a VarBuilder's tensors: dense Linear and
     Embedding layers. quant_layers.QuantizedLayers overrides `from_tensors`, `concat` and

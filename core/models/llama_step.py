@@ -27,7 +27,7 @@ from .. import dtype as dt
 from ..layout import Layout
 from ..nn.layers import RmsNorm
 from ..tensor import Tensor
-from .layer_factory import loaded_quant_layers
+from .layer_factory import loaded_quant_layers, placed_f32
 
 
 class DecodeStep:
@@ -232,7 +232,7 @@ class _Projection:
 
     def __init__(self, projection, device):
         parts = _parts(projection, loaded_quant_layers())
-        self.placed = [_placed(p, device) for p in parts]
+        self.placed = [placed_f32(p, device) for p in parts]
         self.widths = [p.out_features for p in parts]
 
     def __call__(self, be, x, lx):
@@ -266,8 +266,3 @@ def _norm(be, storage, layout, args):
 def _norm_args(norm):
     w = norm.weight
     return w.storage, w.layout, float(norm.eps)
-
-
-def _placed(linear, device):
-    linear.place(device, dt.f32)
-    return linear._placed[1]

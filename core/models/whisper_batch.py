@@ -18,7 +18,6 @@ from ..tensor import tensor
 from .kv_cache import KVCache
 from .whisper import DecoderCache
 from .whisper_decoding import DecodeResult, LogitRules, _log_softmax, _logsumexp
-from .whisper_step import DecoderStep
 
 NEG_INF = -np.inf
 
@@ -66,8 +65,6 @@ class _Rows:
         )
         cross = [layer.encoder_attn.keys_values(encoder_out) for layer in model.decoder.layers]
         self.cache = DecoderCache(self_kv, cross)
-        # made once a window: nothing in it goes stale between the window's steps
-        self.step = DecoderStep.of(model.decoder) if model.decoder.fused_decode else None
 
     def forward(self, ids, allowed, picks):
         """ids [n, t] at the next cache slots; allowed [n, t, slots] which keys each query
@@ -84,7 +81,8 @@ class _Rows:
         mask = None
         if not (t == 1 and allowed.all()):
             mask = tensor(np.where(allowed, 0.0, NEG_INF)[:, None], dtype=x.dtype, device=dev)
-        stepped = self.step.run(x, self.cache) if mask is None and self.step is not None else None
+        step = dec.fused_step(self.cache) if mask is None else None
+        stepped = step.run(x, self.cache) if step is not None else None
         if stepped is not None:
             x = stepped
         else:

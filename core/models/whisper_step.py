@@ -24,7 +24,7 @@ import math
 from .. import dtype as dt
 from ..layout import Layout
 from ..tensor import Tensor
-from .layer_factory import loaded_quant_layers
+from .layer_factory import loaded_quant_layers, placed_f32
 
 
 class DecoderStep:
@@ -162,8 +162,7 @@ class _Projection:
     """A QuantLinear's backend call (QuantLinear.forward's qlinear, its bias included)."""
 
     def __init__(self, linear, device):
-        linear.place(device, dt.f32)
-        self.placed = linear._placed[1]
+        self.placed = placed_f32(linear, device)
         bias = linear.bias
         self.bias = (bias.storage, bias.layout) if bias is not None else (None, None)
 
