@@ -87,6 +87,14 @@ def attention_kernels():
 
 
 @pytest.fixture
+def row_attention_kernels():
+    """llvm_attention_rows' compiled kernel (many queries, no mask): as math_kernels."""
+    from ember.backends import llvm_attention_rows
+
+    return _built(llvm_attention_rows, "llvm_attention_rows")
+
+
+@pytest.fixture
 def norm_kernels():
     """llvm_norm's compiled layer and RMS norms: as math_kernels."""
     from ember.backends import llvm_norm

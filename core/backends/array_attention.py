@@ -31,7 +31,7 @@ import itertools
 import math
 
 from ..intmath import ceil_div
-from . import llvm_math
+from . import array_attention_rows, llvm_math
 from .array_rows import SHIFT_FLOOR, softmax_rows
 from .blas_threads import one_thread_throughout
 from .row_parallel import run_rows, workers
@@ -54,6 +54,8 @@ def attention(be, q, k, v, grid_bias, scale, dtype, mask=None):
     batch, tq, tk, dv = q.shape[:-2], q.shape[-2], k.shape[-2], v.shape[-1]
     out = xp.empty(batch + (tq, dv), q.dtype)
     if out.size == 0:
+        return out
+    if grid_bias is None and mask is None and _rows_kernel(xp, q, k, v, out, scale):
         return out
     # every operand as a stack of matrices [m, ., .] (a copy only where a view's batch
     # dims cannot merge, or a grid bias broadcast over heads: the size of an input)
@@ -88,6 +90,19 @@ def attention(be, q, k, v, grid_bias, scale, dtype, mask=None):
     with one_thread_throughout():
         run_rows(run, len(tiles), per_tile, blas_free=True)
     return out
+
+
+def _rows_kernel(xp, q, k, v, out, scale):
+    """The unmasked attention through array_attention_rows' compiled kernel, each matrix
+    as its own stack [m, ., .]; False where it does not take it (nothing written)."""
+    q3, k3, v3 = (a.reshape(-1, a.shape[-2], a.shape[-1]) for a in (q, k, v))
+    out3 = out.reshape(-1, q.shape[-2], v.shape[-1])
+
+    def redo(i, r0, r1):  # rows the kernel left: the tile's checks take them
+        kt = xp.swapaxes(k3[i : i + 1], -1, -2)
+        tile(xp, q3[i : i + 1, r0:r1] * scale, kt, v3[i : i + 1], out3[i : i + 1, r0:r1])
+
+    return array_attention_rows.attend(xp, q3, k3, v3, out3, scale, redo)
 
 
 def tile(xp, qs, kt, v, out, bias=None, mask=None):

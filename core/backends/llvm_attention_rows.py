@@ -1,0 +1,307 @@
+"""Attention of many queries without a mask (Whisper's encoder, a ViT's global layers),
+each block of queries taken start to end in one compiled call: its scores, their softmax
+and the product with v, register-blocked for the host's vectors (llvm_build compiles it).
+
+array_attention's tiles make two BLAS calls and a compiled exponential pass per tile.
+Their products have an inner dim of one head (64), where OpenBLAS's kernels run at
+60-75% of their large-matrix speed, and a tile's scores (2 MiB) go out of a core's L2
+and back between the calls. Here one call walks a block of QB queries (one or two
+vectors' lanes) against every key:
+
+    attend_rows(q, ldq, k, ldk, v, ldv, out, ldo, rows, tk, d, dv, scale, scratch)
+        -> rows left undone
+        for each query row r < rows (strides in f32 elements; the last dim contiguous):
+        qs = q[r] * scale                      (rounded, as numpy's q * scale)
+        s[t] = sum_j qs[j] * k[t, j]           (fused multiply-adds in j's order)
+        p[t] = exp(s[t] - max(s))              (0 where s[t] - max < EXP_MIN)
+        out[r] = (sum_t p[t] * v[t]) / sum_t p[t]
+
+The scores are kept transposed in scratch, [tk, QB] (a 1,500-key block is 188 KiB, in
+L2), so that a query block's softmax runs down its lanes and neither k nor v is ever
+copied: the scores take KEY_BLOCK keys by the block's lanes at a time (each k element
+broadcast), the product PV_ROWS queries by PV_VECTORS vectors of v's row. Every row's
+value depends on nothing but its own operands (its sums' orders are fixed by tk and d):
+blocks and threads never change a bit; the bits differ from the BLAS tiles' in the last
+places. A row whose maximum score is not finite (an infinite or NaN score) is counted,
+and the caller redoes the call its own way. Unavailable (None) without llvmlite, with
+EMBER_JIT=0, or where the build fails.
+"""
+
+import ctypes
+import sys
+
+from .addresses import address
+from .llvm_math import EXP_MIN
+
+_P, _I = ctypes.c_void_p, ctypes.c_int64
+# keys whose rows of v (and of the scores) one pass of the product takes: 64 x 64 floats
+# of v and 64 x QB scores stay in a core's L1 while every row of the block reads them
+# (v read whole for every few rows came from L2 as fast as the loads could take it: 300
+# queries x 1,500 keys x 64, 2.1 -> 1.4 ms on one core, in one process)
+KEY_SPAN = 64
+_ARGS = (_P, _I) * 4 + (_I, _I, _I, _I, ctypes.c_float, _P)
+
+
+def shape_for(lanes):
+    """(query vectors a block, keys a score step, queries a product step, v vectors a
+    product step) for vectors of `lanes` f32: the accumulators and operands of each step
+    in the host's vector registers (32 with AVX-512, 16 with AVX2)."""
+    if lanes >= 16:
+        return 2, 12, 4, 4  # scores 12 x 2 + 3, product 4 x 4 + 5 registers of 32
+    return 2, 6, 4, 2  # scores 6 x 2 + 3, product 4 x 2 + 3 of 16
+
+
+def kernels():
+    """The compiled RowAttentionKernels, or None where they cannot be had."""
+    from . import llvm_build
+
+    return llvm_build.kernels("llvm_attention_rows")
+
+
+class RowAttentionKernels:
+    def __init__(self, engine, lanes):
+        self._engine = engine  # owns the machine code: kept alive with the function
+        self.lanes = lanes
+        self.block = lanes * shape_for(lanes)[0]  # queries a block (QB)
+        address_of = engine.get_function_address("ember_attend_rows")
+        self._attend = ctypes.CFUNCTYPE(_I, *_ARGS)(address_of)
+
+    def takes(self, dv):
+        """Whether v's rows of dv floats fit the product's vectors (whole vectors)."""
+        return dv > 0 and dv % self.lanes == 0
+
+    def scratch_floats(self, tk, d, dv):
+        """The f32 scratch one call needs: the scaled query block [d, QB], its transposed
+        scores [tk, QB], its row sums and its products with v [QB, dv]."""
+        return self.block * (d + tk + 1 + dv)
+
+    def attend(self, q, k, v, out, scale, scratch):
+        """out[r] = softmax(q[r] * scale @ k.T) @ v for the f32 matrices q [rows, d], k
+        [tk, d], v [tk, dv], out [rows, dv], each with contiguous rows (row strides free),
+        dv whole vectors (`takes`), scratch a float32 array of `scratch_floats`. Returns
+        the number of rows left undone (a maximum score that is not finite)."""
+        rows, d = q.shape
+        tk, dv = v.shape
+        if k.shape != (tk, d) or out.shape != (rows, dv) or not self.takes(dv):
+            raise ValueError(
+                f"llvm_attention_rows: q {q.shape}, k {k.shape}, v {v.shape}, out {out.shape}"
+            )
+        if scratch.size < self.scratch_floats(tk, d, dv) or scratch.dtype != "float32":
+            raise ValueError(f"llvm_attention_rows: scratch of {scratch.size} floats")
+        for a in (q, k, v, out):
+            if a.dtype != "float32" or (a.shape[0] > 1 and a.strides[1] != 4):
+                raise ValueError("llvm_attention_rows: float32 matrices with contiguous rows")
+        return self._attend(
+            address(q),
+            q.strides[0] // 4,
+            address(k),
+            k.strides[0] // 4,
+            address(v),
+            v.strides[0] // 4,
+            address(out),
+            out.strides[0] // 4,
+            rows,
+            tk,
+            d,
+            dv,
+            scale,
+            address(scratch),
+        )
+
+
+def build():
+    from . import llvm_build
+
+    lanes = 16 if llvm_build.host()[3].get("avx512f", False) else 8
+    engine = llvm_build.compile_kernels(
+        sys.modules[__name__], lambda triple: _ir_module(triple, lanes), params=(lanes,)
+    )
+    return RowAttentionKernels(engine, lanes)
+
+
+# --- the IR ------------------------------------------------------------------------------------
+def _ir_module(triple, lanes):
+    from llvmlite import ir
+
+    from .llvm_ir import I64, exp_neg, intrinsic, loop, new_module, no_alias, reduce
+
+    f32, i32 = ir.FloatType(), ir.IntType(32)
+    pf = f32.as_pointer()
+    vec = ir.VectorType(f32, lanes)
+    pv = vec.as_pointer()
+    module = new_module("ember_attention_rows", triple)
+    fma = intrinsic(module, f"llvm.fma.v{lanes}f32", vec, 3)
+    fabs = intrinsic(module, f"llvm.fabs.v{lanes}f32", vec, 1)
+    q_vectors, key_block, pv_rows, pv_vectors = shape_for(lanes)
+    qb = lanes * q_vectors
+    fn = ir.Function(
+        module,
+        ir.FunctionType(I64, [pf, I64] * 4 + [I64, I64, I64, I64, f32, pf]),
+        "ember_attend_rows",
+    )
+    q, ldq, k, ldk, v, ldv, out, ldo, rows, tk, d, dv, scale, scratch = fn.args
+    no_alias(out, scratch)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    undone = b.alloca(I64)
+    b.store(I64(0), undone)
+    qt = scratch  # [d, qb]: the block's scaled queries, transposed
+    scores = b.gep(scratch, [b.mul(d, I64(qb))])  # [tk, qb]
+    sums = b.gep(scores, [b.mul(tk, I64(qb))])  # [qb]
+    acc = b.gep(sums, [I64(qb)])  # [qb, dv]
+
+    def splat(b, x):
+        one = b.insert_element(ir.Constant(vec, ir.Undefined), x, i32(0))
+        return b.shuffle_vector(
+            one, ir.Constant(vec, ir.Undefined), ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
+        )
+
+    def vload(b, base, at):
+        return b.load(b.bitcast(b.gep(base, [at]), pv), align=4)
+
+    def vstore(b, x, base, at):
+        b.store(x, b.bitcast(b.gep(base, [at]), pv), align=4)
+
+    def like(x):
+        return ir.Constant(vec, [x] * lanes)
+
+    def query_block(b, r0):
+        n = b.sub(rows, r0)
+        n = b.select(b.icmp_signed("<", n, I64(qb)), n, I64(qb))
+
+        # the block's queries, scaled and transposed; rows past n are zeros
+        def pack_row(b, j):
+            def lane(b, i):
+                here = b.icmp_signed("<", i, n)
+                src = b.gep(q, [b.add(b.mul(b.add(r0, b.select(here, i, I64(0))), ldq), j)])
+                x = b.fmul(b.load(src), scale)
+                b.store(b.select(here, x, f32(0.0)), b.gep(qt, [b.add(b.mul(j, I64(qb)), i)]))
+
+            loop(b, I64(0), I64(qb), lane, "pack.i")
+
+        loop(b, I64(0), d, pack_row, "pack.j")
+
+        # scores, transposed: `count` keys from t0 by the block's lanes at a time
+        def keys(count):
+            def step(b, t0):
+                krows = [b.gep(k, [b.mul(b.add(t0, I64(u)), ldk)]) for u in range(count)]
+
+                def term(b, j, accs):
+                    qv = [
+                        vload(b, qt, b.add(b.mul(j, I64(qb)), I64(c * lanes)))
+                        for c in range(q_vectors)
+                    ]
+                    out_ = []
+                    for u in range(count):
+                        kx = splat(b, b.load(b.gep(krows[u], [j])))
+                        for c in range(q_vectors):
+                            out_.append(b.call(fma, [kx, qv[c], accs[u * q_vectors + c]]))
+                    return tuple(out_)
+
+                accs = reduce(b, d, (like(0.0),) * (count * q_vectors), term, "dot")
+                for u in range(count):
+                    row = b.mul(b.add(t0, I64(u)), I64(qb))
+                    for c in range(q_vectors):
+                        vstore(b, accs[u * q_vectors + c], scores, b.add(row, I64(c * lanes)))
+
+            return step
+
+        whole = b.mul(b.sdiv(tk, I64(key_block)), I64(key_block))
+        loop(b, I64(0), whole, keys(key_block), "keys", step=key_block)
+        loop(b, whole, tk, keys(1), "key")
+
+        # each lane's softmax down the keys: its maximum, then p = exp(s - max) in place
+        # and their sum
+        for c in range(q_vectors):
+            col = I64(c * lanes)
+
+            def larger(b, t, acc, col=col):
+                s = vload(b, scores, b.add(b.mul(t, I64(qb)), col))
+                return (b.select(b.fcmp_ordered(">", s, acc[0]), s, acc[0]),)
+
+            (top,) = reduce(b, tk, (like(float("-inf")),), larger, "max")
+            finite = b.fcmp_ordered("<", b.call(fabs, [top]), like(float("inf")))
+            for i in range(lanes):  # lanes of real rows whose maximum is not finite
+                real = b.icmp_signed("<", I64(c * lanes + i), n)
+                bad = b.and_(real, b.not_(b.extract_element(finite, i32(i))))
+                b.store(b.add(b.load(undone), b.zext(bad, I64)), undone)
+            top = b.select(finite, top, like(0.0))  # keeps the rest defined; redone anyway
+
+            def expo(b, t, acc, col=col, top=top):
+                at = b.add(b.mul(t, I64(qb)), col)
+                gap = b.fsub(top, vload(b, scores, at))
+                p = exp_neg(b, module, gap)
+                p = b.select(b.fcmp_ordered(">", gap, like(-EXP_MIN)), like(0.0), p)
+                vstore(b, p, scores, at)
+                return (b.fadd(acc[0], p),)
+
+            (total,) = reduce(b, tk, (like(0.0),), expo, "exp")
+            vstore(b, total, sums, col)
+
+        # acc[r] = p . v for the block's real rows, KEY_SPAN keys at a time (the span's
+        # rows of v, and of the scores, stay in L1 while every row of the block takes
+        # them), `count` rows from g0 by PV_VECTORS vectors of v's row, then the rest one
+        # vector at a time; acc [qb, dv] in scratch between spans
+        def product(count, t0, t1):
+            def columns(width):
+                def body(b, c0, g0):
+                    first = b.icmp_signed("==", t0, I64(0))
+                    slots = [
+                        b.add(b.mul(b.add(g0, I64(r)), dv), b.add(c0, I64(c * lanes)))
+                        for r in range(count)
+                        for c in range(width)
+                    ]
+                    start = [b.select(first, like(0.0), vload(b, acc, at)) for at in slots]
+
+                    def term(b, t, accs):
+                        vrow = b.gep(v, [b.mul(t, ldv)])
+                        vv = [vload(b, vrow, b.add(c0, I64(c * lanes))) for c in range(width)]
+                        prow = b.gep(scores, [b.add(b.mul(t, I64(qb)), g0)])
+                        terms = []
+                        for r in range(count):
+                            px = splat(b, b.load(b.gep(prow, [I64(r)])))
+                            for c in range(width):
+                                terms.append(b.call(fma, [px, vv[c], accs[r * width + c]]))
+                        return tuple(terms)
+
+                    accs = reduce(b, t1, tuple(start), term, "pv", start=t0)
+                    for total, at in zip(accs, slots, strict=True):
+                        vstore(b, total, acc, at)
+
+                return body
+
+            span = pv_vectors * lanes
+
+            def run(b, g0):
+                wide = b.mul(b.sdiv(dv, I64(span)), I64(span))
+                wide_body, one_body = columns(pv_vectors), columns(1)
+                loop(b, I64(0), wide, lambda b, c0: wide_body(b, c0, g0), "cols", step=span)
+                loop(b, wide, dv, lambda b, c0: one_body(b, c0, g0), "col", step=lanes)
+
+            return run
+
+        whole_rows = b.mul(b.sdiv(n, I64(pv_rows)), I64(pv_rows))
+
+        def key_span(b, t0):
+            t1 = b.add(t0, I64(KEY_SPAN))
+            t1 = b.select(b.icmp_signed("<", t1, tk), t1, tk)
+            loop(b, I64(0), whole_rows, product(pv_rows, t0, t1), "rows", step=pv_rows)
+            loop(b, whole_rows, n, product(1, t0, t1), "row")
+
+        loop(b, I64(0), tk, key_span, "span", step=KEY_SPAN)
+
+        # out[r] = acc[r] / the row's sum
+        def finish(b, r):
+            total = splat(b, b.load(b.gep(sums, [r])))
+            orow = b.gep(out, [b.mul(b.add(r0, r), ldo)])
+            arow = b.mul(r, dv)
+
+            def one(b, c0):
+                vstore(b, b.fdiv(vload(b, acc, b.add(arow, c0)), total), orow, c0)
+
+            loop(b, I64(0), dv, one, "out", step=lanes)
+
+        loop(b, I64(0), n, finish, "finish")
+
+    loop(b, I64(0), rows, query_block, "block", step=qb)
+    b.ret(b.load(undone))
+    return module
