@@ -11,6 +11,8 @@ SmolLM2 prompt's attention (9 heads x 128 x 128 under one causal mask) took 0.56
 against 0.66 through the composite. Where llvm_math's kernels are built, a tile's
 exponentials and row sums are one compiled pass (0.56 against 1.49 ns a score for
 numpy's exp and sum on an AVX2 host); they round otherwise than numpy's, within 1e-7.
+Unmasked attention of many queries without a grid bias (Whisper's encoder) goes to
+array_attention_rows' compiled kernel instead where it is built (its note says why).
 
 Why tiles a thread runs start to end: a tile's scores are still in that core's cache
 when its exponentials and its second product read them. The earlier form ran each step
@@ -95,6 +97,8 @@ def attention(be, q, k, v, grid_bias, scale, dtype, mask=None):
 def _rows_kernel(xp, q, k, v, out, scale):
     """The unmasked attention through array_attention_rows' compiled kernel, each matrix
     as its own stack [m, ., .]; False where it does not take it (nothing written)."""
+    if q.shape[-2] < array_attention_rows.MIN_QUERIES:  # before any reshape might copy
+        return False
     q3, k3, v3 = (a.reshape(-1, a.shape[-2], a.shape[-1]) for a in (q, k, v))
     out3 = out.reshape(-1, q.shape[-2], v.shape[-1])
 
