@@ -95,18 +95,14 @@ def attention(be, q, k, v, grid_bias, scale, dtype, mask=None):
 
 
 def _rows_kernel(xp, q, k, v, out, scale):
-    """The unmasked attention through array_attention_rows' compiled kernel, each matrix
-    as its own stack [m, ., .]; False where it does not take it (nothing written)."""
-    if q.shape[-2] < array_attention_rows.MIN_QUERIES:  # before any reshape might copy
-        return False
-    q3, k3, v3 = (a.reshape(-1, a.shape[-2], a.shape[-1]) for a in (q, k, v))
-    out3 = out.reshape(-1, q.shape[-2], v.shape[-1])
+    """The unmasked attention through array_attention_rows' compiled kernel; False where
+    it does not take it (nothing written). Rows it leaves go through a tile, whose checks
+    take them."""
 
-    def redo(i, r0, r1):  # rows the kernel left: the tile's checks take them
-        kt = xp.swapaxes(k3[i : i + 1], -1, -2)
-        tile(xp, q3[i : i + 1, r0:r1] * scale, kt, v3[i : i + 1], out3[i : i + 1, r0:r1])
+    def redo(q, k, v, out):
+        tile(xp, q * scale, xp.swapaxes(k, -1, -2), v, out)
 
-    return array_attention_rows.attend(xp, q3, k3, v3, out3, scale, redo)
+    return array_attention_rows.attend(xp, q, k, v, out, scale, redo)
 
 
 def tile(xp, qs, kt, v, out, bias=None, mask=None):

@@ -26,18 +26,22 @@ _local = threading.local()  # each thread's scratch, kept between calls (~0.2 MB
 
 
 def attend(xp, q, k, v, out, scale, redo):
-    """out = softmax(q * scale @ k^T) @ v for the f32 stacks q [m, tq, d], k [m, tk, d],
-    v [m, tk, dv], out [m, tq, dv] (numpy arrays whose rows are contiguous), through the
-    compiled kernel; True, or False (nothing written) where it is not built or does not
-    take these. `redo(i, r0, r1)` computes matrix i's rows r0:r1 another way, for a run
-    the kernel left rows of."""
+    """out = softmax(q * scale @ k^T) @ v for the f32 arrays q [..., tq, d], k [..., tk,
+    d], v [..., tk, dv], out [..., tq, dv] of equal batch dims (numpy, rows contiguous),
+    through the compiled kernel, each matrix as its own stack [m, ., .]; True, or False
+    (nothing written, nothing copied) where it is not built or does not take these.
+    `redo(q, k, v, out)` computes the stacks' slices [1, rows, .] of a run the kernel
+    left rows of another way."""
     kernels = llvm_attention_rows.kernels() if getattr(xp, "__name__", "") == "numpy" else None
-    m, tq, d = q.shape
-    tk, dv = v.shape[1], v.shape[2]
+    tq, d = q.shape[-2:]
+    tk, dv = v.shape[-2:]
     if kernels is None or tq < MIN_QUERIES or tk == 0 or not kernels.takes(dv):
         return False
     if any(a.dtype != xp.float32 or a.strides[-1] != 4 for a in (q, k, v, out)):
         return False
+    q, k, v = (a.reshape(-1, a.shape[-2], a.shape[-1]) for a in (q, k, v))
+    out = out.reshape(-1, tq, dv)
+    m = q.shape[0]
     # keys and values packed, a matrix's rows one after another: rows of a fused q/k/v
     # projection lie 6 KiB apart (Whisper base), so a span of v's rows and a block of
     # k's fell on a few L1 sets and came from L2 (the layer's attention 48 -> 56 ms
@@ -54,7 +58,7 @@ def attend(xp, q, k, v, out, scale, redo):
         scratch = _scratch(xp, need)
         for i, r0, r1 in pieces[start:stop]:
             if kernels.attend(q[i, r0:r1], k[i], v[i], out[i, r0:r1], scale, scratch):
-                redo(i, r0, r1)
+                redo(q[i : i + 1, r0:r1], k[i : i + 1], v[i : i + 1], out[i : i + 1, r0:r1])
 
     per_piece = rows * tk * (4 + (d + dv) // 16)  # row_parallel's elementwise steps
     with one_thread_throughout():  # a redone run's BLAS calls

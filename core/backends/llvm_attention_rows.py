@@ -127,12 +127,22 @@ def build():
 def _ir_module(triple, lanes):
     from llvmlite import ir
 
-    from .llvm_ir import I64, exp_neg, intrinsic, loop, new_module, no_alias, reduce
+    from .llvm_ir import (
+        I64,
+        exp_neg,
+        intrinsic,
+        loop,
+        new_module,
+        no_alias,
+        reduce,
+        splat,
+        vector_load,
+        vector_store,
+    )
 
     f32, i32 = ir.FloatType(), ir.IntType(32)
     pf = f32.as_pointer()
     vec = ir.VectorType(f32, lanes)
-    pv = vec.as_pointer()
     module = new_module("ember_attention_rows", triple)
     fma = intrinsic(module, f"llvm.fma.v{lanes}f32", vec, 3)
     fabs = intrinsic(module, f"llvm.fabs.v{lanes}f32", vec, 1)
@@ -153,17 +163,11 @@ def _ir_module(triple, lanes):
     sums = b.gep(scores, [b.mul(tk, I64(qb))])  # [qb]
     acc = b.gep(sums, [I64(qb)])  # [qb, dv]
 
-    def splat(b, x):
-        one = b.insert_element(ir.Constant(vec, ir.Undefined), x, i32(0))
-        return b.shuffle_vector(
-            one, ir.Constant(vec, ir.Undefined), ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
-        )
-
     def vload(b, base, at):
-        return b.load(b.bitcast(b.gep(base, [at]), pv), align=4)
+        return vector_load(b, b.gep(base, [at]), vec)
 
     def vstore(b, x, base, at):
-        b.store(x, b.bitcast(b.gep(base, [at]), pv), align=4)
+        vector_store(b, x, b.gep(base, [at]))
 
     def like(x):
         return ir.Constant(vec, [x] * lanes)
@@ -196,7 +200,7 @@ def _ir_module(triple, lanes):
                     ]
                     out_ = []
                     for u in range(count):
-                        kx = splat(b, b.load(b.gep(krows[u], [j])))
+                        kx = splat(b, b.load(b.gep(krows[u], [j])), vec)
                         for c in range(q_vectors):
                             out_.append(b.call(fma, [kx, qv[c], accs[u * q_vectors + c]]))
                     return tuple(out_)
@@ -270,7 +274,7 @@ def _ir_module(triple, lanes):
                         prow = b.gep(scores, [b.add(b.mul(t, I64(qb)), g0)])
                         terms = []
                         for r in range(count):
-                            px = splat(b, b.load(b.gep(prow, [I64(r)])))
+                            px = splat(b, b.load(b.gep(prow, [I64(r)])), vec)
                             for c in range(width):
                                 terms.append(b.call(fma, [px, vv[c], accs[r * width + c]]))
                         return tuple(terms)
@@ -307,7 +311,7 @@ def _ir_module(triple, lanes):
 
         # out[r] = acc[r] / the row's sum
         def finish(b, r):
-            total = splat(b, b.load(b.gep(sums, [r])))
+            total = splat(b, b.load(b.gep(sums, [r])), vec)
             orow = b.gep(out, [b.mul(b.add(r0, r), ldo)])
             arow = b.mul(r, dv)
 

@@ -110,6 +110,23 @@ LN2_HI = 0.693145751953125
 LN2_LO = 1.4286068202862268e-06
 
 
+def vector_load(b, ptr, vec):
+    """A vector of type `vec` from the f32 pointer `ptr` (aligned as a float only)."""
+    return b.load(b.bitcast(ptr, vec.as_pointer()), align=4)
+
+
+def vector_store(b, value, ptr):
+    """Store the vector `value` at the f32 pointer `ptr` (aligned as a float only)."""
+    b.store(value, b.bitcast(ptr, value.type.as_pointer()), align=4)
+
+
+def splat(b, x, vec):
+    """The scalar x in every lane of a vector of type `vec`."""
+    one = b.insert_element(ir.Constant(vec, ir.Undefined), x, ir.IntType(32)(0))
+    lanes = ir.Constant(ir.VectorType(ir.IntType(32), vec.count), [0] * vec.count)
+    return b.shuffle_vector(one, ir.Constant(vec, ir.Undefined), lanes)
+
+
 def intrinsic(module, name, typ, arity):
     """The declaration of an overloaded LLVM intrinsic on `typ`, made once a module."""
     if name in module.globals:

@@ -242,7 +242,7 @@ def _map_rows(module, name, f, vec, gated=False):
     `gated`: times x[r * ldx + cols + j]."""
     from llvmlite import ir
 
-    from .llvm_ir import I64, loop
+    from .llvm_ir import I64, loop, vector_load, vector_store
 
     f32 = ir.FloatType()
     pf = f32.as_pointer()
@@ -260,8 +260,8 @@ def _map_rows(module, name, f, vec, gated=False):
             return b.fmul(y, load(b.gep(src, [b.add(at, cols)]))) if gated else y
 
         def vector(b, i):
-            y = mapped(b, i, lambda p: b.load(b.bitcast(p, vec.as_pointer()), align=4))
-            b.store(y, b.bitcast(b.gep(dst, [i]), vec.as_pointer()), align=4)
+            y = mapped(b, i, lambda p: vector_load(b, p, vec))
+            vector_store(b, y, b.gep(dst, [i]))
 
         def one(b, i):
             b.store(mapped(b, i, b.load), b.gep(dst, [i]))
@@ -353,7 +353,7 @@ def _add_rope(module, vec, interleaved):
     then a tail one pair at a time."""
     from llvmlite import ir
 
-    from .llvm_ir import I64, loop
+    from .llvm_ir import I64, loop, vector_load, vector_store
 
     f32 = ir.FloatType()
     pf = f32.as_pointer()
@@ -384,10 +384,10 @@ def _add_rope(module, vec, interleaved):
         dst = b.gep(out, [row])
 
         def vload(p):
-            return b.load(b.bitcast(p, vec.as_pointer()), align=4)
+            return vector_load(b, p, vec)
 
         def vstore(v, p):
-            b.store(v, b.bitcast(p, vec.as_pointer()), align=4)
+            vector_store(b, v, p)
 
         def vectors(b, i):
             cc, ss = vload(b.gep(c, [i])), vload(b.gep(s_, [i]))
