@@ -65,10 +65,21 @@ def _pieces(kernels, op, x, out):
 
         run_rows(run, rows.shape[0] * per_row, _PIECE, blas_free=True)
         return
-    step = max(1, _PIECE // cols)
+    _row_blocks(lambda r, o: kernels.apply(op, r, o), rows, out2, cols)
+
+
+def _row_blocks(call, rows, out, cols):
+    """call(rows[a:b], out[a:b]) over blocks of whole rows of about _PIECE elements
+    (`cols` a row), shared over row_parallel's threads; one call where one block holds
+    them all."""
+    step = max(1, _PIECE // max(cols, 1))
+    if rows.shape[0] <= step:
+        call(rows, out)
+        return
+    from .row_parallel import run_rows
 
     def run(start, stop):
-        kernels.apply(op, rows[start * step : stop * step], out2[start * step : stop * step])
+        call(rows[start * step : stop * step], out[start * step : stop * step])
 
     run_rows(run, -(-rows.shape[0] // step), step * cols, blas_free=True)
 
@@ -86,16 +97,7 @@ def gated(xp, op, x):
     rows, out2 = x.reshape(-1, 2 * n), out.reshape(-1, n)  # a copy where rows do not merge
     if n and rows.strides[-1] != rows.itemsize:  # a strided last dim: the kernel's rows
         rows = xp.ascontiguousarray(rows)  # must be contiguous
-    step = max(1, _PIECE // max(n, 1))
-    if rows.shape[0] <= step:
-        kernels.gated(op, rows, out2)
-        return out
-    from .row_parallel import run_rows
-
-    def run(start, stop):
-        kernels.gated(op, rows[start * step : stop * step], out2[start * step : stop * step])
-
-    run_rows(run, -(-rows.shape[0] // step), step * n, blas_free=True)
+    _row_blocks(lambda r, o: kernels.gated(op, r, o), rows, out2, n)
     return out
 
 

@@ -293,6 +293,12 @@ class Decoder(Module):
             cache.step = DecoderStep.of(self)
         return cache.step
 
+    def run_fused(self, x, cache):
+        """x [b, 1, d] through every layer as the fused step runs them (fused_step), or
+        None where it does not take this step (the caller's layers then run)."""
+        step = self.fused_step(cache)
+        return step.run(x, cache) if step is not None else None
+
     def forward(self, tokens, cache, last_only=True):
         """tokens (Tensor i64/i32 [b, t]) after the cache's length -> logits f32 [b, t or 1,
         vocab]; the cache advances by t."""
@@ -320,8 +326,7 @@ class Decoder(Module):
                 shapes=(tokens.shape,),
             )
         x = self.embed_tokens(tokens) + self.embed_positions.weight.narrow(0, start, t)
-        step = self.fused_step(cache) if t == 1 and not heads else None
-        stepped = step.run(x, cache) if step is not None else None
+        stepped = self.run_fused(x, cache) if t == 1 and not heads else None
         if stepped is not None:
             x = stepped
         else:

@@ -81,8 +81,7 @@ class _Rows:
         mask = None
         if not (t == 1 and allowed.all()):
             mask = tensor(np.where(allowed, 0.0, NEG_INF)[:, None], dtype=x.dtype, device=dev)
-        step = dec.fused_step(self.cache) if mask is None else None
-        stepped = step.run(x, self.cache) if step is not None else None
+        stepped = dec.run_fused(x, self.cache) if mask is None else None
         if stepped is not None:
             x = stepped
         else:
