@@ -115,11 +115,14 @@ def test_rows_split_over_threads_give_the_same_bits(jit, monkeypatch):
 
 
 def test_a_prompts_chunks_go_over_the_threads_with_the_same_bits(jit, monkeypatch):
-    """The decode path splits a weight (and each part of a row stack) into a fixed count of
-    chunks, decoded and multiplied on whichever thread is free: one thread or three, the
-    same bits, and every weight row in exactly one chunk."""
+    """Without llvm_decode_gemm's driver (no helpers on the CPU, no sgemm found), the decode
+    path splits a weight (and each part of a row stack) into a fixed count of chunks,
+    decoded and multiplied on whichever of row_parallel's threads is free: one thread or
+    three, the same bits, and every weight row in exactly one chunk (the driver's side:
+    tests/test_decode_gemm_kernel.py)."""
     from ember.backends import row_parallel
 
+    monkeypatch.setattr(aq, "_compiled_pieces", lambda *a: False)
     rng = np.random.default_rng(9)
     parts = [weight(rng, GGMLType.Q4_1, 70, 4), weight(rng, GGMLType.Q4_1, 33, 4)]
     w = StackedQTensor(parts)

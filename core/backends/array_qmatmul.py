@@ -25,7 +25,7 @@ import weakref
 import numpy as np
 
 from ..errors import UnsupportedDType
-from . import llvm_f16, llvm_quant
+from . import llvm_build, llvm_f16, llvm_quant
 from .addresses import address
 from .blas_threads import single_thread_below
 from .optional_jit import jit_disabled
@@ -138,7 +138,7 @@ def _compiled_rows(kernels, x2, w, out, path, chunk_rows, chunk_bytes):
     # threads or another width, and a result must not depend on whether numpy was
     # imported before ember.
     parts = [(kernels.weight_rows(p), at) for p, at in _block_parts(w)]
-    return _chunked_gemm(x2, out, parts, kernels.decode, chunk_rows, chunk_bytes)
+    return _chunked_gemm(x2, out, parts, kernels, chunk_rows, chunk_bytes)
 
 
 class _FusedPlan:
@@ -226,17 +226,17 @@ def _compiled_parts(kernels, w):
     return [(kernels.weight_rows(p), off) for p, off in zip(parts, w.offsets, strict=False)]
 
 
-def _chunked_gemm(x2, out, parts, decode, chunk_rows, chunk_bytes):
+def _chunked_gemm(x2, out, parts, kernels, chunk_rows, chunk_bytes):
     """``out[:, at + r] = x2 @ decoded rows r`` for each part (its rows, first output
-    column) of a weight, ``decode(rows, chunk, r0, r1)`` writing rows r0:r1 as f32, chunk
-    by chunk, the chunks shared over row_parallel's threads: each thread decodes a chunk
-    and multiplies it on one BLAS thread, so the decoding runs on every core too and
+    column) of a weight, in pieces: a part goes in at least SPLIT_CHUNKS pieces of at most
+    DECODE_CHUNK_BYTES of f32 (or ``chunk_rows`` rows, or about ``chunk_bytes``), a
+    fixed count, not the thread count, so the bits do not depend on how many threads
+    ran. Each piece is decoded by the kernels' decoder and multiplied on one BLAS thread,
+    the pieces shared over the cores: by llvm_decode_gemm's compiled driver where it is
+    built (no Python between the pieces), else over row_parallel's threads. Either way
     BLAS's own pool never wakes (where numpy was imported before ember, its workers
     would spin ~0.1 s after a prompt against the next decode steps' kernels:
-    SmolLM2-135M's first step took 100 ms instead of 20). A part goes in at least
-    SPLIT_CHUNKS chunks of at most DECODE_CHUNK_BYTES of f32 (or ``chunk_rows`` rows, or
-    about ``chunk_bytes``): a fixed count, not the thread count, so the bits do not
-    depend on how many threads ran."""
+    SmolLM2-135M's first step took 100 ms instead of 20)."""
     n_in = x2.shape[1]
     most = max(16, max(chunk_bytes or 0, DECODE_CHUNK_BYTES) // (4 * n_in))
     pieces = []  # (rows, r0, r1, first output column)
@@ -245,17 +245,40 @@ def _chunked_gemm(x2, out, parts, decode, chunk_rows, chunk_bytes):
         step = int(chunk_rows) if chunk_rows is not None else min(most, -(-n // SPLIT_CHUNKS))
         step = max(1, min(step, n))
         pieces += [(rows, r0, min(n, r0 + step), at) for r0 in range(0, n, step)]
-
-    def run(start, stop):
-        for rows, r0, r1, at in pieces[start:stop]:
-            chunk = np.empty((r1 - r0, n_in), np.float32)
-            decode(rows, chunk, r0, r1)
-            np.matmul(x2, chunk.T, out=out[:, at + r0 : at + r1])
-
-    per_piece = x2.shape[0] * n_in * max(r1 - r0 for _, r0, r1, _ in pieces)
+    widest = max(r1 - r0 for _, r0, r1, _ in pieces)
+    per_piece = x2.shape[0] * n_in * widest
     with single_thread_below(0):
+        if _compiled_pieces(x2, out, pieces, kernels, widest, per_piece):
+            return out
+
+        def run(start, stop):
+            for rows, r0, r1, at in pieces[start:stop]:
+                chunk = np.empty((r1 - r0, n_in), np.float32)
+                kernels.decode(rows, chunk, r0, r1)
+                np.matmul(x2, chunk.T, out=out[:, at + r0 : at + r1])
+
         run_rows(run, len(pieces), per_piece, blas_free=True, pieces=len(pieces))
     return out
+
+
+def _compiled_pieces(x2, out, pieces, kernels, widest, per_piece):
+    """The pieces through llvm_decode_gemm's driver, True; False where it is not built
+    (no llvmlite, no helpers on this CPU, no sgemm found) or x2 or out is not what it
+    indexes (then nothing was written)."""
+    driver = llvm_build.kernels("llvm_decode_gemm")
+    if (
+        driver is None
+        or x2.dtype != np.float32
+        or out.dtype != np.float32
+        or not x2.flags.c_contiguous
+        or out.strides[1] != 4
+    ):
+        return False
+    threads = share_count(len(pieces), per_piece, blas_free=True)
+    helpers = kernels.helpers(threads)
+    scratch = np.empty((1 if helpers is None else threads) * widest * x2.shape[1], np.float32)
+    driver.run(x2, out, pieces, kernels.decode_address, helpers, scratch)
+    return True
 
 
 def _block_parts(w):

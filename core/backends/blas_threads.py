@@ -29,18 +29,31 @@ TIMED_FROM_MACS = 1 << 18
 _api = []  # [(set_fn, default_threads)] once probed; [] = not probed, [None] = unavailable
 
 
+def numpy_openblas():
+    """The OpenBLAS libraries numpy's wheel ships (numpy.libs, or .dylibs on macOS), each
+    opened through ctypes: the copy numpy loaded, the same handle."""
+    import ctypes
+
+    import numpy
+
+    base = os.path.dirname(numpy.__file__)
+    paths = glob.glob(os.path.join(base, "..", "numpy.libs", "*openblas*")) + glob.glob(
+        os.path.join(base, ".dylibs", "*openblas*")
+    )
+    libs = []
+    for path in paths:
+        try:
+            libs.append(ctypes.CDLL(path))
+        except OSError:
+            continue
+    return libs
+
+
 def _probe():
     try:
         import ctypes
 
-        import numpy
-
-        base = os.path.dirname(numpy.__file__)
-        paths = glob.glob(os.path.join(base, "..", "numpy.libs", "*openblas*")) + glob.glob(
-            os.path.join(base, ".dylibs", "*openblas*")
-        )
-        for path in paths:
-            lib = ctypes.CDLL(path)  # the copy numpy already loaded: same handle
+        for lib in numpy_openblas():
             for stem in ("scipy_openblas_", "openblas_"):
                 for suffix in ("64_", ""):
                     setter = getattr(lib, f"{stem}set_num_threads{suffix}", None)

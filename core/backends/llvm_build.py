@@ -37,7 +37,15 @@ except ImportError:
 # second build took 60-84 ms instead of ~10). A module a model may not need (kernels for
 # one family) belongs in a group of its own.
 GROUPS = (
-    ("llvm_f16", "llvm_math", "llvm_norm", "llvm_attention", "llvm_attention_rows", "llvm_spin"),
+    (
+        "llvm_f16",
+        "llvm_math",
+        "llvm_norm",
+        "llvm_attention",
+        "llvm_attention_rows",
+        "llvm_spin",
+        "llvm_decode_gemm",
+    ),
     ("llvm_quant",),  # the ggml block types: GGUF language models only
 )
 _built: dict = {}

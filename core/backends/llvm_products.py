@@ -42,7 +42,9 @@ class ProductKernels:
         self._engine = engine  # owns the machine code: kept alive with the functions
         address = engine.get_function_address
         self._dot = ctypes.CFUNCTYPE(None, *DOT_ARGS)(address(prefix + "_dot"))
-        self._decode = ctypes.CFUNCTYPE(None, *DECODE_ARGS)(address(prefix + "_decode"))
+        # decode's address: llvm_decode_gemm's compiled pieces call it too
+        self.decode_address = address(prefix + "_decode")
+        self._decode = ctypes.CFUNCTYPE(None, *DECODE_ARGS)(self.decode_address)
         split_addr = address(prefix + "_dot_split") if split else 0
         self._split = ctypes.CFUNCTYPE(_I, _P, _I, *DOT_ARGS)(split_addr) if split_addr else None
         self.unit = np.dtype(unit)
