@@ -71,6 +71,9 @@ def test_decode_path_chunks_rows_through_gemm(jit, t):
 
 
 def test_auto_takes_the_fused_kernel_for_few_rows_and_decoders_for_many(jit, monkeypatch):
+    """With the integer products off (EMBER_INTEGER_GEMM=0; where they are on, they take
+    the many-row products: tests/test_integer_gemm_kernel.py)."""
+    monkeypatch.setenv("EMBER_INTEGER_GEMM", "0")
     rng = np.random.default_rng(7)
     w = weight(rng, GGMLType.Q8_0, 12, 4)
     calls = []

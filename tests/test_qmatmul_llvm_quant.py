@@ -27,6 +27,9 @@ ids = lambda t: t.name  # noqa: E731
 @pytest.mark.parametrize("m", [1, 3, 6])
 @pytest.mark.parametrize("path", ["fused", "decode", "auto"])
 def test_products_equal_float64_on_the_dequantized_weight(jit, t, m, path, monkeypatch):
+    # llvm_quant's own kernels: "auto" without the integer products (their tests:
+    # tests/test_integer_gemm_kernel.py)
+    monkeypatch.setenv("EMBER_INTEGER_GEMM", "0")
     rng = np.random.default_rng(int(t) * 10 + m)
     w = weight(rng, t, 7, 5)  # an odd row count: the jit take rows two at a time
     x = rng.standard_normal((m, w.shape[1])).astype(np.float32)

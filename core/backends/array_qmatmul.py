@@ -20,6 +20,7 @@ matmul on the CPU" for the figures and the candidates that lost).
 """
 
 import contextlib
+import threading
 import weakref
 
 import numpy as np
@@ -28,7 +29,7 @@ from ..errors import UnsupportedDType
 from . import llvm_build, llvm_f16, llvm_quant
 from .addresses import address
 from .blas_threads import single_thread_below
-from .optional_jit import jit_disabled
+from .optional_jit import env_off, jit_disabled
 from .row_parallel import run_either, run_rows, share_count
 
 # f32 bytes of weight rows per GEMM: numpy's dequantizer measured best at 1 MiB for a
@@ -44,7 +45,33 @@ SPLIT_CHUNKS = 4
 # ggml's F16 type number (core/io/quant.py GGMLType; backends sit below io and do not
 # import it): llvm_f16's kernels
 F16 = 1
-PATHS = ("auto", "fused", "decode", "numpy")
+PATHS = ("auto", "fused", "decode", "integer", "numpy")
+
+
+# open exact_products blocks (any thread's): while any is, "auto" takes no integer path
+_exact = [0]
+_exact_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def exact_products():
+    """Within the block, the "auto" path multiplies many rows by weights decoded to f32
+    (llvm_decode_gemm) instead of rounding x to 16 bits (llvm_integer_gemm): what
+    ember.verify compares layer by layer against a reference computing in f32.
+    EMBER_INTEGER_GEMM=0 in the environment does the same for a whole process."""
+    with _exact_lock:
+        _exact[0] += 1
+    try:
+        yield
+    finally:
+        with _exact_lock:
+            _exact[0] -= 1
+
+
+def integer_products_allowed():
+    """Whether "auto" may take the integer path now: no exact_products block open and
+    EMBER_INTEGER_GEMM=0 not set (read at every call, as EMBER_JIT is)."""
+    return not _exact[0] and not env_off("EMBER_INTEGER_GEMM")
 
 
 def compiled_kernels(ggml_type):
@@ -88,9 +115,12 @@ def qmatmul_rows(x2, w, out, *, path="auto", chunk_rows=None, chunk_bytes=None):
     (M, N), returned.
 
     ``path``: "fused" (the compiled dot kernels), "decode" (the compiled row decoders +
-    GEMM), "numpy" (numpy's dequantizer + GEMM, the reference), or "auto": fused for at
-    most FUSED_MAX_ROWS rows of x, decode for more, numpy where the kernels are missing
-    (no llvmlite, or EMBER_JIT=0) or the weight is no ggml type they take.
+    GEMM), "integer" (x rounded to 16 bits per 32 values, integer products: llvm_integer_gemm,
+    where the CPU has AVX-512 VNNI and the type packs), "numpy" (numpy's dequantizer +
+    GEMM, the reference), or "auto": fused for at most FUSED_MAX_ROWS rows of x, integer
+    for more where it is built for the type (and allowed: integer_products_allowed),
+    else decode; numpy where the kernels are missing (no llvmlite, or EMBER_JIT=0) or
+    the weight is no ggml type they take.
     ``chunk_rows``: weight rows per GEMM on the dequantizing paths, else about
     ``chunk_bytes`` of f32 (default CHUNK_BYTES for numpy, at least DECODE_CHUNK_BYTES
     for the compiled decoders)."""
@@ -104,7 +134,7 @@ def qmatmul_rows(x2, w, out, *, path="auto", chunk_rows=None, chunk_bytes=None):
     compiled = compiled_kernels(t) if t is not None and path != "numpy" else None
     if compiled is not None:
         return _compiled_rows(compiled, x2, w, out, path, chunk_rows, chunk_bytes)
-    if path in ("fused", "decode"):
+    if path in ("fused", "decode", "integer"):
         raise UnsupportedDType(
             f"qmatmul: no {path} CPU kernel for ggml type {t!r} here (the kernels need "
             f"llvmlite: pip install 'ember[jit]'; EMBER_JIT=0 turns them off)",
@@ -138,6 +168,9 @@ def _compiled_rows(kernels, x2, w, out, path, chunk_rows, chunk_bytes):
     # threads or another width, and a result must not depend on whether numpy was
     # imported before ember.
     parts = [(kernels.weight_rows(p), at) for p, at in _block_parts(w)]
+    wanted = path == "integer" or (path == "auto" and integer_products_allowed())
+    if wanted and _integer_pieces(x2, out, parts, kernels, path == "integer"):
+        return out
     return _chunked_gemm(x2, out, parts, kernels, chunk_rows, chunk_bytes)
 
 
@@ -238,13 +271,7 @@ def _chunked_gemm(x2, out, parts, kernels, chunk_rows, chunk_bytes):
     would spin ~0.1 s after a prompt against the next decode steps' kernels:
     SmolLM2-135M's first step took 100 ms instead of 20)."""
     n_in = x2.shape[1]
-    most = max(16, max(chunk_bytes or 0, DECODE_CHUNK_BYTES) // (4 * n_in))
-    pieces = []  # (rows, r0, r1, first output column)
-    for rows, at in parts:
-        n = rows.shape[0]
-        step = int(chunk_rows) if chunk_rows is not None else min(most, -(-n // SPLIT_CHUNKS))
-        step = max(1, min(step, n))
-        pieces += [(rows, r0, min(n, r0 + step), at) for r0 in range(0, n, step)]
+    pieces = _pieces(parts, n_in, chunk_rows, chunk_bytes)
     widest = max(r1 - r0 for _, r0, r1, _ in pieces)
     per_piece = x2.shape[0] * n_in * widest
     with single_thread_below(0):
@@ -259,6 +286,53 @@ def _chunked_gemm(x2, out, parts, kernels, chunk_rows, chunk_bytes):
 
         run_rows(run, len(pieces), per_piece, blas_free=True, pieces=len(pieces))
     return out
+
+
+def _pieces(parts, n_in, chunk_rows=None, chunk_bytes=None):
+    """[(rows, r0, r1, first output column)]: each part (its rows, first output column)
+    cut in at least SPLIT_CHUNKS pieces of at most DECODE_CHUNK_BYTES of f32 (or
+    ``chunk_rows`` rows, or about ``chunk_bytes``)."""
+    most = max(16, max(chunk_bytes or 0, DECODE_CHUNK_BYTES) // (4 * n_in))
+    pieces = []
+    for rows, at in parts:
+        n = rows.shape[0]
+        step = int(chunk_rows) if chunk_rows is not None else min(most, -(-n // SPLIT_CHUNKS))
+        step = max(1, min(step, n))
+        pieces += [(rows, r0, min(n, r0 + step), at) for r0 in range(0, n, step)]
+    return pieces
+
+
+def _integer_pieces(x2, out, parts, kernels, required):
+    """The product through llvm_integer_gemm (x rounded to 16 bits per group of 32), True;
+    False where it is not built (no AVX-512 VNNI, no llvmlite), the format does not pack,
+    or x2 or out is not what it indexes (nothing written then), or, `required` (path
+    "integer"), UnsupportedDType saying which. Each output is computed alone, the same
+    whatever the pieces or threads: pieces as _chunked_gemm cuts them."""
+    driver = llvm_build.kernels("llvm_integer_gemm")
+    n_in = x2.shape[1]
+    why = (
+        "it needs an x86-64 CPU with AVX-512 VNNI and llvmlite"
+        if driver is None
+        else f"{kernels.name} does not pack (only Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K)"
+        if kernels.pack_address is None
+        else "x must be C-contiguous float32 rows, out float32 with contiguous rows"
+        if (
+            x2.dtype != np.float32
+            or out.dtype != np.float32
+            or not x2.flags.c_contiguous
+            or out.strides[1] != 4
+        )
+        else None
+    )
+    if why is not None:
+        if required:
+            raise UnsupportedDType(f"qmatmul: no integer path here: {why}", ggml_type=kernels.name)
+        return False
+    pieces = _pieces(parts, n_in)
+    per_piece = x2.shape[0] * n_in * max(r1 - r0 for _, r0, r1, _ in pieces)
+    threads = share_count(len(pieces), per_piece, blas_free=True)
+    driver.run(x2, out, pieces, kernels.pack_address, kernels.helpers(threads))
+    return True
 
 
 def _compiled_pieces(x2, out, pieces, kernels, widest, per_piece):

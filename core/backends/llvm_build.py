@@ -46,7 +46,7 @@ GROUPS = (
         "llvm_spin",
         "llvm_decode_gemm",
     ),
-    ("llvm_quant",),  # the ggml block types: GGUF language models only
+    ("llvm_quant", "llvm_integer_gemm"),  # the ggml block types: GGUF language models only
 )
 _built: dict = {}
 _lock = threading.Lock()

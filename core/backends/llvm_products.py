@@ -38,13 +38,15 @@ class ProductKernels:
     `unit` (its rows contiguous, `per_row(w)` weights each), x and out float32 with
     contiguous rows."""
 
-    def __init__(self, engine, prefix, unit, per_row, split=False):
+    def __init__(self, engine, prefix, unit, per_row, split=False, packs=False):
         self._engine = engine  # owns the machine code: kept alive with the functions
         address = engine.get_function_address
         self._dot = ctypes.CFUNCTYPE(None, *DOT_ARGS)(address(prefix + "_dot"))
         # decode's address: llvm_decode_gemm's compiled pieces call it too
         self.decode_address = address(prefix + "_decode")
         self._decode = ctypes.CFUNCTYPE(None, *DECODE_ARGS)(self.decode_address)
+        # pack's (llvm_integer_gemm.add_pack), for the formats that have one; else None
+        self.pack_address = address(prefix + "_pack") if packs else None
         split_addr = address(prefix + "_dot_split") if split else 0
         self._split = ctypes.CFUNCTYPE(_I, _P, _I, *DOT_ARGS)(split_addr) if split_addr else None
         self.unit = np.dtype(unit)

@@ -19,6 +19,8 @@ registers (llvm_quant_blocks: a block's terms):
   additions differs from dequantizing, then multiplying.
 - decode: a block's f32 values with numpy's steps (core/io/quant.py): the same bits.
 - dot_split: dot shared with llvm_spin's helpers (x86-64).
+- pack (the types whose terms are groups of 32 weights, PACKED): rows as bytes for
+  llvm_integer_gemm's integer products of a prompt.
 
 Unavailable (None) without llvmlite, with EMBER_JIT=0, or where the build fails (a
 warning says why; array_qmatmul then takes numpy's path).
@@ -32,9 +34,13 @@ f32 kernels are bound by more than the widening of the weights.
 import functools
 import sys
 
-from . import llvm_spin
+from . import llvm_integer_gemm, llvm_spin
 from .llvm_products import ROWS_AT, ProductKernels
 from .llvm_quant_blocks import FORMATS, Vectors, terms
+
+# The types llvm_integer_gemm packs (terms of 32 weights), each with its values' least
+# (a term's v - lowest is then a byte, 0-255)
+PACKED = {"q4_0": -8, "q4_1": 0, "q5_0": -16, "q5_1": 0, "q8_0": -128, "q4_k": 0, "q5_k": 0}
 
 PREFETCH_BYTES = 4096  # bytes of weight rows asked for ahead of the rows computed
 
@@ -66,7 +72,7 @@ def build():
     engine = llvm_build.compile_kernels(
         sys.modules[__name__],
         _ir_module,
-        sources=(llvm_spin, sys.modules[f"{__package__}.llvm_quant_blocks"]),
+        sources=(llvm_spin, llvm_integer_gemm, sys.modules[f"{__package__}.llvm_quant_blocks"]),
     )
     split = llvm_spin.supported(triple)
     return {
@@ -76,12 +82,17 @@ def build():
             "uint8",
             functools.partial(_weights_per_row, weights, nbytes),
             split=split,
+            packs=name in PACKED,
         )
         for t, (name, weights, nbytes) in FORMATS.items()
     }
 
 
 # --- the IR ------------------------------------------------------------------------------------
+def _terms_of(name, vec, blk):
+    return terms(vec, name, blk)
+
+
 def _ir_module(triple):
     from .llvm_ir import new_module
 
@@ -91,6 +102,10 @@ def _ir_module(triple):
         if llvm_spin.supported(triple):  # the split over spinning helpers (llvm_spin)
             llvm_spin.add_split(module, dot, f"ember_{name}_dot_split", rows_at=ROWS_AT, align=2)
         _add_decode(module, name, weights, nbytes)
+        if name in PACKED:
+            llvm_integer_gemm.add_pack(
+                module, name, functools.partial(_terms_of, name), weights, nbytes, PACKED[name]
+            )
     return module
 
 

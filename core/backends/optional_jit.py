@@ -23,6 +23,14 @@ def jit_disabled():
     return os.environ.get("EMBER_JIT", "1") == "0"
 
 
+def env_off(name):
+    """Whether the environment sets `name` to "0" now (read at every call, as
+    jit_disabled reads EMBER_JIT)."""
+    if _ENV is not None:
+        return _ENV.get(name.encode()) == b"0"
+    return os.environ.get(name, "1") == "0"
+
+
 def jit_module(name):
     """ember.backends.<name>, or None without numba (or with EMBER_JIT=0)."""
     if jit_disabled():
