@@ -19,7 +19,7 @@ from . import (
     functional,
     io,  # safetensors needs no numpy at import time
 )
-from .device import Device, set_cpu_threads
+from .device import Device, exact_cpu_products, set_cpu_threads
 from .dtype import (
     DType,
     bf16,
@@ -143,6 +143,7 @@ __all__ = [
     "ones",
     "ones_like",
     "set_cpu_threads",
+    "exact_cpu_products",
     "set_default_device",
     "softmax",
     "stack",

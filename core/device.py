@@ -213,3 +213,14 @@ def set_cpu_threads(n):
     from .backends import row_parallel
 
     row_parallel.set_workers(n)
+
+
+def exact_cpu_products():
+    """A context manager: within it, the CPU's many-row products with quantized weights
+    (a prompt's) keep x in f32, the weight decoded to f32 for BLAS, instead of rounding x
+    to 16 bits for the integer kernels where the CPU has them (AVX-512 VNNI): for
+    comparing with a reference that computes in f32 (ember.verify does). The difference
+    is ~1e-5 relative a product; EMBER_INTEGER_GEMM=0 does the same for a process."""
+    from .backends.array_qmatmul import exact_products
+
+    return exact_products()

@@ -17,7 +17,7 @@ from ggml_encode import quantize_q4_k, write_llama_gguf
 from helpers import require
 from reference_bpe import train_byte_level_bpe
 
-from ember.backends.array_qmatmul import exact_products
+from ember import exact_cpu_products
 from ember.errors import FormatError, ShapeMismatch
 from ember.generation import generate
 from ember.io.gguf import GGUFFile
@@ -181,7 +181,7 @@ def test_quantized_gguf_matches_its_dequantized_reference(quant_file, hf_llama, 
     ids = _prompt(hf_llama.config.vocab_size, seed=1)
     with torch.no_grad():
         ref = ref_model(torch.tensor([ids])).logits[0, -1].numpy()
-    with exact_products():  # x in f32 through every product, as the reference has it
+    with exact_cpu_products():  # x in f32 through every product, as the reference has it
         exact = model([ids], last_only=True).numpy()[0, -1]
     assert np.abs(exact - ref).max() <= 1e-4
     # by default a prompt's products round x to 16 bits where the CPU has the integer

@@ -229,7 +229,6 @@ def test_attention_mask_shape_is_checked(family):
 def test_quantized_linear_matches_dequantized_weights():
     """QuantLinear computes x @ dequantize(w).T; checked against numpy on the dequantized weight."""
     gguf = require("gguf")
-    from ember.backends.array_qmatmul import exact_products
     from ember.io.quant import QTensor
     from ember.models.quant_layers import QuantLinear
     rng = np.random.default_rng(0)
@@ -238,7 +237,7 @@ def test_quantized_linear_matches_dequantized_weights():
     deq = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q8_0)
     layer = QuantLinear(QTensor(raw, "Q8_0", w.shape))
     x = rng.standard_normal((2, 3, 64)).astype(np.float32)
-    with exact_products():  # 6 rows: x is not rounded to 16 bits (llvm_integer_gemm)
+    with ember.exact_cpu_products():  # 6 rows: x is not rounded to 16 bits (llvm_integer_gemm)
         got = layer(ember.from_numpy(x)).numpy()
     np.testing.assert_allclose(got, x @ deq.T, rtol=1e-5, atol=1e-5)
 

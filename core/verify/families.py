@@ -79,7 +79,7 @@ def verify_model(
         raise InvalidArgument(
             f"verify: tokens must be a positive integer, got {tokens!r}", op="verify"
         )
-    from ..device import as_device
+    from ..device import as_device, exact_cpu_products
 
     device = as_device(device)
     family, cfg = detect(path)
@@ -113,9 +113,7 @@ def verify_model(
     # quantized products in f32 arithmetic (the reference's): a prompt's products would
     # otherwise round x to 16 bits (llvm_integer_gemm), a difference of ~1e-5 relative a
     # product that is the design's, not a defect to find
-    from ..backends.array_qmatmul import exact_products
-
-    with exact_products():
+    with exact_cpu_products():
         report = compare(
             ember_model,
             torch_model,
