@@ -11,8 +11,9 @@ SmolLM2 prompt's attention (9 heads x 128 x 128 under one causal mask) took 0.56
 against 0.66 through the composite. Where llvm_math's kernels are built, a tile's
 exponentials and row sums are one compiled pass (0.56 against 1.49 ns a score for
 numpy's exp and sum on an AVX2 host); they round otherwise than numpy's, within 1e-7.
-Unmasked attention of many queries without a grid bias (Whisper's encoder) goes to
-array_attention_rows' compiled kernel instead where it is built (its note says why).
+Attention of many queries without a grid bias (Whisper's encoder; a language model's
+prompt, under its mask) goes to array_attention_rows' compiled kernel instead where it
+is built (its note says why).
 
 Why tiles a thread runs start to end: a tile's scores are still in that core's cache
 when its exponentials and its second product read them. The earlier form ran each step
@@ -57,7 +58,7 @@ def attention(be, q, k, v, grid_bias, scale, dtype, mask=None):
     out = xp.empty(batch + (tq, dv), q.dtype)
     if out.size == 0:
         return out
-    if grid_bias is None and mask is None and _rows_kernel(xp, q, k, v, out, scale):
+    if grid_bias is None and _rows_kernel(xp, q, k, v, out, scale, mask):
         return out
     # every operand as a stack of matrices [m, ., .] (a copy only where a view's batch
     # dims cannot merge, or a grid bias broadcast over heads: the size of an input)
@@ -94,15 +95,15 @@ def attention(be, q, k, v, grid_bias, scale, dtype, mask=None):
     return out
 
 
-def _rows_kernel(xp, q, k, v, out, scale):
-    """The unmasked attention through array_attention_rows' compiled kernel; False where
-    it does not take it (nothing written). Rows it leaves go through a tile, whose checks
-    take them."""
+def _rows_kernel(xp, q, k, v, out, scale, mask=None):
+    """The attention (under `mask` where given) through array_attention_rows' compiled
+    kernel; False where it does not take it (nothing written). Rows it leaves go through
+    a tile, whose checks take them."""
 
-    def redo(q, k, v, out):
-        tile(xp, q * scale, xp.swapaxes(k, -1, -2), v, out)
+    def redo(q, k, v, out, mask):
+        tile(xp, q * scale, xp.swapaxes(k, -1, -2), v, out, mask=mask)
 
-    return array_attention_rows.attend(xp, q, k, v, out, scale, redo)
+    return array_attention_rows.attend(xp, q, k, v, out, scale, redo, mask)
 
 
 def tile(xp, qs, kt, v, out, bias=None, mask=None):

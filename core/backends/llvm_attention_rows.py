@@ -1,4 +1,5 @@
-"""Attention of many queries without a mask (Whisper's encoder, SAM's image-to-token one),
+"""Attention of many queries (Whisper's encoder, SAM's image-to-token one, a language
+model's prompt under its mask),
 each block of queries taken start to end in one compiled call: its scores, their softmax
 and the product with v, register-blocked for the host's vectors (llvm_build compiles it).
 
@@ -34,6 +35,7 @@ EMBER_JIT=0, or where the build fails.
 import ctypes
 import sys
 
+from . import llvm_spin
 from .addresses import address
 from .llvm_math import EXP_MIN
 
@@ -44,6 +46,12 @@ _P, _I = ctypes.c_void_p, ctypes.c_int64
 # queries x 1,500 keys x 64, 2.1 -> 1.4 ms on one core, in one process)
 KEY_SPAN = 64
 _ARGS = (_P, _I) * 4 + (_I, _I, _I, _I, ctypes.c_float, _P)
+# the team function's (llvm_spin.add_pieces): (t0, t1, table, ldq, ldk, ldv, ldo, tk, d,
+# dv, scratch, ldm); its table: [pieces taken, count, scratch floats a thread, the scale's
+# f32 bits], then a piece's q, k, v, out and transposed mask addresses (0: no mask), its
+# rows, and the rows it left undone (written)
+_TEAM_ARGS = (_I, _I, _P) + (_I,) * 7 + (_P, _I)
+TEAM_HEADER, TEAM_PIECE = 4, 7
 
 
 def shape_for(lanes):
@@ -67,8 +75,14 @@ class RowAttentionKernels:
         self._engine = engine  # owns the machine code: kept alive with the function
         self.lanes = lanes
         self.block = lanes * shape_for(lanes)[0]  # queries a block (QB)
-        address_of = engine.get_function_address("ember_attend_rows")
-        self._attend = ctypes.CFUNCTYPE(_I, *_ARGS)(address_of)
+        address_of = engine.get_function_address
+        self._attend = ctypes.CFUNCTYPE(_I, *_ARGS)(address_of("ember_attend_rows"))
+        self._masked = ctypes.CFUNCTYPE(_I, *_ARGS, _P, _I)(address_of("ember_attend_rows_masked"))
+        self._team = self._team_split = None
+        if address_of("ember_attend_rows_team"):
+            self._team = ctypes.CFUNCTYPE(None, *_TEAM_ARGS)(address_of("ember_attend_rows_team"))
+            split = address_of("ember_attend_rows_team_split")
+            self._team_split = ctypes.CFUNCTYPE(_I, _P, _I, *_TEAM_ARGS)(split)
 
     def takes(self, dv):
         """Whether v's rows of dv floats fit the product's vectors (whole vectors)."""
@@ -79,13 +93,25 @@ class RowAttentionKernels:
         scores [tk, QB], its row sums and its products with v [QB, dv]."""
         return self.block * (d + tk + 1 + dv)
 
-    def attend(self, q, k, v, out, scale, scratch):
-        """out[r] = softmax(q[r] * scale @ k.T) @ v for the f32 matrices q [rows, d], k
-        [tk, d], v [tk, dv], out [rows, dv], each with contiguous rows (row strides free),
-        dv whole vectors (`takes`), scratch a float32 array of `scratch_floats`. Returns
-        the number of rows left undone (a maximum score that is not finite)."""
+    def attend(self, q, k, v, out, scale, scratch, mask_t=None):
+        """out[r] = softmax(q[r] * scale @ k.T + mask[r]) @ v for the f32 matrices q [rows,
+        d], k [tk, d], v [tk, dv], out [rows, dv], each with contiguous rows (row strides
+        free), dv whole vectors (`takes`), scratch a float32 array of `scratch_floats`;
+        mask_t None (no mask) or the mask transposed, [tk, at least `padded(rows)`] with
+        contiguous rows (its columns past `rows` are read, never used). Returns the number
+        of rows left undone (a maximum score that is not finite)."""
         rows, d = q.shape
         tk, dv = v.shape
+        if mask_t is not None and (
+            mask_t.dtype != "float32"
+            or mask_t.shape[0] != tk
+            or mask_t.shape[1] < self.padded(rows)
+            or (tk > 1 and mask_t.strides[1] != 4)
+        ):
+            raise ValueError(
+                f"llvm_attention_rows: mask_t {mask_t.shape} {mask_t.dtype} must be f32 "
+                f"[{tk}, >= {self.padded(rows)}] with contiguous rows"
+            )
         if k.shape != (tk, d) or out.shape != (rows, dv) or not self.takes(dv):
             raise ValueError(
                 f"llvm_attention_rows: q {q.shape}, k {k.shape}, v {v.shape}, out {out.shape}"
@@ -95,7 +121,7 @@ class RowAttentionKernels:
         for a in (q, k, v, out):
             if a.dtype != "float32" or (a.shape[0] > 1 and a.strides[1] != 4):
                 raise ValueError("llvm_attention_rows: float32 matrices with contiguous rows")
-        return self._attend(
+        args = (
             address(q),
             q.strides[0] // 4,
             address(k),
@@ -111,6 +137,27 @@ class RowAttentionKernels:
             scale,
             address(scratch),
         )
+        if mask_t is None:
+            return self._attend(*args)
+        return self._masked(*args, address(mask_t), mask_t.strides[0] // 4)
+
+    def attend_pieces(self, table, strides, dims, scratch, ldm, helpers):
+        """The pieces of `table` (piece_table) through the kernel, shared with `helpers`
+        (llvm_spin.Helpers, or None), each piece's undone rows written into its last
+        word. strides (ldq, ldk, ldv, ldo) and dims (tk, d, dv) are the pieces'; scratch
+        holds scratch_floats for each thread of the team, ldm the transposed masks' row
+        stride (0 without masks). False where the team function is not built."""
+        if self._team is None:
+            return False
+        from . import llvm_spin
+
+        args = (*strides, *dims, address(scratch), ldm)
+        llvm_spin.run_team(self._team, self._team_split, helpers, table, *args)
+        return True
+
+    def padded(self, rows):
+        """rows rounded up to whole query blocks: the mask columns a call reads."""
+        return -(-rows // self.block) * self.block
 
 
 def build():
@@ -118,13 +165,62 @@ def build():
 
     lanes = 16 if llvm_build.host()[3].get("avx512f", False) else 8
     engine = llvm_build.compile_kernels(
-        sys.modules[__name__], lambda triple: _ir_module(triple, lanes), params=(lanes,)
+        sys.modules[__name__],
+        lambda triple: _ir_module(triple, lanes),
+        params=(lanes,),
+        sources=(llvm_spin,),
     )
     return RowAttentionKernels(engine, lanes)
 
 
 # --- the IR ------------------------------------------------------------------------------------
 def _ir_module(triple, lanes):
+    from .llvm_ir import new_module
+
+    module = new_module("ember_attention_rows", triple)
+    plain, masked = (
+        _add_kernel(module, name, m, lanes)
+        for name, m in (("ember_attend_rows", False), ("ember_attend_rows_masked", True))
+    )
+    if llvm_spin.supported(triple):
+        _add_team(module, plain, masked)
+    return module
+
+
+def _add_team(module, plain, masked):
+    """``ember_attend_rows_team``: a pieces function (llvm_spin.add_pieces) whose piece is
+    one kernel call (the masked kernel where its mask address is not 0), its return
+    stored in the piece's last word."""
+    from llvmlite import ir
+
+    from .llvm_ir import I64
+
+    f32 = ir.FloatType()
+    pf = f32.as_pointer()
+
+    def piece(b, t, p, table, args):
+        ldq, ldk, ldv, ldo, tk, d, dv, scratch, ldm = args
+        scale = b.bitcast(b.trunc(b.load(b.gep(table, [I64(3)])), ir.IntType(32)), f32)
+        mine = b.gep(scratch, [b.mul(t, b.load(b.gep(table, [I64(2)])))])
+        at = b.add(I64(TEAM_HEADER), b.mul(p, I64(TEAM_PIECE)))
+        word = [b.gep(table, [b.add(at, I64(i))]) for i in range(TEAM_PIECE)]
+        q, k, v, out, mask = (b.inttoptr(b.load(w), pf) for w in word[:5])
+        rows = b.load(word[5])
+        common = [q, ldq, k, ldk, v, ldv, out, ldo, rows, tk, d, dv, scale, mine]
+        has_mask = b.icmp_unsigned("!=", b.load(word[4]), I64(0))
+        with b.if_else(has_mask) as (with_mask, without):
+            with with_mask:
+                b.store(b.call(masked, common + [mask, ldm]), word[6])
+            with without:
+                b.store(b.call(plain, common), word[6])
+
+    arg_types = [I64] * 7 + [pf, I64]
+    llvm_spin.add_pieces(module, "ember_attend_rows_team", arg_types, piece)
+
+
+def _add_kernel(module, name, masked, lanes):
+    """The kernel; `masked`: with two more arguments, the transposed mask's pointer and
+    row stride (masks[t * ldm + r] is added to row r's score of key t)."""
     from llvmlite import ir
 
     from .llvm_ir import (
@@ -132,7 +228,6 @@ def _ir_module(triple, lanes):
         exp_neg,
         intrinsic,
         loop,
-        new_module,
         no_alias,
         reduce,
         splat,
@@ -143,17 +238,16 @@ def _ir_module(triple, lanes):
     f32, i32 = ir.FloatType(), ir.IntType(32)
     pf = f32.as_pointer()
     vec = ir.VectorType(f32, lanes)
-    module = new_module("ember_attention_rows", triple)
     fma = intrinsic(module, f"llvm.fma.v{lanes}f32", vec, 3)
     fabs = intrinsic(module, f"llvm.fabs.v{lanes}f32", vec, 1)
     q_vectors, key_block, pv_rows, pv_vectors = shape_for(lanes)
     qb = lanes * q_vectors
+    extra = [pf, I64] if masked else []
     fn = ir.Function(
-        module,
-        ir.FunctionType(I64, [pf, I64] * 4 + [I64, I64, I64, I64, f32, pf]),
-        "ember_attend_rows",
+        module, ir.FunctionType(I64, [pf, I64] * 4 + [I64, I64, I64, I64, f32, pf] + extra), name
     )
-    q, ldq, k, ldk, v, ldv, out, ldo, rows, tk, d, dv, scale, scratch = fn.args
+    q, ldq, k, ldk, v, ldv, out, ldo, rows, tk, d, dv, scale, scratch = fn.args[:14]
+    masks, ldm = fn.args[14:] if masked else (None, None)
     no_alias(out, scratch)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     undone = b.alloca(I64)
@@ -208,8 +302,12 @@ def _ir_module(triple, lanes):
                 accs = reduce(b, d, (like(0.0),) * (count * q_vectors), term, "dot")
                 for u in range(count):
                     row = b.mul(b.add(t0, I64(u)), I64(qb))
+                    mrow = b.mul(b.add(t0, I64(u)), ldm) if masked else None
                     for c in range(q_vectors):
-                        vstore(b, accs[u * q_vectors + c], scores, b.add(row, I64(c * lanes)))
+                        s_ = accs[u * q_vectors + c]
+                        if masked:  # the mask added to the product, as the composite adds it
+                            s_ = b.fadd(s_, vload(b, masks, b.add(mrow, b.add(r0, I64(c * lanes)))))
+                        vstore(b, s_, scores, b.add(row, I64(c * lanes)))
 
             return step
 
@@ -324,4 +422,4 @@ def _ir_module(triple, lanes):
 
     loop(b, I64(0), rows, query_block, "block", step=qb)
     b.ret(b.load(undone))
-    return module
+    return fn

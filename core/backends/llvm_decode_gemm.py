@@ -35,13 +35,12 @@ from . import llvm_spin
 from .addresses import address
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
-# the kernel's arguments: (t0, t1, table, pieces, x, m, k, out, ldo, scratch,
-# decode function, sgemm function)
-_ARGS = (_I, _I, _P, _I, _P, _I, _I, _P, _I, _P, _I, _I)
-# a piece's words in the table after its two header words (the next piece's index,
-# scratch floats per thread): weight address, row stride (units), first row, end row,
-# first output column
-HEADER, PIECE_WORDS = 2, 5
+# the kernel's arguments (llvm_spin.add_pieces'): (t0, t1, table, x, m, k, out, ldo,
+# scratch, decode function, sgemm function)
+_ARGS = (_I, _I, _P, _P, _I, _I, _P, _I, _P, _I, _I)
+# the table's words: the pieces taken, their count, scratch floats per thread; then a
+# piece's: weight address, row stride (units), first row, end row, first output column
+HEADER, PIECE_WORDS = 3, 5
 # CBLAS's enumerations (cblas.h): row-major storage, a transposed operand
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 
@@ -96,118 +95,57 @@ class DecodeGemm:
         decoder's address; `scratch` float32 with room for the widest piece per thread.
         x2 C-contiguous float32 [m, k], out float32 with contiguous rows."""
         m, k = x2.shape
-        table = np.empty(HEADER + PIECE_WORDS * len(pieces), np.int64)
-        table[0] = 0
         threads = 1 if helpers is None else helpers.count + 1
-        table[1] = scratch.size // threads
-        for i, (rows, r0, r1, at) in enumerate(pieces):
-            table[HEADER + PIECE_WORDS * i : HEADER + PIECE_WORDS * (i + 1)] = (
-                address(rows),
-                rows.strides[0] // rows.itemsize,
-                r0,
-                r1,
-                at + r0,
-            )
-        args = (
-            table.ctypes.data,
-            len(pieces),
-            address(x2),
-            m,
-            k,
-            address(out),
-            out.strides[0] // 4,
-            address(scratch),
-            decode,
-            self.sgemm,
-        )
-        if helpers is None:
-            self._run(0, 1, *args)
-            return
-        helpers.ready()
-        helpers.split(self._split, 0, threads, *args)
+        table = piece_table(pieces, (scratch.size // threads,))
+        args = (address(x2), m, k, address(out), out.strides[0] // 4, address(scratch))
+        llvm_spin.run_team(self._run, self._split, helpers, table, *args, decode, self.sgemm)
+
+
+def piece_table(pieces, header):
+    """The int64 table of a weight's pieces (rows, r0, r1, first output column) for a
+    pieces function (llvm_spin.add_pieces): [0, count, *header], then each piece's
+    weight address, row stride (in the array's units), r0, r1 and output column of r0."""
+    words = [0, len(pieces), *header]
+    for rows, r0, r1, at in pieces:
+        words += (address(rows), rows.strides[0] // rows.itemsize, r0, r1, at + r0)
+    return np.array(words, np.int64)
 
 
 # --- the IR ------------------------------------------------------------------------------------
 def _ir_module(triple, bits):
+    """``ember_decode_gemm``: a pieces function (llvm_spin.add_pieces) whose piece is
+    decoded into its thread's scratch, then multiplied by sgemm into its columns."""
     from llvmlite import ir
 
-    from .llvm_ir import I64, loop, new_module
+    from .llvm_ir import I64, new_module
 
-    f32 = ir.FloatType()
-    pf = f32.as_pointer()
-    pi64 = I64.as_pointer()
-    i32 = ir.IntType(32)
-    blas_int = ir.IntType(bits)
+    f32, i32, blas_int = ir.FloatType(), ir.IntType(32), ir.IntType(bits)
+    pf, i8p = f32.as_pointer(), ir.IntType(8).as_pointer()
     module = new_module("ember_decode_gemm", triple)
-    i8p = ir.IntType(8).as_pointer()
     decode_type = ir.FunctionType(ir.VoidType(), [i8p, I64, pf, I64, I64, I64, I64])
+    matrix = [pf, blas_int]  # a pointer and its row stride
     sgemm_type = ir.FunctionType(
         ir.VoidType(),
-        [
-            i32,
-            i32,
-            i32,
-            blas_int,
-            blas_int,
-            blas_int,
-            f32,
-            pf,
-            blas_int,
-            pf,
-            blas_int,
-            f32,
-            pf,
-            blas_int,
-        ],
+        [i32] * 3 + [blas_int] * 3 + [f32] + matrix * 2 + [f32] + matrix,
     )
-    fn = ir.Function(
-        module,
-        ir.FunctionType(ir.VoidType(), [I64, I64, pi64, I64, pf, I64, I64, pf, I64, pf, I64, I64]),
-        "ember_decode_gemm",
-    )
-    t0, t1, table, n, x, m, k, out, ldo, scratch, decode_addr, sgemm_addr = fn.args
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    decode = b.inttoptr(decode_addr, decode_type.as_pointer())
-    sgemm = b.inttoptr(sgemm_addr, sgemm_type.as_pointer())
-    per_thread = b.load(b.gep(table, [I64(1)]))
 
-    def blas(v):
-        return v if bits == 64 else b.trunc(v, blas_int)
-
-    def thread(b, t):
-        mine = b.gep(scratch, [b.mul(t, per_thread)])
-        head, work, done = (b.append_basic_block(s) for s in ("take", "piece", "none"))
-        b.branch(head)
-        b.position_at_end(head)
-        p = b.atomic_rmw("add", b.gep(table, [I64(0)]), I64(1), "monotonic")
-        b.cbranch(b.icmp_signed("<", p, n), work, done)
-        b.position_at_end(work)
+    def piece(b, t, p, table, args):
+        x, m, k, out, ldo, scratch, decode_addr, sgemm_addr = args
+        decode = b.inttoptr(decode_addr, decode_type.as_pointer())
+        sgemm = b.inttoptr(sgemm_addr, sgemm_type.as_pointer())
+        mine = b.gep(scratch, [b.mul(t, b.load(b.gep(table, [I64(2)])))])
         at = b.add(I64(HEADER), b.mul(p, I64(PIECE_WORDS)))
         w, ldw, r0, r1, col = (b.load(b.gep(table, [b.add(at, I64(i))])) for i in range(5))
         b.call(decode, [b.inttoptr(w, i8p), ldw, mine, k, r0, r1, k])
-        b.call(
-            sgemm,
-            [
-                i32(ROW_MAJOR),
-                i32(NO_TRANS),
-                i32(TRANS),
-                blas(m),
-                blas(b.sub(r1, r0)),
-                blas(k),
-                f32(1.0),
-                x,
-                blas(k),
-                mine,
-                blas(k),
-                f32(0.0),
-                b.gep(out, [col]),
-                blas(ldo),
-            ],
-        )
-        b.branch(head)
-        b.position_at_end(done)
 
-    loop(b, t0, t1, thread, "t")
-    b.ret_void()
-    llvm_spin.add_split(module, fn, "ember_decode_gemm_split", rows_at=0, align=1)
+        def blas(v):
+            return v if bits == 64 else b.trunc(v, blas_int)
+
+        ints = [i32(ROW_MAJOR), i32(NO_TRANS), i32(TRANS)]
+        sizes = [blas(m), blas(b.sub(r1, r0)), blas(k)]
+        operands = [x, blas(k), mine, blas(k), f32(0.0), b.gep(out, [col]), blas(ldo)]
+        b.call(sgemm, ints + sizes + [f32(1.0)] + operands)
+
+    arg_types = [pf, I64, I64, pf, I64, pf, I64, I64]
+    llvm_spin.add_pieces(module, "ember_decode_gemm", arg_types, piece)
     return module

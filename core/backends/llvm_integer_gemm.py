@@ -70,12 +70,12 @@ ROWS, VECTORS = 4, 3  # the micro-kernel's tile: rows of x, column vectors of 16
 SPAN_GROUPS = 8
 LANES = 16
 TILE_COLUMNS = VECTORS * LANES
-# the driver's arguments: (t0, t1, table, pieces, xq, x scales, padded rows, k, out,
-# ldo, scratch, pack function); the table's header words: next piece, scratch bytes per
-# thread, rows of out
+# the driver's arguments (llvm_spin.add_pieces'): (t0, t1, table, xq, x scales, padded
+# rows, k, out, ldo, scratch, pack function); the table's header words after the
+# pieces' count: scratch bytes per thread, rows of out (then llvm_decode_gemm's pieces)
 _P, _I = ctypes.c_void_p, ctypes.c_int64
-_ARGS = (_I, _I, _P, _I, _P, _P, _I, _I, _P, _I, _P, _I)
-HEADER = 3
+_ARGS = (_I, _I, _P, _P, _P, _I, _I, _P, _I, _P, _I)
+HEADER = 4
 PIECE_WORDS = llvm_decode_gemm.PIECE_WORDS
 
 
@@ -122,7 +122,7 @@ class IntegerGemm:
         return q, scales
 
     def run(self, x2, out, pieces, pack, helpers):
-        """out[:, at + r0 : at + r1] = round8(x2) @ weight(rows[r0:r1]).T for each piece
+        """out[:, at + r0 : at + r1] = rounded(x2) @ weight(rows[r0:r1]).T for each piece
         (rows, r0, r1, at) of a weight whose format packs through `pack` (its compiled
         _pack function's address), shared with `helpers` (or None)."""
         m, k = x2.shape
@@ -132,33 +132,10 @@ class IntegerGemm:
         threads = 1 if helpers is None else helpers.count + 1
         scratch = np.empty(threads * per_thread + 64, np.uint8)
         start = -address(scratch) % 64  # each thread's packed bytes on a line of their own
-        table = np.empty(HEADER + PIECE_WORDS * len(pieces), np.int64)
-        table[:HEADER] = (0, per_thread, m)
-        for i, (rows, r0, r1, at) in enumerate(pieces):
-            table[HEADER + PIECE_WORDS * i : HEADER + PIECE_WORDS * (i + 1)] = (
-                address(rows),
-                rows.strides[0] // rows.itemsize,
-                r0,
-                r1,
-                at + r0,
-            )
-        args = (
-            table.ctypes.data,
-            len(pieces),
-            address(q),
-            address(scales),
-            q.shape[0],
-            k,
-            address(out),
-            out.strides[0] // 4,
-            address(scratch) + start,
-            pack,
-        )
-        if helpers is None:
-            self._run(0, 1, *args)
-            return
-        helpers.ready()
-        helpers.split(self._split, 0, threads, *args)
+        table = llvm_decode_gemm.piece_table(pieces, (per_thread, m))
+        args = (address(q), address(scales), q.shape[0], k, address(out), out.strides[0] // 4)
+        scratch_at = address(scratch) + start
+        llvm_spin.run_team(self._run, self._split, helpers, table, *args, scratch_at, pack)
 
 
 # --- the IR ------------------------------------------------------------------------------------
@@ -167,9 +144,7 @@ def _ir_module(triple):
 
     module = new_module("ember_integer_gemm", triple)
     _add_quantize(module)
-    gemm = _add_tiles(module)
-    driver = _add_driver(module, gemm)
-    llvm_spin.add_split(module, driver, "ember_integer_gemm_split", rows_at=0, align=1)
+    _add_driver(module, _add_tiles(module))
     return module
 
 
@@ -368,44 +343,27 @@ def _add_tiles(module):
 
 
 def _add_driver(module, tiles):
-    """``ember_integer_gemm(t0, t1, table, pieces, q, scales, mp, k, out, ldo, scratch,
-    pack)``: threads t0 .. t1 - 1 each take the next piece until none is left, pack it
-    into their scratch (the format's ``_pack(i8 *w, i64 ldw, i64 r0, i64 r1, i64 k, i8
-    *packed)``) and run the tiles into its output columns."""
-    from .llvm_ir import I64, loop
+    """``ember_integer_gemm``: a pieces function (llvm_spin.add_pieces) whose piece is
+    packed into its thread's scratch (the format's ``_pack(i8 *w, i64 ldw, i64 r0, i64
+    r1, i64 k, i8 *packed)``), then run through the tiles into its output columns."""
+    from .llvm_ir import I64
 
     ir, i8, _, f32, _, _ = _types()
-    pi8, pf, pi64 = i8.as_pointer(), f32.as_pointer(), I64.as_pointer()
+    pi8, pf = i8.as_pointer(), f32.as_pointer()
     pack_type = ir.FunctionType(ir.VoidType(), [pi8, I64, I64, I64, I64, pi8])
-    fn = ir.Function(
-        module,
-        ir.FunctionType(ir.VoidType(), [I64, I64, pi64, I64, pi8, pf, I64, I64, pf, I64, pi8, I64]),
-        "ember_integer_gemm",
-    )
-    t0, t1, table, n, q, scales, mp, k, out, ldo, scratch, pack_addr = fn.args
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    pack = b.inttoptr(pack_addr, pack_type.as_pointer())
-    per_thread = b.load(b.gep(table, [I64(1)]))
-    m = b.load(b.gep(table, [I64(2)]))
 
-    def thread(b, t):
-        mine = b.gep(scratch, [b.mul(t, per_thread)])
-        head, work, done = (b.append_basic_block(s) for s in ("take", "piece", "none"))
-        b.branch(head)
-        b.position_at_end(head)
-        p = b.atomic_rmw("add", b.gep(table, [I64(0)]), I64(1), "monotonic")
-        b.cbranch(b.icmp_signed("<", p, n), work, done)
-        b.position_at_end(work)
+    def piece(b, t, p, table, args):
+        q, scales, mp, k, out, ldo, scratch, pack_addr = args
+        pack = b.inttoptr(pack_addr, pack_type.as_pointer())
+        mine = b.gep(scratch, [b.mul(t, b.load(b.gep(table, [I64(2)])))])
+        m = b.load(b.gep(table, [I64(3)]))
         at = b.add(I64(HEADER), b.mul(p, I64(PIECE_WORDS)))
         w, ldw, r0, r1, col = (b.load(b.gep(table, [b.add(at, I64(i))])) for i in range(5))
         b.call(pack, [b.inttoptr(w, pi8), ldw, r0, r1, k, mine])
         b.call(tiles, [q, scales, mp, m, k, mine, b.sub(r1, r0), b.gep(out, [col]), ldo])
-        b.branch(head)
-        b.position_at_end(done)
 
-    loop(b, t0, t1, thread, "t")
-    b.ret_void()
-    return fn
+    arg_types = [pi8, pf, I64, I64, pf, I64, pi8, I64]
+    llvm_spin.add_pieces(module, "ember_integer_gemm", arg_types, piece)
 
 
 def add_pack(module, name, terms_of, weights, nbytes, lowest):

@@ -284,6 +284,53 @@ def add_split(module, kernel, name, rows_at, align):
     b.ret(b.load(ran_here))
 
 
+def add_pieces(module, name, arg_types, piece):
+    """Add ``void <name>(i64 t0, i64 t1, i64 *table, <arg_types>)``: threads t0 .. t1 - 1
+    in turn, each taking the next piece p < table[1] (table[0] counts the pieces taken:
+    an atomic add, so whichever thread is free takes the next) and emitting
+    ``piece(b, t, p, table, args)`` for it; and ``<name>_split`` (add_split) for a
+    team of the caller and its helpers, thread 0 the caller's and s + 1 helper s's
+    (run_team). A piece's result must not depend on which thread takes it. Returns the
+    function."""
+    from llvmlite import ir
+
+    from .llvm_ir import I64, loop
+
+    pi64 = I64.as_pointer()
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, I64, pi64, *arg_types]), name)
+    t0, t1, table = fn.args[:3]
+    args = fn.args[3:]
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    count = b.load(b.gep(table, [I64(1)]))
+
+    def thread(b, t):
+        head, work, done = (b.append_basic_block(s) for s in ("take", "piece", "none"))
+        b.branch(head)
+        b.position_at_end(head)
+        p = b.atomic_rmw("add", table, I64(1), "monotonic")
+        b.cbranch(b.icmp_signed("<", p, count), work, done)
+        b.position_at_end(work)
+        piece(b, t, p, table, args)
+        b.branch(head)
+        b.position_at_end(done)
+
+    loop(b, t0, t1, thread, "t")
+    b.ret_void()
+    add_split(module, fn, name + "_split", rows_at=0, align=1)
+    return fn
+
+
+def run_team(run, split, helpers, table, *args):
+    """A pieces function (add_pieces; `run` and `split` its ctypes functions) over
+    `table` (an int64 array: [0, pieces, ...]) with the caller alone (helpers None) or
+    with llvm_spin.Helpers, woken first where they sleep."""
+    if helpers is None:
+        run(0, 1, table.ctypes.data, *args)
+        return
+    helpers.ready()
+    helpers.split(split, 0, helpers.count + 1, table.ctypes.data, *args)
+
+
 def _to_word(b, value):
     from llvmlite import ir
 
