@@ -102,7 +102,7 @@ def host():
     return llvm_host.host()
 
 
-def compile_module(name, key, make_module):
+def compile_module(name, key, make_module, tuning=""):
     """An MCJIT engine holding the machine code of the llvmlite.ir.Module `make_module()`
     builds for this process's triple, optimized at -O3 with loop and SLP vectorization;
     or, where an earlier process kept that code in ember's cache, that code loaded
@@ -110,9 +110,12 @@ def compile_module(name, key, make_module):
     unrolled convolution kernels, in a trial, took 0.38 s of a process; loading their
     object 5 ms): by elf_objects where it takes the object, else by MCJIT. Either has
     `get_function_address(name)`. `key` must name everything the IR depends on besides
-    llvmlite and the CPU (see `source_key`). Keep what it returns alive while its
+    llvmlite and the CPU (see `source_key`); `tuning`, LLVM feature flags added to the
+    CPU's for this module ("+fast-dpwssd"). Keep what it returns alive while its
     functions are called."""
     triple, cpu, flat, _ = host()
+    if tuning:  # LLVM tuning flags a module asks for (llvm_integer_gemm's fast-dpwssd)
+        flat = f"{flat},{tuning}" if flat else tuning
     cached = ObjectCache(name, key, triple, cpu, flat)
     if cached.code is not None:
         from . import elf_objects
@@ -145,14 +148,15 @@ def compile_module(name, key, make_module):
     return engine
 
 
-def compile_kernels(module, make_ir, params=(), sources=()):
+def compile_kernels(module, make_ir, params=(), sources=(), tuning=""):
     """compile_module for a kernel module whose IR depends on its own source, llvm_ir's,
     the modules `sources` (others whose IR builders it calls) and `params`:
     `make_ir(triple)` builds the llvmlite.ir.Module (run only where nothing is cached).
     The engine is named after the module."""
     triple = host()[0]
     key = source_key(module, LLVM_IR, *sources, params=params)
-    return compile_module(module.__name__.rsplit(".", 1)[-1], key, lambda: make_ir(triple))
+    name = module.__name__.rsplit(".", 1)[-1]
+    return compile_module(name, key, lambda: make_ir(triple), tuning)
 
 
 # llvm_ir's source, read for the cache key without importing it (its import imports
