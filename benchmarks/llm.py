@@ -2,8 +2,10 @@
 GQA 12/4, intermediate 2048, vocab 32000) on ember (cpu f32, cpu Q4_K GGUF, wgpu f32, wgpu Q4_K GGUF)
 next to transformers on torch CPU; with --gguf, a real GGUF model (SmolLM2-135M-Instruct
 Q4_1, say) on ember cpu quantized (its compiled kernels, and numpy alone), ember cpu f32
-(the file dequantized once), transformers on torch CPU loaded from the same file, and
-llama.cpp (llama-cpp-python, when installed) with the same thread count.
+(the file dequantized once), ember wgpu with the weights kept quantized (unless
+--skip-wgpu), transformers on torch CPU loaded from the same file, and llama.cpp
+(llama-cpp-python, when installed) with the same thread count. The generation page's
+figures (SmolLM2 in Chromium's WebGPU) come from benchmarks/generate_page.py.
 
     python benchmarks/llm.py [--prompt 128] [--decode 32] [--skip-wgpu] [--keep DIR] [--threads N]
                              [--rounds N] [--gguf FILE] [--skip-random] [--skip-engines A,B]
@@ -480,6 +482,8 @@ def gguf_section(args, work):
             {"EMBER_JIT": "0"},
         ),
     ]
+    if not args.skip_wgpu:  # the weights kept quantized on the device (the page's path)
+        engines.append(("ember wgpu quantized", ["ember", path, "wgpu", p, d, "gguf"], None))
     try:
         import llama_cpp  # noqa: F401
 
