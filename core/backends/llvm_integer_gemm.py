@@ -374,15 +374,19 @@ def _add_driver(module, tiles):
     llvm_spin.add_pieces(module, "ember_integer_gemm", arg_types, piece)
 
 
-def add_pack(module, name, terms_of, weights, nbytes, lowest):
+def add_pack(module, name, read_groups, weights, nbytes, unit=1):
     """Add ``ember_<name>_pack(i8 *w, i64 ldw, i64 r0, i64 r1, i64 k, i8 *packed)`` to a
-    kernel module (llvm_quant's): weight rows r0 .. r1 - 1 packed as the tiles read
-    them (the module's note), rows up to a whole tile zeros. `terms_of(vec, blk)` reads
-    a block as llvm_quant_blocks' terms, each of GROUP weights; a term's values v are
-    stored as v - lowest, its c as c + lowest * s."""
+    kernel module (llvm_quant's): weight rows r0 .. r1 - 1 (ldw units of
+    `unit` bytes apart) packed as the tiles read them (the module's note), rows up to a
+    whole tile zeros. `read_groups(b, vec, blk)` reads the block of `weights` weights
+    (`nbytes` bytes) at i8 pointer blk as its groups of GROUP: [(values, s, c)], values
+    [(first weight, 16 f32 integers 0-255)], each weight s * value + c. Values stay
+    within a byte: a group's 32 products with x's 16-bit values then fit the 32-bit sums
+    (F16 weights rounded to 16 bits overflowed them, 32 x 32767^2, and rounded to 12
+    bits would lose half of f16's precision: F16 keeps llvm_decode_gemm's path)."""
     from .llvm_ir import I64, loop
 
-    ir, i8, i32, f32, _, vf = _types()
+    ir, i8, i32, f32, _, _ = _types()
     pi8 = i8.as_pointer()
     fn = ir.Function(
         module,
@@ -405,16 +409,11 @@ def add_pack(module, name, terms_of, weights, nbytes, lowest):
     per_block = weights // GROUP
     dwords = ir.VectorType(i32, LANES // PER_LANE)
     vbytes = ir.VectorType(ir.IntType(8 * ITEM), LANES)
-    lowest_v = ir.Constant(vf, [float(lowest)] * LANES)
-
-    def place(b, c):
-        """column c's group g data at (vector, lane)"""
-        return b.udiv(c, I64(LANES)), b.urem(c, I64(LANES))
 
     def write(b, c, g, halves, s, off):
-        v, lane = place(b, c)
+        v, lane = b.udiv(c, I64(LANES)), b.urem(c, I64(LANES))
         base = b.mul(b.add(b.mul(v, groups), g), I64(GROUP_BYTES))
-        for h, u in halves:  # u: 16 bytes, weights h .. h + 15 of the group
+        for h, u in halves:  # u: weights h .. h + 15 of the group
             words = b.bitcast(u, dwords)
             for j in range(LANES // PER_LANE):
                 step = (h // PER_LANE) + j
@@ -439,15 +438,14 @@ def add_pack(module, name, terms_of, weights, nbytes, lowest):
                 c = b.add(b.mul(v, I64(LANES)), i)
                 with b.if_else(b.icmp_signed("<", c, rows)) as (real, padding):
                     with real:
-                        wrow = b.gep(w, [b.mul(b.add(r0, c), ldw)])
+                        wrow = b.gep(w, [b.mul(b.mul(b.add(r0, c), ldw), I64(unit))])
                         blk = b.gep(wrow, [b.mul(j, I64(nbytes))])
-                        for t, (values, s, off) in enumerate(terms_of(vec, blk)):
-                            halves = []
-                            for value, first in values:
-                                u = b.fptoui(b.fsub(value, lowest_v), ir.VectorType(i32, LANES))
-                                halves.append((first % GROUP, b.trunc(u, vbytes)))
-                            low = b.fmul(f32(float(lowest)), s)
-                            off = low if off is None else b.fadd(off, low)
+                        for t, (values, s, off) in enumerate(read_groups(b, vec, blk)):
+                            ints = ir.VectorType(i32, LANES)
+                            halves = [
+                                (first % GROUP, b.trunc(b.fptosi(value, ints), vbytes))
+                                for value, first in values
+                            ]
                             write(b, c, b.add(b.mul(j, I64(per_block)), I64(t)), halves, s, off)
                     with padding:
                         for t in range(per_block):
@@ -461,3 +459,19 @@ def add_pack(module, name, terms_of, weights, nbytes, lowest):
     loop(b, I64(0), vectors, vector, "v")
     b.ret_void()
     return fn
+
+
+def block_groups(terms_of, lowest):
+    """read_groups (add_pack) for a ggml block type read as llvm_quant_blocks' terms of
+    GROUP weights: a term's values v as v - lowest (0-255), its c as c + lowest * s."""
+
+    def read(b, vec, blk):
+        groups = []
+        for values, s, off in terms_of(vec, blk):
+            shift = vec.const(vec.floats, float(lowest))
+            shifted = [(b.fsub(value, shift), first) for value, first in values]
+            low = b.fmul(vec.f32(float(lowest)), s)
+            groups.append((shifted, s, low if off is None else b.fadd(off, low)))
+        return groups
+
+    return read

@@ -103,9 +103,8 @@ def _ir_module(triple):
             llvm_spin.add_split(module, dot, f"ember_{name}_dot_split", rows_at=ROWS_AT, align=2)
         _add_decode(module, name, weights, nbytes)
         if name in PACKED:
-            llvm_integer_gemm.add_pack(
-                module, name, functools.partial(_terms_of, name), weights, nbytes, PACKED[name]
-            )
+            read = llvm_integer_gemm.block_groups(functools.partial(_terms_of, name), PACKED[name])
+            llvm_integer_gemm.add_pack(module, name, read, weights, nbytes)
     return module
 
 
