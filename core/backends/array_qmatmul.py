@@ -310,20 +310,13 @@ def _integer_pieces(x2, out, parts, kernels, required):
     whatever the pieces or threads: pieces as _chunked_gemm cuts them."""
     driver = llvm_build.kernels("llvm_integer_gemm")
     n_in = x2.shape[1]
-    why = (
-        "it needs an x86-64 CPU with AVX-512 VNNI and llvmlite"
-        if driver is None
-        else f"{kernels.name} does not pack (only Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K)"
-        if kernels.pack_address is None
-        else "x must be C-contiguous float32 rows, out float32 with contiguous rows"
-        if (
-            x2.dtype != np.float32
-            or out.dtype != np.float32
-            or not x2.flags.c_contiguous
-            or out.strides[1] != 4
-        )
-        else None
-    )
+    why = None
+    if driver is None:
+        why = "it needs an x86-64 CPU with AVX-512 VNNI and llvmlite"
+    elif kernels.pack_address is None:
+        why = f"{kernels.name} does not pack (only Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K)"
+    elif not _rows_indexable(x2, out):
+        why = "x must be C-contiguous float32 rows, out float32 with contiguous rows"
     if why is not None:
         if required:
             raise UnsupportedDType(f"qmatmul: no integer path here: {why}", ggml_type=kernels.name)
@@ -340,19 +333,24 @@ def _compiled_pieces(x2, out, pieces, kernels, widest, per_piece):
     (no llvmlite, no helpers on this CPU, no sgemm found) or x2 or out is not what it
     indexes (then nothing was written)."""
     driver = llvm_build.kernels("llvm_decode_gemm")
-    if (
-        driver is None
-        or x2.dtype != np.float32
-        or out.dtype != np.float32
-        or not x2.flags.c_contiguous
-        or out.strides[1] != 4
-    ):
+    if driver is None or not _rows_indexable(x2, out):
         return False
     threads = share_count(len(pieces), per_piece, blas_free=True)
     helpers = kernels.helpers(threads)
     scratch = np.empty((1 if helpers is None else threads) * widest * x2.shape[1], np.float32)
     driver.run(x2, out, pieces, kernels.decode_address, helpers, scratch)
     return True
+
+
+def _rows_indexable(x2, out):
+    """Whether the compiled drivers index x2 and out: x2 C-contiguous float32, out float32
+    with contiguous rows."""
+    return (
+        x2.dtype == np.float32
+        and out.dtype == np.float32
+        and x2.flags.c_contiguous
+        and out.strides[1] == 4
+    )
 
 
 def _block_parts(w):

@@ -167,7 +167,7 @@ def _add_quantize(module):
     """``ember_quantize_x(f32 *x, i64 m, i64 k, i64 plane, i8 *q, f32 *scales)``: rows of
     x rounded per GROUP (see the module's note); scales[g] = dx, scales[plane + g] =
     dx * sum q, g counting the groups row after row."""
-    from .llvm_ir import I64, intrinsic, loop, vector_load
+    from .llvm_ir import I64, intrinsic, loop, splat, vector_load
 
     ir, i8, _, f32, vi, vf = _types()
     fn = ir.Function(
@@ -198,7 +198,7 @@ def _add_quantize(module):
             )
             total = ir.Constant(vi, [0] * LANES)
             for h, v in ((0, lo), (LANES, hi)):
-                qi = b.fptosi(b.call(rint, [b.fmul(v, _splat(b, inv, vf))]), vi)
+                qi = b.fptosi(b.call(rint, [b.fmul(v, splat(b, inv, vf))]), vi)
                 total = b.add(total, qi)
                 byte = b.mul(b.add(at, I64(h)), I64(ITEM))
                 dst = b.bitcast(b.gep(q, [byte]), vb.as_pointer())
@@ -212,12 +212,6 @@ def _add_quantize(module):
 
     loop(b, I64(0), m, row, "r")
     b.ret_void()
-
-
-def _splat(b, x, vec):
-    from .llvm_ir import splat
-
-    return splat(b, x, vec)
 
 
 def _halving(b, v, step):
@@ -248,7 +242,7 @@ def _add_tiles(module):
     cols, f32 *out, i64 ldo)``: out[r, c] for rows r < m of x (q and scales as
     ember_quantize_x wrote them, mp rows) and the packed piece's cols weight rows (a
     multiple of TILE_COLUMNS packed, outputs stored for c < cols)."""
-    from .llvm_ir import I64, intrinsic, loop, reduce, vector_load
+    from .llvm_ir import I64, intrinsic, loop, reduce, splat, vector_load
 
     ir, i8, i32, f32, vi, vf = _types()
     pi8, pf = i8.as_pointer(), f32.as_pointer()
@@ -308,14 +302,14 @@ def _add_tiles(module):
                         xat = b.add(row_at, b.add(b.mul(g, I64(GROUP)), I64(PER_LANE * step)))
                         xat = b.mul(xat, I64(ITEM))
                         xq = b.load(b.bitcast(b.gep(q, [xat]), i32.as_pointer()), align=1)
-                        xs = _splat(b, xq, vi)
+                        xs = splat(b, xq, vi)
                         for c in range(VECTORS):
                             sums[r * VECTORS + c] = b.call(dot, [sums[r * VECTORS + c], w[c], xs])
                 nexts = []
                 for r in range(ROWS):
                     slot = b.add(b.mul(b.add(r0, I64(r)), groups), g)
-                    dx = _splat(b, b.load(b.gep(scales, [slot])), vf)
-                    sx = _splat(b, b.load(b.gep(scales, [b.add(plane, slot)])), vf)
+                    dx = splat(b, b.load(b.gep(scales, [slot])), vf)
+                    sx = splat(b, b.load(b.gep(scales, [b.add(plane, slot)])), vf)
                     for c in range(VECTORS):
                         at = b.mul(b.add(b.mul(b.add(v0, I64(c)), groups), g), I64(LANES))
                         s = vector_load(b, b.gep(s_of, [at]), vf)
@@ -330,9 +324,9 @@ def _add_tiles(module):
                 row = b.add(r0, I64(r))
                 for c in range(VECTORS):
                     first = b.mul(b.add(v0, I64(c)), I64(LANES))
-                    index = b.add(_splat(b, b.trunc(first, i32), vi), lane_ids)
-                    live = b.icmp_signed("<", index, _splat(b, b.trunc(cols, i32), vi))
-                    live = b.and_(live, _splat(b, b.icmp_signed("<", row, m), mask_type))
+                    index = b.add(splat(b, b.trunc(first, i32), vi), lane_ids)
+                    live = b.icmp_signed("<", index, splat(b, b.trunc(cols, i32), vi))
+                    live = b.and_(live, splat(b, b.icmp_signed("<", row, m), mask_type))
                     ptr = b.bitcast(b.gep(out, [b.add(b.mul(row, ldo), first)]), vf.as_pointer())
                     places.append((ptr, live))
             starts = tuple(

@@ -42,6 +42,8 @@ import time
 
 import numpy as np
 
+from .addresses import address
+
 IDLE, POSTED, DONE, ASLEEP = 0, 1, 2, 3
 JOB, STOP, JOBS, ARGS = 1, 2, 3, 4  # a slot's words after its state
 SLOT_WORDS = 16  # 128 bytes: a slot never shares a cache line (or its prefetched pair)
@@ -325,10 +327,10 @@ def run_team(run, split, helpers, table, *args):
     `table` (an int64 array: [0, pieces, ...]) with the caller alone (helpers None) or
     with llvm_spin.Helpers, woken first where they sleep."""
     if helpers is None:
-        run(0, 1, table.ctypes.data, *args)
+        run(0, 1, address(table), *args)
         return
     helpers.ready()
-    helpers.split(split, 0, helpers.count + 1, table.ctypes.data, *args)
+    helpers.split(split, 0, helpers.count + 1, address(table), *args)
 
 
 def _to_word(b, value):
