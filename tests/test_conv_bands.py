@@ -39,6 +39,13 @@ def _inputs(case):
     return x, w, b, kw
 
 
+@pytest.fixture(autouse=True)
+def im2col_path(monkeypatch):
+    """These tests are of the path a CPU without llvm_conv's kernels takes (no llvmlite):
+    llvm_conv's own are in test_conv_direct.py."""
+    monkeypatch.setattr(array_conv, "DIRECT", False)
+
+
 @pytest.fixture
 def small_bands(monkeypatch):
     """Bands of one or two output rows, spread over three threads however small; records

@@ -11,6 +11,13 @@ from helpers import missing
 ACTIVATIONS = [None, "silu", "relu", "sigmoid"]
 
 
+@pytest.fixture(autouse=True)
+def im2col_path(monkeypatch):
+    """These tests are of the path a CPU without llvm_conv's kernels takes (no llvmlite):
+    llvm_conv's own are in test_conv_direct.py."""
+    monkeypatch.setattr(array_conv, "DIRECT", False)
+
+
 @pytest.fixture
 def jit():
     """The numba epilogue: skipped where numba is not installed, a failure under CI=true."""
@@ -109,6 +116,8 @@ def test_only_an_exp_activation_loads_numba():
 
     code = (
         "import sys, numpy as np, ember\n"
+        "from ember.backends import array_conv\n"
+        "array_conv.DIRECT = False\n"
         "x = ember.tensor(np.ones((1, 2, 5, 5), np.float32))\n"
         "w = ember.tensor(np.ones((3, 2, 3, 3), np.float32))\n"
         "b = ember.tensor(np.ones(3, np.float32))\n"

@@ -10,6 +10,13 @@ from ember.backends import array_conv, array_winograd, row_parallel
 from helpers import missing, require
 
 
+@pytest.fixture(autouse=True)
+def im2col_path(monkeypatch):
+    """These tests are of the path a CPU without llvm_conv's kernels takes (no llvmlite):
+    llvm_conv's own are in test_conv_direct.py."""
+    monkeypatch.setattr(array_conv, "DIRECT", False)
+
+
 @pytest.fixture
 def jit():
     """Winograd runs only with the numba epilogue: skipped where numba is not installed, a

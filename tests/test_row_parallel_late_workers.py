@@ -152,6 +152,8 @@ def test_each_convolution_layer_decides_for_itself(monkeypatch):
 
     from ember.backends import array_conv
 
+    monkeypatch.setattr(array_conv, "DIRECT", False)  # the im2col path's bands (llvm_conv's
+    # pieces go to llvm_spin's helpers, which do not time sites)
     monkeypatch.setattr(row_parallel, "_choices", row_parallel._Choices())
     monkeypatch.setitem(row_parallel._state, "workers", 2)
     sites = []

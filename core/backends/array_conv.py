@@ -49,11 +49,11 @@ of 12.0).
 
 import itertools
 
-from . import array_winograd, llvm_math
+from . import array_conv_direct, array_winograd, llvm_conv, llvm_math
 from .array_fast import apply_over
 from .blas_threads import single_thread_below
 from .optional_jit import jit_module
-from .row_parallel import run_rows
+from .row_parallel import run_rows, share_count
 
 # Bytes of one band's column matrix: a few bands fit the 512 KiB L2 + shared L3 here.
 BAND_BYTES = 1 << 20
@@ -62,6 +62,9 @@ BAND_BYTES = 1 << 20
 MIN_BAND_COLUMNS = 512
 # stride-1 3x3 convolutions through Winograd F(2x2, 3x3) (array_winograd)
 WINOGRAD = True
+# float32 convolutions through llvm_conv's compiled kernel where it is built
+# (array_conv_direct); False keeps the im2col and Winograd paths (their tests set it)
+DIRECT = True
 
 # the activations the numba epilogue takes (array_conv_jit.CODES has the others too, for
 # its own tests)
@@ -118,6 +121,21 @@ def _band_columns(xp, src, r0, r1, ow, kernel, stride, padding, dilation):
     return xp.ascontiguousarray(taps)
 
 
+def _is_numpy(xp):
+    return getattr(xp, "__name__", "") == "numpy"
+
+
+def _threads_for(multiply_adds):
+    """threads a convolution of this many multiply-adds may take (row_parallel's rule)"""
+    return share_count(multiply_adds, 1, blas_free=True)
+
+
+def _share(fn, threads):
+    """fn(t) for t < threads, on row_parallel's threads (array_conv_direct on CPUs
+    without llvm_spin's helpers: each call takes pieces until none is left)"""
+    run_rows(lambda start, stop: [fn(t) for t in range(start, stop)], threads, 1, pieces=threads)
+
+
 def conv2d(xp, x, w, bias, stride, padding, dilation, groups, activation=None):
     """x (N, C, H, W), w (O, C/groups, KH, KW), bias (O,) or None, arrays of one float
     dtype; activation a unary op name or None; the (N, O, OH, OW) result as a new
@@ -143,6 +161,11 @@ def conv2d(xp, x, w, bias, stride, padding, dilation, groups, activation=None):
             activation,
         )
         return out.reshape(out.shape[0], out.shape[1], 1, out.shape[2])
+    direct = llvm_conv.kernels() if DIRECT and _is_numpy(xp) else None
+    if array_conv_direct.eligible(direct, x, w, dilation, activation):
+        return array_conv_direct.conv2d(
+            xp, direct, x, w, bias, stride, padding, groups, activation, _threads_for, _share
+        )
     o, cg, kh, kw = w.shape
     (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
     oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1

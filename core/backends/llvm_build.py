@@ -45,6 +45,7 @@ GROUPS = (
         "llvm_attention_rows",
         "llvm_spin",
         "llvm_decode_gemm",
+        "llvm_conv",
     ),
     ("llvm_quant", "llvm_integer_gemm"),  # the ggml block types: GGUF language models only
 )

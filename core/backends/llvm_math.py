@@ -273,10 +273,38 @@ def _map_rows(module, name, f, vec, gated=False):
     b.ret_void()
 
 
+def activation_ir(op, b, module, v):
+    """op(v) (one of ELEMENTWISE) built into b for the f32 scalar or vector v: the steps
+    of this module's kernels, so a kernel elsewhere (llvm_conv's epilogue) that builds
+    its activation here gives the bits Tensor.silu/gelu give."""
+    from ..ops import _GELU_G, SQRT_2_OVER_PI
+    from .llvm_ir import exp_neg
+
+    if op == "gelu":
+        t = b.fmul(v, v)
+        p = _like(v, _GELU_G[6])
+        for c in _GELU_G[5::-1]:  # ((G6 t + G5) t + ... + G1) t + G0, gelu_erf_block's g
+            p = b.call(_fmuladd(module, v.type), [p, t, _like(v, c)])
+        g2 = b.fmul(b.fmul(p, v), _like(v, 2.0))
+        y = b.fdiv(v, b.fadd(_like(v, 1.0), exp_neg(b, module, g2)))
+        return _zero_below(b, v, y, GELU_ZERO_BELOW)
+    if op == "silu":
+        y = b.fdiv(v, b.fadd(_like(v, 1.0), exp_neg(b, module, v)))
+        return _zero_below(b, v, y, SILU_ZERO_BELOW)
+    if op == "gelu_tanh":
+        h = b.call(  # (G1 x^2 + G0) x, ops.gelu_tanh_array's inner
+            _fmuladd(module, v.type),
+            [_like(v, 0.044715 * SQRT_2_OVER_PI), b.fmul(v, v), _like(v, SQRT_2_OVER_PI)],
+        )
+        h2 = b.fmul(b.fmul(h, v), _like(v, 2.0))
+        y = b.fdiv(v, b.fadd(_like(v, 1.0), exp_neg(b, module, h2)))
+        return _zero_below(b, v, y, GELU_TANH_ZERO_BELOW)
+    raise ValueError(f"llvm_math: no kernel for {op!r} (those built: {', '.join(ELEMENTWISE)})")
+
+
 def _ir_module(triple, lanes):
     from llvmlite import ir
 
-    from ..ops import _GELU_G, SQRT_2_OVER_PI
     from .llvm_ir import I64, exp_neg, loop, new_module, no_alias, reduce
 
     f32 = ir.FloatType()
@@ -286,33 +314,14 @@ def _ir_module(triple, lanes):
     # the elementwise maps, each over rows: a loop over whole vectors, then one element
     # at a time (the same steps, so the same bits either way); in place too, which the
     # loop vectorizer would not take (out and x may be one array)
-    def gelu(b, v):
-        t = b.fmul(v, v)
-        p = _like(v, _GELU_G[6])
-        for c in _GELU_G[5::-1]:  # ((G6 t + G5) t + ... + G1) t + G0, gelu_erf_block's g
-            p = b.call(_fmuladd(module, v.type), [p, t, _like(v, c)])
-        g2 = b.fmul(b.fmul(p, v), _like(v, 2.0))
-        y = b.fdiv(v, b.fadd(_like(v, 1.0), exp_neg(b, module, g2)))
-        return _zero_below(b, v, y, GELU_ZERO_BELOW)
-
-    def silu(b, v):
-        y = b.fdiv(v, b.fadd(_like(v, 1.0), exp_neg(b, module, v)))
-        return _zero_below(b, v, y, SILU_ZERO_BELOW)
-
-    def gelu_tanh(b, v):
-        h = b.call(  # (G1 x^2 + G0) x, ops.gelu_tanh_array's inner
-            _fmuladd(module, v.type),
-            [_like(v, 0.044715 * SQRT_2_OVER_PI), b.fmul(v, v), _like(v, SQRT_2_OVER_PI)],
-        )
-        h2 = b.fmul(b.fmul(h, v), _like(v, 2.0))
-        y = b.fdiv(v, b.fadd(_like(v, 1.0), exp_neg(b, module, h2)))
-        return _zero_below(b, v, y, GELU_TANH_ZERO_BELOW)
-
     vec = ir.VectorType(f32, lanes)
-    maps = {"gelu": gelu, "silu": silu, "gelu_tanh": gelu_tanh}
     for op in ELEMENTWISE:
-        _map_rows(module, f"ember_{op}", maps[op], vec)
-        _map_rows(module, f"ember_gated_{op}", maps[op], vec, gated=True)
+
+        def f(b, v, op=op):
+            return activation_ir(op, b, module, v)
+
+        _map_rows(module, f"ember_{op}", f, vec)
+        _map_rows(module, f"ember_gated_{op}", f, vec, gated=True)
 
     for interleaved in (False, True):
         _add_rope(module, vec, interleaved)

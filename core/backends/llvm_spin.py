@@ -286,14 +286,14 @@ def add_split(module, kernel, name, rows_at, align):
     b.ret(b.load(ran_here))
 
 
-def add_pieces(module, name, arg_types, piece):
+def add_pieces(module, name, arg_types, piece, split=True):
     """Add ``void <name>(i64 t0, i64 t1, i64 *table, <arg_types>)``: threads t0 .. t1 - 1
     in turn, each taking the next piece p < table[1] (table[0] counts the pieces taken:
     an atomic add, so whichever thread is free takes the next) and emitting
-    ``piece(b, t, p, table, args)`` for it; and ``<name>_split`` (add_split) for a
-    team of the caller and its helpers, thread 0 the caller's and s + 1 helper s's
-    (run_team). A piece's result must not depend on which thread takes it. Returns the
-    function."""
+    ``piece(b, t, p, table, args)`` for it; and, `split` (a CPU with helpers),
+    ``<name>_split`` (add_split) for a team of the caller and its helpers, thread 0 the
+    caller's and s + 1 helper s's (run_team). A piece's result must not depend on which
+    thread takes it. Returns the function."""
     from llvmlite import ir
 
     from .llvm_ir import I64, loop
@@ -318,7 +318,8 @@ def add_pieces(module, name, arg_types, piece):
 
     loop(b, t0, t1, thread, "t")
     b.ret_void()
-    add_split(module, fn, name + "_split", rows_at=0, align=1)
+    if split:
+        add_split(module, fn, name + "_split", rows_at=0, align=1)
     return fn
 
 

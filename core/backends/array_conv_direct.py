@@ -1,0 +1,175 @@
+"""conv2d on numpy through llvm_conv's compiled indexed GEMM: no column matrix, the bias
+and activation applied as each output tile is stored, the work in pieces taken by the
+caller and llvm_spin's spinning helpers (no Python, no GIL between them).
+
+The kernel needs every tap of every output position at one offset from the position
+(llvm_conv's koff):
+
+- a 1 x 1 stride-1 convolution without padding reads the input's channel planes where
+  they lie and writes the output's rows in place;
+- any other reads a phase block of the input: zero-bordered, split by row and column
+  remainder modulo the stride (one phase for stride 1), each phase's rows as wide as the
+  output's plus the kernel's reach over the stride. An output position (y, x) is then
+  y * wide + x, and tap (c, dy, dx) lies at phase (dy % sh, dx % sw), channel c,
+  (dy // sh) * wide + dx // sw from it, for every position. The kernel computes every
+  column of those rows (the reach's extra columns too: 2 of 82 for an 80-wide 3 x 3 map)
+  into a scratch, and each piece copies its output columns from there into the output.
+
+A piece is an image's (and group's) output rows [y0, y1) for output channels [r0, r1):
+its weights (at most PIECE_WEIGHT_BYTES) and its part of the block (about PIECE_INPUT_BYTES)
+stay in a core's L2 cache. Each output is one sum over its taps in order, so the bits
+never depend on the pieces or the threads.
+"""
+
+import itertools
+
+from .addresses import address
+
+# a piece's weights and its rows of the input block (L2: 1.25-2 MiB a core on the Intel
+# hosts, 512 KiB-1 MiB on AMD)
+PIECE_WEIGHT_BYTES = 256 << 10
+PIECE_INPUT_BYTES = 384 << 10
+# a piece computes at least this many positions (where the map has them), so the kernel's
+# tiles of 48 run full
+MIN_PIECE_POSITIONS = 192
+# bytes of the phase block a piece of its split writes
+PHASE_PIECE_BYTES = 64 << 10
+# pieces per thread where the map has them, so a thread that gets its core late takes fewer
+PIECES_PER_THREAD = 4
+
+
+def eligible(kernels, x, w, dilation, activation):
+    """Whether the kernels take this convolution."""
+    from .llvm_conv import ACTIVATIONS
+
+    return (
+        kernels is not None
+        and x.dtype == w.dtype == "float32"
+        and tuple(dilation) == (1, 1)
+        and (activation is None or activation in ACTIVATIONS)
+    )
+
+
+def conv2d(xp, kernels, x, w, bias, stride, padding, groups, activation, threads_for, share):
+    """x (N, C, H, W), w (O, C/groups, KH, KW), bias (O,) or None, float32; the (N, O,
+    OH, OW) result. threads_for(multiply_adds) says how many threads the work may take;
+    share(fn, threads) calls fn(t) for t < threads, each on a thread of its own (CPUs
+    without llvm_spin's helpers)."""
+    n, c, h, width = x.shape
+    o, cg, kh, kw = w.shape
+    (sh, sw), (ph, pw) = stride, padding
+    oh = (h + 2 * ph - kh) // sh + 1
+    ow = (width + 2 * pw - kw) // sw + 1
+    og, k = o // groups, cg * kh * kw
+    wmat = xp.ascontiguousarray(w).reshape(o, k)
+    shift = xp.zeros(o, x.dtype) if bias is None else xp.ascontiguousarray(bias, dtype=x.dtype)
+    out = xp.empty((n, o, oh, ow), x.dtype)
+    if out.size == 0:
+        return out
+    if kh == kw == sh == sw == 1 and not (ph or pw):
+        src = xp.ascontiguousarray(x)
+        wide, plane, image = ow, h * width, c * h * width
+        koff = xp.arange(cg, dtype=xp.int64) * plane
+        copy = 0
+    else:
+        wide = ow + (kw - 1) // sw  # a phase row: the output's columns, the kernel's reach
+        rows = oh + (kh - 1) // sh
+        plane = rows * wide + (kw - 1) // sw  # the last row's extra columns read this far
+        threads = threads_for(x.size)
+        src = phase_block(xp, kernels, x, stride, padding, rows, wide, plane, threads, share)
+        image = sh * sw * c * plane
+        koff = tap_offsets(xp, cg, (kh, kw), stride, wide, c * plane, plane)
+        copy = 1
+    row_bytes = cg * sh * sw * wide * x.itemsize  # the block's bytes an output row reads
+    pieces = []
+    for i, g in itertools.product(range(n), range(groups)):
+        x_at = i * image + g * cg * plane
+        for r0, r1 in _channel_spans(g * og, og, k * x.itemsize, kernels.rows):
+            for y0, y1 in _row_spans(oh, wide, row_bytes):
+                pieces.append((x_at, i * o * oh * ow, y0, y1, r0, r1))
+    threads = threads_for(n * o * oh * ow * k)
+    pieces = _finer(pieces, threads, wide)
+    # each thread's scratch: for a 1 x 1 convolution a panel, the kernel's chunk of
+    # positions of every tap one after another (its taps are k channel planes apart, k
+    # streams from L2 for every tile of rows: yolov8n 93.6 -> 90.2 ms, yolov8s 222 ->
+    # 215, median of 10 and 6 interleaved; panels for k x k ones too, whose taps share
+    # cache lines, took 100.9 and 255.6); else the largest piece's rows of wide positions
+    panel = 0 if copy else k * kernels.chunk
+    largest = max((r1 - r0) * (y1 - y0) * wide for _, _, y0, y1, r0, r1 in pieces)
+    per_thread = panel + (largest if copy else 0)
+    scratch = xp.empty(max(1, threads * per_thread), x.dtype)
+    header = (k, k, per_thread, oh * ow, wide, ow, copy, panel)
+    arrays = tuple(address(a) for a in (src, koff, wmat, shift, scratch, out))
+    kernels.run_pieces(activation, pieces, header, arrays, threads, share)
+    return out
+
+
+def _channel_spans(first, count, row_bytes, tile):
+    """Output channel ranges of about PIECE_WEIGHT_BYTES of weights, multiples of the
+    kernel's tile of rows but the last."""
+    per = max(tile, PIECE_WEIGHT_BYTES // row_bytes // tile * tile)
+    parts = -(-count // per)
+    even = -(-count // parts)
+    per = -(-even // tile) * tile  # even parts, in whole tiles
+    return [(first + a, first + min(count, a + per)) for a in range(0, count, per)]
+
+
+def _row_spans(oh, wide, row_bytes):
+    """Output row ranges reading about PIECE_INPUT_BYTES of the block, of at least
+    MIN_PIECE_POSITIONS positions."""
+    per = max(1, PIECE_INPUT_BYTES // row_bytes, -(-MIN_PIECE_POSITIONS // wide))
+    parts = -(-oh // min(oh, per))
+    return [(oh * j // parts, oh * (j + 1) // parts) for j in range(parts)]
+
+
+def _finer(pieces, threads, wide):
+    """The pieces with their row ranges halved while there are fewer than
+    PIECES_PER_THREAD a thread and each half keeps MIN_PIECE_POSITIONS / 2 positions."""
+    while threads > 1 and len(pieces) < PIECES_PER_THREAD * threads:
+        halved = []
+        for x_at, o_at, y0, y1, r0, r1 in pieces:
+            mid = (y0 + y1) // 2
+            if (mid - y0) * wide * 2 < MIN_PIECE_POSITIONS or mid == y0:
+                return pieces
+            halved += [(x_at, o_at, y0, mid, r0, r1), (x_at, o_at, mid, y1, r0, r1)]
+        pieces = halved
+    return pieces
+
+
+def tap_offsets(xp, cg, kernel, stride, wide, phase_stride, plane):
+    """koff (int64, cg * kh * kw) in w's order: tap (c, dy, dx) at phase (dy % sh,
+    dx % sw), channel c, (dy // sh) * wide + dx // sw."""
+    (kh, kw), (sh, sw) = kernel, stride
+    dy = xp.arange(kh, dtype=xp.int64)[:, None]
+    dx = xp.arange(kw, dtype=xp.int64)[None, :]
+    tap = ((dy % sh) * sw + dx % sw) * phase_stride + (dy // sh) * wide + dx // sw
+    channel = xp.arange(cg, dtype=xp.int64)[:, None] * plane
+    return xp.ascontiguousarray((channel + tap.reshape(1, -1)).reshape(-1))
+
+
+def phase_block(xp, kernels, x, stride, padding, rows, wide, plane, threads, share):
+    """(N, sh * sw, C, plane): phase (a, b)'s channel c holds at row q, column j (q <
+    rows, j < wide) the input at row -ph + a + q * sh, column -pw + b + j * sw, 0 where
+    that lies outside the input (the padding), and 0 in the slack after the rows; built
+    by llvm_conv's phase split in pieces of a phase's channels."""
+    n, c, h, width = x.shape
+    (sh, sw), (ph, pw) = stride, padding
+    x = xp.ascontiguousarray(x)
+    block = xp.empty((n, sh * sw, c, plane), x.dtype)
+    per = max(1, PHASE_PIECE_BYTES // (sh * sw * plane * x.itemsize))  # channels a piece
+    image = sh * sw * c * plane
+    pieces = [
+        (i * c * h * width, i * image, c0, min(c, c0 + per))
+        for i in range(n)
+        for c0 in range(0, c, per)
+    ]
+    header = (h, width, sh, sw, ph, pw, rows, wide, plane, c)
+    kernels.split_phases(x, block, pieces, header, threads, share)
+    return block
+
+
+def _inside(first, step, count, size):
+    """[q0, q1): the q < count whose first + q * step lies in [0, size)"""
+    q0 = min(count, max(0, -(first // step)))  # the first q with first + q * step >= 0
+    q1 = max(q0, min(count, -(-(size - first) // step)))
+    return q0, q1

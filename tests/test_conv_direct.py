@@ -1,0 +1,222 @@
+"""conv2d on numpy through llvm_conv's compiled indexed GEMM (backends/array_conv_direct.py,
+llvm_conv.py): against torch in float64 for every geometry a model uses and odd ones, the
+fused activations equal to the ops' own, the same bits whatever the pieces and threads
+(spinning helpers or row_parallel's pool), the kernel's row and position tails writing
+nothing past their ends, and the phase split against a numpy construction."""
+
+import numpy as np
+import pytest
+from helpers import missing, require
+
+import ember
+from ember.backends import array_conv, array_conv_direct, llvm_conv, row_parallel
+from ember.backends.addresses import address
+
+# (input, weight, kwargs)
+CASES = [
+    ((1, 3, 17, 19), (8, 3, 3, 3), dict(stride=2, padding=1)),  # YOLO's stem
+    ((2, 8, 13, 11), (6, 8, 3, 3), dict(padding=1)),  # a batch, rows not a tile's multiple
+    ((1, 8, 9, 10), (12, 8, 1, 1), {}),  # 1 x 1: the input's planes, panels
+    ((1, 20, 7, 9), (17, 20, 1, 1), dict(stride=2)),  # 1 x 1 strided: phases
+    ((1, 8, 12, 9), (6, 4, 3, 2), dict(groups=2, padding=(2, 0), stride=(1, 2))),
+    ((1, 4, 5, 6), (3, 4, 3, 3), dict(padding=(4, 3), stride=2)),  # taps wholly in padding
+    ((1, 4, 5, 6), (3, 4, 1, 1), dict(padding=2)),
+    ((1, 6, 1, 40), (5, 6, 1, 3), dict(padding=(0, 1), stride=(1, 2))),  # a conv1d
+    ((1, 5, 11, 13), (9, 5, 5, 5), dict(padding=2)),
+    ((1, 3, 10, 14), (4, 3, 2, 2), dict(stride=2)),  # a patch embedding
+    ((1, 2, 9, 8), (3, 2, 3, 3), dict(stride=3, padding=(1, 0))),
+    ((3, 16, 20, 20), (40, 16, 3, 3), dict(padding=1)),  # several tiles of rows and positions
+]
+ACTIVATIONS = [None, "silu", "gelu", "gelu_tanh"]
+
+
+@pytest.fixture
+def kernels():
+    """llvm_conv's kernels: skipped where llvmlite is missing (a failure under CI=true)."""
+    try:
+        import llvmlite  # noqa: F401
+    except ImportError as exc:
+        missing("llvmlite (the ember[jit] extra)", str(exc))
+    built = llvm_conv.kernels()
+    if built is None:
+        missing("llvm_conv's kernels", "EMBER_JIT=0 is set, or their build failed")
+    return built
+
+
+@pytest.fixture
+def taken(monkeypatch):
+    """The convolutions the direct path ran."""
+    calls = []
+    real = array_conv_direct.conv2d
+
+    def counting(*args, **kw):
+        calls.append(args[3].shape)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(array_conv_direct, "conv2d", counting)
+    return calls
+
+
+@pytest.fixture
+def tiny_pieces(monkeypatch):
+    """Pieces of a few rows and positions, shared by three threads however small."""
+    monkeypatch.setattr(array_conv_direct, "PIECE_WEIGHT_BYTES", 64)
+    monkeypatch.setattr(array_conv_direct, "PIECE_INPUT_BYTES", 64)
+    monkeypatch.setattr(array_conv_direct, "MIN_PIECE_POSITIONS", 1)
+    monkeypatch.setattr(array_conv_direct, "PHASE_PIECE_BYTES", 4)
+    monkeypatch.setitem(row_parallel._state, "workers", 3)
+    monkeypatch.setattr(row_parallel, "MIN_PARALLEL_ELEMENTS", 1)
+
+
+def _inputs(case, seed=0):
+    xshape, wshape, kw = CASES[case]
+    rng = np.random.default_rng(seed + case)
+    x = rng.standard_normal(xshape).astype(np.float32)
+    w = rng.standard_normal(wshape).astype(np.float32)
+    b = rng.standard_normal(wshape[0]).astype(np.float32)
+    return x, w, b, kw
+
+
+def _torch(x, w, b, activation, **kw):
+    torch = require("torch")
+    y = torch.nn.functional.conv2d(*(torch.from_numpy(a.astype(np.float64)) for a in (x, w, b)), **kw)
+    if activation == "gelu_tanh":
+        y = torch.nn.functional.gelu(y, approximate="tanh")
+    elif activation is not None:
+        y = getattr(torch.nn.functional, activation)(y)
+    return y.numpy()
+
+
+def _conv(x, w, b, activation=None, **kw):
+    return ember.conv2d(
+        ember.tensor(x), ember.tensor(w), None if b is None else ember.tensor(b),
+        activation=activation, **kw,
+    ).numpy()  # fmt: skip
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_matches_torch(kernels, taken, case, activation):
+    x, w, b, kw = _inputs(case)
+    got = _conv(x, w, b, activation, **kw)
+    want = _torch(x, w, b, activation, **kw)
+    assert taken, "the direct path did not run"
+    assert got.shape == want.shape
+    scale = np.abs(x).max() * np.abs(w).sum(axis=(1, 2, 3)).max() + np.abs(b).max()
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6 * scale)
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_same_bits_whatever_the_pieces_and_threads(kernels, case, monkeypatch, tiny_pieces):
+    x, w, b, kw = _inputs(case, seed=7)
+    small = _conv(x, w, b, "silu", **kw)
+    monkeypatch.setattr(array_conv_direct, "PIECE_WEIGHT_BYTES", 1 << 30)
+    monkeypatch.setattr(array_conv_direct, "PIECE_INPUT_BYTES", 1 << 30)
+    monkeypatch.setitem(row_parallel._state, "workers", 1)
+    whole = _conv(x, w, b, "silu", **kw)
+    assert np.array_equal(small, whole)
+
+
+def test_pool_threads_where_no_helpers_spin(kernels, monkeypatch, tiny_pieces):
+    """A CPU without llvm_spin's helpers: row_parallel's threads take the pieces, each with
+    a scratch of its own (shared ones would mix their outputs)."""
+    x, w, b, kw = _inputs(11)
+    helped = _conv(x, w, b, "silu", **kw)
+    monkeypatch.setattr(kernels, "_teams", {a: (run, None) for a, (run, _) in kernels._teams.items()})
+    monkeypatch.setattr(kernels, "_phases", (kernels._phases[0], None))
+    monkeypatch.setitem(row_parallel._state, "spin_bound", False)
+    monkeypatch.setitem(row_parallel._state, "pool", None)
+    try:
+        pooled = _conv(x, w, b, "silu", **kw)
+    finally:
+        pool = row_parallel._state["pool"]
+        if pool is not None:
+            pool.shutdown()
+    assert np.array_equal(helped, pooled)
+
+
+@pytest.mark.parametrize("activation", ["silu", "gelu", "gelu_tanh"])
+def test_fused_activation_is_the_ops_own(kernels, activation):
+    """conv2d(activation=f) has the bits of f applied to conv2d's output (llvm_math's)."""
+    x, w, b, kw = _inputs(1)
+    fused = _conv(x, w, b, activation, **kw)
+    plain = ember.conv2d(ember.tensor(x), ember.tensor(w), ember.tensor(b), **kw)
+    assert np.array_equal(fused, getattr(plain, activation)().numpy())
+
+
+def test_no_bias_and_empty_batch(kernels):
+    x, w, _, kw = _inputs(1)
+    np.testing.assert_allclose(
+        _conv(x, w, None, **kw), _torch(x, w, np.zeros(w.shape[0], np.float32), None, **kw),
+        rtol=2e-6, atol=1e-4,
+    )  # fmt: skip
+    assert _conv(x[:0], w, None, **kw).shape == (0, w.shape[0], 13, 11)
+
+
+@pytest.mark.parametrize("rows", [1, 7, 8, 9, 17])
+@pytest.mark.parametrize("positions", [1, 15, 48, 50, 97])
+def test_kernel_writes_its_rows_and_positions_only(kernels, rows, positions):
+    """The tails: a tile past the last row or the last position stores nothing there."""
+    rng = np.random.default_rng(rows * 100 + positions)
+    k, ldo = 5, positions + 3
+    x = rng.standard_normal(k * positions).astype(np.float32)
+    koff = np.arange(k, dtype=np.int64) * positions
+    w = rng.standard_normal((rows, k)).astype(np.float32)
+    b = rng.standard_normal(rows).astype(np.float32)
+    out = np.full((rows + 1, ldo), 7.0, np.float32)
+    kernels.run(None, address(x), koff, k, address(w), k, rows, address(b), positions, address(out), ldo)
+    want = w.astype(np.float64) @ x.reshape(k, positions) + b[:, None]
+    np.testing.assert_allclose(out[:rows, :positions], want, rtol=1e-5, atol=1e-5)
+    assert (out[:rows, positions:] == 7.0).all()
+    assert (out[rows] == 7.0).all()
+
+
+@pytest.mark.parametrize(
+    "shape, stride, padding, wide",
+    [
+        ((2, 3, 9, 11), (2, 2), (1, 1), 7),
+        ((1, 4, 8, 8), (1, 1), (1, 2), 7),
+        ((1, 2, 7, 10), (3, 2), (0, 4), 7),
+        # rows long enough for the vector copies, stride 1 and 2, the row's end in any lane
+        ((1, 2, 5, 77), (2, 2), (1, 1), 40),
+        ((1, 2, 5, 78), (2, 2), (1, 1), 40),
+        ((1, 2, 5, 70), (1, 1), (1, 1), 72),
+        ((1, 2, 5, 71), (1, 1), (0, 0), 71),
+    ],
+)
+def test_phase_block_against_numpy(kernels, tiny_pieces, shape, stride, padding, wide):
+    n, c, h, width = shape
+    (sh, sw), (ph, pw) = stride, padding
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    rows = 6
+    plane = rows * wide + 3
+    got = array_conv_direct.phase_block(
+        np, kernels, x, stride, padding, rows, wide, plane, 3, array_conv._share
+    )
+    padded = np.zeros((n, c, h + 2 * ph + rows * sh, width + 2 * pw + wide * sw), np.float32)
+    padded[:, :, ph : ph + h, pw : pw + width] = x
+    for a in range(sh):
+        for b in range(sw):
+            want = padded[:, :, a : a + rows * sh : sh, b : b + wide * sw : sw]
+            phase = got[:, a * sw + b]
+            assert np.array_equal(phase[..., : rows * wide].reshape(n, c, rows, wide), want)
+            assert (phase[..., rows * wide :] == 0).all()
+
+
+def test_never_imports_numba(kernels):
+    """The direct path's epilogue is compiled with it: a SiLU convolution (YOLO's every
+    one) no longer imports numba (~1 s of CPU and ~120 MB of a cold start)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, ember\n"
+        "x = ember.tensor(np.ones((1, 2, 5, 5), np.float32))\n"
+        "w = ember.tensor(np.ones((3, 2, 3, 3), np.float32))\n"
+        "for act in (None, 'silu', 'gelu'):\n"
+        "    ember.conv2d(x, w, padding=1, activation=act)\n"
+        "from ember.backends import llvm_build\n"
+        "print(llvm_build.is_built('llvm_conv'), 'numba' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "False"]
