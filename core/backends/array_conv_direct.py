@@ -21,9 +21,12 @@ stay in a core's L2 cache. Each output is one sum over its taps in order, so the
 never depend on the pieces or the threads.
 """
 
+import functools
 import itertools
+from typing import NamedTuple
 
 from .addresses import address
+from .llvm_conv import piece_table
 
 # a piece's weights and its rows of the input block (L2: 1.25-2 MiB a core on the Intel
 # hosts, 512 KiB-1 MiB on AMD)
@@ -55,81 +58,117 @@ def conv2d(xp, kernels, x, w, bias, stride, padding, groups, activation, threads
     OH, OW) result. threads_for(multiply_adds) says how many threads the work may take;
     share(fn, threads) calls fn(t) for t < threads, each on a thread of its own (CPUs
     without llvm_spin's helpers)."""
-    n, c, h, width = x.shape
+    n, _, h, width = x.shape
     o, cg, kh, kw = w.shape
     (sh, sw), (ph, pw) = stride, padding
     oh = (h + 2 * ph - kh) // sh + 1
     ow = (width + 2 * pw - kw) // sw + 1
-    og, k = o // groups, cg * kh * kw
-    wmat = xp.ascontiguousarray(w).reshape(o, k)
-    shift = xp.zeros(o, x.dtype) if bias is None else xp.ascontiguousarray(bias, dtype=x.dtype)
     out = xp.empty((n, o, oh, ow), x.dtype)
     if out.size == 0:
         return out
+    threads = (threads_for(out.size * cg * kh * kw), threads_for(x.size))
+    sizes = (PIECE_WEIGHT_BYTES, PIECE_INPUT_BYTES, MIN_PIECE_POSITIONS, PHASE_PIECE_BYTES)
+    g = _geometry(x.shape, w.shape, (sh, sw), (ph, pw), groups, kernels.rows, kernels.chunk,
+                  threads, sizes)  # fmt: skip
+    wmat = xp.ascontiguousarray(w).reshape(o, -1)
+    shift = xp.zeros(o, x.dtype) if bias is None else xp.ascontiguousarray(bias, dtype=x.dtype)
+    x = xp.ascontiguousarray(x)
+    if g.phases is None:  # a 1 x 1 convolution reads the input where it lies
+        src = x
+    else:
+        src = xp.empty(g.block, x.dtype)
+        kernels.split_phases(g.phases, x, src, threads[1], share)
+    scratch = xp.empty(max(1, threads[0] * g.per_thread), x.dtype)
+    arrays = tuple(address(a) for a in (src, g.koff, wmat, shift, scratch, out))
+    kernels.run_pieces(activation, g.table, arrays, threads[0], share)
+    return out
+
+
+class _Geometry(NamedTuple):
+    """What a convolution's geometry decides (array_conv_direct._geometry)."""
+
+    koff: object  # the taps' offsets (int64)
+    table: object  # the pieces' table (llvm_conv.piece_table)
+    per_thread: int  # scratch floats a thread
+    block: tuple | None  # the phase block's shape; None for a 1 x 1 convolution's input
+    phases: object  # the phase split's table, or None
+
+
+@functools.lru_cache(maxsize=512)
+def _geometry(xshape, wshape, stride, padding, groups, tile_rows, chunk, threads, sizes):
+    """The pieces, offsets and scratch of a convolution of these shapes on (threads for
+    its products, for its phase split), with the piece sizes `sizes` (the module's, as
+    a key): a model's layers come back every forward, planned once."""
+    import numpy as np
+
+    n, c, h, width = xshape
+    o, cg, kh, kw = wshape
+    (sh, sw), (ph, pw) = stride, padding
+    weight_bytes, input_bytes, min_positions, phase_bytes = sizes
+    oh = (h + 2 * ph - kh) // sh + 1
+    ow = (width + 2 * pw - kw) // sw + 1
+    og, k = o // groups, cg * kh * kw
+    phases, block = None, None
     if kh == kw == sh == sw == 1 and not (ph or pw):
-        src = xp.ascontiguousarray(x)
         wide, plane, image = ow, h * width, c * h * width
-        koff = xp.arange(cg, dtype=xp.int64) * plane
+        koff = np.arange(cg, dtype=np.int64) * plane
         copy = 0
     else:
         wide = ow + (kw - 1) // sw  # a phase row: the output's columns, the kernel's reach
         rows = oh + (kh - 1) // sh
         plane = rows * wide + (kw - 1) // sw  # the last row's extra columns read this far
-        threads = threads_for(x.size)
-        src = phase_block(xp, kernels, x, stride, padding, rows, wide, plane, threads, share)
         image = sh * sw * c * plane
-        koff = tap_offsets(xp, cg, (kh, kw), stride, wide, c * plane, plane)
+        block = (n, sh * sw, c, plane)
+        phases = _phase_table(xshape, stride, padding, rows, wide, plane, phase_bytes)
+        koff = tap_offsets(np, cg, (kh, kw), stride, wide, c * plane, plane)
         copy = 1
-    row_bytes = cg * sh * sw * wide * x.itemsize  # the block's bytes an output row reads
+    row_bytes = cg * sh * sw * wide * 4  # the block's bytes an output row reads
     pieces = []
-    for i, g in itertools.product(range(n), range(groups)):
-        x_at = i * image + g * cg * plane
-        for r0, r1 in _channel_spans(g * og, og, k * x.itemsize, kernels.rows):
-            for y0, y1 in _row_spans(oh, wide, row_bytes):
+    for i, gi in itertools.product(range(n), range(groups)):
+        x_at = i * image + gi * cg * plane
+        for r0, r1 in _channel_spans(gi * og, og, k * 4, tile_rows, weight_bytes):
+            for y0, y1 in _row_spans(oh, wide, row_bytes, input_bytes, min_positions):
                 pieces.append((x_at, i * o * oh * ow, y0, y1, r0, r1))
-    threads = threads_for(n * o * oh * ow * k)
-    pieces = _finer(pieces, threads, wide)
+    pieces = _finer(pieces, threads[0], wide, min_positions)
     # each thread's scratch: for a 1 x 1 convolution a panel, the kernel's chunk of
     # positions of every tap one after another (its taps are k channel planes apart, k
     # streams from L2 for every tile of rows: yolov8n 93.6 -> 90.2 ms, yolov8s 222 ->
     # 215, median of 10 and 6 interleaved; panels for k x k ones too, whose taps share
     # cache lines, took 100.9 and 255.6); else the largest piece's rows of wide positions
-    panel = 0 if copy else k * kernels.chunk
+    panel = 0 if copy else k * chunk
     largest = max((r1 - r0) * (y1 - y0) * wide for _, _, y0, y1, r0, r1 in pieces)
     per_thread = panel + (largest if copy else 0)
-    scratch = xp.empty(max(1, threads * per_thread), x.dtype)
     header = (k, k, per_thread, oh * ow, wide, ow, copy, panel)
-    arrays = tuple(address(a) for a in (src, koff, wmat, shift, scratch, out))
-    kernels.run_pieces(activation, pieces, header, arrays, threads, share)
-    return out
+    table = piece_table(pieces, header)
+    return _Geometry(koff, table, per_thread, block, phases)
 
 
-def _channel_spans(first, count, row_bytes, tile):
-    """Output channel ranges of about PIECE_WEIGHT_BYTES of weights, multiples of the
-    kernel's tile of rows but the last."""
-    per = max(tile, PIECE_WEIGHT_BYTES // row_bytes // tile * tile)
+def _channel_spans(first, count, row_bytes, tile, weight_bytes):
+    """Output channel ranges of about weight_bytes of weights, multiples of the kernel's
+    tile of rows but the last."""
+    per = max(tile, weight_bytes // row_bytes // tile * tile)
     parts = -(-count // per)
     even = -(-count // parts)
     per = -(-even // tile) * tile  # even parts, in whole tiles
     return [(first + a, first + min(count, a + per)) for a in range(0, count, per)]
 
 
-def _row_spans(oh, wide, row_bytes):
-    """Output row ranges reading about PIECE_INPUT_BYTES of the block, of at least
-    MIN_PIECE_POSITIONS positions."""
-    per = max(1, PIECE_INPUT_BYTES // row_bytes, -(-MIN_PIECE_POSITIONS // wide))
+def _row_spans(oh, wide, row_bytes, input_bytes, min_positions):
+    """Output row ranges reading about input_bytes of the block, of at least
+    min_positions positions."""
+    per = max(1, input_bytes // row_bytes, -(-min_positions // wide))
     parts = -(-oh // min(oh, per))
     return [(oh * j // parts, oh * (j + 1) // parts) for j in range(parts)]
 
 
-def _finer(pieces, threads, wide):
+def _finer(pieces, threads, wide, min_positions):
     """The pieces with their row ranges halved while there are fewer than
-    PIECES_PER_THREAD a thread and each half keeps MIN_PIECE_POSITIONS / 2 positions."""
+    PIECES_PER_THREAD a thread and each half keeps min_positions / 2 positions."""
     while threads > 1 and len(pieces) < PIECES_PER_THREAD * threads:
         halved = []
         for x_at, o_at, y0, y1, r0, r1 in pieces:
             mid = (y0 + y1) // 2
-            if (mid - y0) * wide * 2 < MIN_PIECE_POSITIONS or mid == y0:
+            if (mid - y0) * wide * 2 < min_positions or mid == y0:
                 return pieces
             halved += [(x_at, o_at, y0, mid, r0, r1), (x_at, o_at, mid, y1, r0, r1)]
         pieces = halved
@@ -151,21 +190,29 @@ def phase_block(xp, kernels, x, stride, padding, rows, wide, plane, threads, sha
     """(N, sh * sw, C, plane): phase (a, b)'s channel c holds at row q, column j (q <
     rows, j < wide) the input at row -ph + a + q * sh, column -pw + b + j * sw, 0 where
     that lies outside the input (the padding), and 0 in the slack after the rows; built
-    by llvm_conv's phase split in pieces of a phase's channels."""
-    n, c, h, width = x.shape
-    (sh, sw), (ph, pw) = stride, padding
+    by llvm_conv's phase split in pieces of an image's channels."""
+    n, c = x.shape[:2]
+    (sh, sw) = stride
     x = xp.ascontiguousarray(x)
     block = xp.empty((n, sh * sw, c, plane), x.dtype)
-    per = max(1, PHASE_PIECE_BYTES // (sh * sw * plane * x.itemsize))  # channels a piece
+    table = _phase_table(x.shape, stride, padding, rows, wide, plane, PHASE_PIECE_BYTES)
+    kernels.split_phases(table, x, block, threads, share)
+    return block
+
+
+def _phase_table(xshape, stride, padding, rows, wide, plane, piece_bytes):
+    """The phase split's pieces table (llvm_conv.piece_table): an image's channels,
+    about piece_bytes of the block a piece."""
+    n, c, h, width = xshape
+    (sh, sw), (ph, pw) = stride, padding
+    per = max(1, piece_bytes // (sh * sw * plane * 4))  # channels a piece
     image = sh * sw * c * plane
     pieces = [
         (i * c * h * width, i * image, c0, min(c, c0 + per))
         for i in range(n)
         for c0 in range(0, c, per)
     ]
-    header = (h, width, sh, sw, ph, pw, rows, wide, plane, c)
-    kernels.split_phases(x, block, pieces, header, threads, share)
-    return block
+    return piece_table(pieces, (h, width, sh, sw, ph, pw, rows, wide, plane, c))
 
 
 def _inside(first, step, count, size):

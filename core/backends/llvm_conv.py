@@ -110,29 +110,22 @@ class ConvKernels:
         }
         self._phases = _pieces_functions(engine, "ember_conv_phases", 2, team)
 
-    def split_phases(self, x, block, pieces, header, threads, share):
-        """The phase block of x (array_conv_direct.phase_block's layout) by pieces
-        (x offset, block offset, c0, c1: an image's channels) with the header (H, W, sh,
-        sw, ph, pw, rows, wide, plane, C), on `threads` threads as run_pieces shares
-        them."""
-        self._team(self._phases, pieces, header, (address(x), address(block)), threads, share)
+    def split_phases(self, table, x, block, threads, share):
+        """The phase block of x (array_conv_direct.phase_block's layout) by the pieces of
+        `table` (phase_table's), on `threads` threads as run_pieces shares them."""
+        self._team(self._phases, table, (address(x), address(block)), threads, share)
 
-    def run_pieces(self, activation, pieces, header, arrays, threads, share):
-        """The pieces (x offset, out offset, y0, y1, r0, r1) of one convolution with its
-        header (k, ldw, scratch floats a thread, ldo, wide, ow, copy, panel floats: the
-        first of a thread's scratch, or 0) and arrays (x,
+    def run_pieces(self, activation, table, arrays, threads, share):
+        """The pieces of one convolution's `table` (piece_table's) with its arrays (x,
         koff, w, bias, scratch, out: the addresses; the scratch holds `threads` times
         the floats a thread), on `threads` threads in all: the caller and llvm_spin's
         helpers, or, on a CPU without them, share(fn, threads) calling fn(t) for t <
         threads on as many threads (row_parallel's), each taking pieces until none is
         left."""
-        self._team(self._teams[activation or "none"], pieces, header, arrays, threads, share)
+        self._team(self._teams[activation or "none"], table, arrays, threads, share)
 
-    def _team(self, fns, pieces, header, arrays, threads, share):
-        words = [0, len(pieces), *header]
-        for piece in pieces:
-            words += piece
-        table = np.array(words, np.int64)
+    def _team(self, fns, table, arrays, threads, share):
+        table = table.copy()  # its first word counts the pieces taken: this run's own
         run, split = fns
         if split is not None or threads <= 1:
             helpers = llvm_spin.process_helpers(threads) if split is not None else None
@@ -150,6 +143,18 @@ class ConvKernels:
         self._fns[activation or "none"](
             x, address(koff), k, w, ldw, rows, bias, p, out, ldo, group, panel
         )
+
+
+def piece_table(pieces, header):
+    """The int64 table of a convolution's pieces (x offset, out offset, y0, y1, r0, r1)
+    with its header (k, ldw, scratch floats a thread, ldo, wide, ow, copy, panel floats:
+    the first of a thread's scratch, or 0), for run_pieces; or of a phase split's pieces
+    (x offset, block offset, c0, c1: an image's channels) with its header (H, W, sh, sw,
+    ph, pw, rows, wide, plane, C), for split_phases."""
+    words = [0, len(pieces), *header]
+    for piece in pieces:
+        words += piece
+    return np.array(words, np.int64)
 
 
 def _pieces_functions(engine, name, pointers, split):
