@@ -1,4 +1,6 @@
-"""conv2d on numpy: im2col a band of output rows at a time, one GEMM per band.
+"""conv2d on numpy: llvm_conv's compiled indexed GEMM where llvmlite is installed
+(array_conv_direct: no column matrix at all; yolov8n 136 -> 89 ms a forward against this
+module's path); else im2col a band of output rows at a time, one GEMM per band.
 
 The contract's default (composites.conv2d) builds the whole (Cg*KH*KW, OH*OW) column
 matrix and runs one GEMM on BLAS's own threads. For YOLOv8 at 640 that is a 30-60 MB
@@ -34,10 +36,12 @@ numba's compiler): the bias added to the band's product in place, then one vecto
 into the output. numba's loop reads each channel's row of the output as a strided array
 and ran scalar there, 2.2 ns an element (0.64 on contiguous rows); the vector pass is
 0.44, and the fused SiLU is then the very SiLU Tensor.silu computes (yolov8n forward
-180 -> 163 ms median of 10 interleaved rounds, Intel Xeon, 2 threads). There too, a
-stride-1 3x3 convolution of 16+ channels on a 40x40+ map goes through Winograd
-F(2x2, 3x3) (array_winograd: 2.25x fewer multiplies, no im2col; yolov8s-fall forward on
-one core 588-669 -> 464-543 ms of CPU, interleaved in one process under load).
+180 -> 163 ms median of 10 interleaved rounds, Intel Xeon, 2 threads). (A Winograd
+F(2x2, 3x3) path for stride-1 3x3 convolutions, numba transforms around BLAS GEMMs,
+ran at ~84 GFLOP/s equivalent on two cores; llvm_conv's direct kernel runs them at
+~186, and took over every install that had numba: the Winograd path was removed.)
+With llvmlite but an activation llvm_conv does not fuse (the YOLO class scores'
+sigmoid), a convolution still comes here, its epilogue numba's where installed.
 
 Stride-2 3x3 convolutions stay im2col: their tap copies are 10-30% of a band's time
 (the GEMM the rest), and splitting a band's input into its four even/odd phases first,
@@ -49,7 +53,7 @@ of 12.0).
 
 import itertools
 
-from . import array_conv_direct, array_winograd, llvm_conv, llvm_math
+from . import array_conv_direct, llvm_conv, llvm_math
 from .array_fast import apply_over
 from .blas_threads import single_thread_below
 from .optional_jit import jit_module
@@ -60,8 +64,6 @@ BAND_BYTES = 1 << 20
 # At least this many output pixels per band, so a deep layer's weight (up to 512 x 4608)
 # is not streamed through the cache once per handful of columns.
 MIN_BAND_COLUMNS = 512
-# stride-1 3x3 convolutions through Winograd F(2x2, 3x3) (array_winograd)
-WINOGRAD = True
 # float32 convolutions through llvm_conv's compiled kernel where it is built
 # (array_conv_direct); False keeps the im2col and Winograd paths (their tests set it)
 DIRECT = True
@@ -75,13 +77,6 @@ def _epilogue_kernels():
     """array_conv_jit (numba's bias + activation pass), or None without numba or with
     EMBER_JIT=0: numpy's ufuncs then do the epilogue."""
     return jit_module("array_conv_jit")
-
-
-def _winograd_kernels():
-    """array_winograd_jit, imported with the epilogue's numba (only then is it asked for)"""
-    from . import array_winograd_jit
-
-    return array_winograd_jit
 
 
 # Bands per image plane come in multiples of this, so that two threads split a plane's
@@ -102,6 +97,24 @@ def _band_edges(oh, rows):
     return [oh * j // count for j in range(count + 1)]
 
 
+def zero_bordered(xp, src, top, rows, left, cols):
+    """src (C, H, W)'s rows [top, top + rows) and columns [left, left + cols) as a new
+    (C, rows, cols) array, zeros where they fall outside src (a convolution's padding):
+    the part inside copied once, each border zeroed once."""
+    c, h, width = src.shape
+    block = xp.empty((c, rows, cols), src.dtype)
+    a, b = min(max(-top, 0), rows), max(min(h - top, rows), 0)  # block rows inside src
+    lo, hi = min(max(-left, 0), cols), max(min(width - left, cols), 0)  # columns inside
+    block[:, :a] = 0
+    block[:, b:] = 0
+    if a < b:
+        block[:, a:b, :lo] = 0
+        block[:, a:b, max(hi, lo) :] = 0
+        if lo < hi:
+            block[:, a:b, lo:hi] = src[:, top + a : top + b, left + lo : left + hi]
+    return block
+
+
 def _band_columns(xp, src, r0, r1, ow, kernel, stride, padding, dilation):
     """The (C, KH, KW, r1 - r0, OW) columns of output rows [r0, r1) of src (C, H, W): the
     band's input rows copied once into a zero-bordered block, then every tap read from it
@@ -112,7 +125,7 @@ def _band_columns(xp, src, r0, r1, ow, kernel, stride, padding, dilation):
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
     rows = (r1 - 1 - r0) * sh + (kh - 1) * dh + 1
     cols = (ow - 1) * sw + (kw - 1) * dw + 1
-    block = array_winograd.zero_bordered(xp, src, r0 * sh - ph, rows, -pw, cols)
+    block = zero_bordered(xp, src, r0 * sh - ph, rows, -pw, cols)
     c = src.shape[0]
     s0, s1, s2 = block.strides
     taps = xp.ndarray(
@@ -186,22 +199,10 @@ def conv2d(xp, x, w, bias, stride, padding, dilation, groups, activation=None):
     # their vector pass writes the output rows (see the module's note)
     math = llvm_math.for_array(xp, out) if activation in llvm_math.ELEMENTWISE else None
     zeros = xp.zeros(o, x.dtype) if code is not None and bias is None else None
-    # Winograd where numba already runs the epilogue: its transforms are numba loops too
-    winograd = (
-        WINOGRAD
-        and jit is not None
-        and array_winograd.eligible(x, w, stride, padding, dilation, groups)
-    )
-    if winograd:
-        spans, tiles_high, tiles_wide = array_winograd.band_plan(
-            oh, ow, cg, o, x.itemsize, BAND_BYTES, _band_edges
-        )
-        per_band = 16 * o * cg * tiles_wide * -(-tiles_high // len(spans))
-    else:
-        rows = max(1, BAND_BYTES // (k * ow * x.itemsize), -(-MIN_BAND_COLUMNS // ow))
-        edges = _band_edges(oh, min(oh, rows))
-        spans = list(itertools.pairwise(edges))
-        per_band = og * k * ow * -(-oh // len(spans))  # the largest band's multiply-adds
+    rows = max(1, BAND_BYTES // (k * ow * x.itemsize), -(-MIN_BAND_COLUMNS // ow))
+    edges = _band_edges(oh, min(oh, rows))
+    spans = list(itertools.pairwise(edges))
+    per_band = og * k * ow * -(-oh // len(spans))  # the largest band's multiply-adds
     bands = [(i, g, r0, r1) for i in range(n) for g in range(groups) for r0, r1 in spans]
 
     def finish(y, dst, g):
@@ -228,29 +229,15 @@ def conv2d(xp, x, w, bias, stride, padding, dilation, groups, activation=None):
                 apply_over(xp, activation, y.reshape(-1), scratch)
         dst[...] = y
 
-    if winograd:
-        kernels = _winograd_kernels()
-        u = array_winograd.kernel_transform(xp, kernels, w)
-
-        def band(i, g, t0, t1):
-            y = array_winograd.band(xp, kernels, x[i], u, t0, t1, tiles_wide)
-            r0, r1 = 2 * t0, min(2 * t1, oh)
-            y = y[:, : r1 - r0, :ow]
-            if not y.flags.c_contiguous:  # an odd height or width: the last tile cropped
-                y = xp.ascontiguousarray(y)
-            finish(y, out[i, :, r0:r1], 0)
-
-    else:
-
-        def band(i, g, r0, r1):
-            src = x[i, g * cg : (g + 1) * cg]
-            if pointwise:
-                cols = src[:, r0:r1].reshape(cg, -1)
-            else:
-                cols = _band_columns(xp, src, r0, r1, ow, (kh, kw), stride, padding, dilation)
-                cols = cols.reshape(k, -1)
-            y = (wmat[g] @ cols).reshape(og, r1 - r0, ow)
-            finish(y, out[i, g * og : (g + 1) * og, r0:r1], g)
+    def band(i, g, r0, r1):
+        src = x[i, g * cg : (g + 1) * cg]
+        if pointwise:
+            cols = src[:, r0:r1].reshape(cg, -1)
+        else:
+            cols = _band_columns(xp, src, r0, r1, ow, (kh, kw), stride, padding, dilation)
+            cols = cols.reshape(k, -1)
+        y = (wmat[g] @ cols).reshape(og, r1 - r0, ow)
+        finish(y, out[i, g * og : (g + 1) * og, r0:r1], g)
 
     def run(start, stop):
         # run_rows hands ranges of bands to whichever thread is free (a worker that gets
@@ -264,6 +251,6 @@ def conv2d(xp, x, w, bias, stride, padding, dilation, groups, activation=None):
     # stays asleep, so the bands split even where its workers would spin).
     with single_thread_below(0):
         # keyed by the layer's geometry: its own timings decide whether it shares
-        key = (x.shape, w.shape, stride, padding, dilation, groups, winograd)
+        key = (x.shape, w.shape, stride, padding, dilation, groups)
         run_rows(run, len(bands), per_band, blas_free=True, pieces=len(bands), key=key)
     return out
