@@ -21,7 +21,7 @@ CASES = [
     ((1, 8, 12, 9), (6, 4, 3, 2), dict(groups=2, padding=(2, 0), stride=(1, 2))),
     ((1, 4, 5, 6), (3, 4, 3, 3), dict(padding=(4, 3), stride=2)),  # taps wholly in padding
     ((1, 4, 5, 6), (3, 4, 1, 1), dict(padding=2)),
-    ((1, 6, 1, 40), (5, 6, 1, 3), dict(padding=(0, 1), stride=(1, 2))),  # a conv1d
+    ((1, 6, 2, 40), (5, 6, 1, 3), dict(padding=(0, 1), stride=(1, 2))),  # rows of a conv1d
     ((1, 5, 11, 13), (9, 5, 5, 5), dict(padding=2)),
     ((1, 3, 10, 14), (4, 3, 2, 2), dict(stride=2)),  # a patch embedding
     ((1, 2, 9, 8), (3, 2, 3, 3), dict(stride=3, padding=(1, 0))),
@@ -201,6 +201,18 @@ def test_phase_block_against_numpy(kernels, tiny_pieces, shape, stride, padding,
             phase = got[:, a * sw + b]
             assert np.array_equal(phase[..., : rows * wide].reshape(n, c, rows, wide), want)
             assert (phase[..., rows * wide :] == 0).all()
+
+
+def test_one_position_rows_take_im2col(kernels, taken):
+    """A conv1d (one input row) runs with its axes swapped, rows of one position: that
+    geometry stays on the im2col path (array_conv_direct.eligible says why)."""
+    x = np.random.default_rng(2).standard_normal((1, 6, 1, 40)).astype(np.float32)
+    w = np.random.default_rng(3).standard_normal((5, 6, 1, 3)).astype(np.float32)
+    b = np.zeros(5, np.float32)
+    got = _conv(x, w, b, "gelu", padding=(0, 1), stride=(1, 2))
+    np.testing.assert_allclose(got, _torch(x, w, b, "gelu", padding=(0, 1), stride=(1, 2)),
+                               rtol=2e-6, atol=1e-5)  # fmt: skip
+    assert not taken
 
 
 def test_never_imports_numba(kernels):

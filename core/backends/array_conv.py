@@ -175,7 +175,7 @@ def conv2d(xp, x, w, bias, stride, padding, dilation, groups, activation=None):
         )
         return out.reshape(out.shape[0], out.shape[1], 1, out.shape[2])
     direct = llvm_conv.kernels() if DIRECT and _is_numpy(xp) else None
-    if array_conv_direct.eligible(direct, x, w, dilation, activation):
+    if array_conv_direct.eligible(direct, x, w, stride, padding, dilation, activation):
         return array_conv_direct.conv2d(
             xp, direct, x, w, bias, stride, padding, groups, activation, _threads_for, _share
         )
