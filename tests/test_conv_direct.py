@@ -27,7 +27,7 @@ CASES = [
     ((1, 2, 9, 8), (3, 2, 3, 3), dict(stride=3, padding=(1, 0))),
     ((3, 16, 20, 20), (40, 16, 3, 3), dict(padding=1)),  # several tiles of rows and positions
 ]
-ACTIVATIONS = [None, "silu", "gelu", "gelu_tanh"]
+ACTIVATIONS = [None, "silu", "gelu", "gelu_tanh", "sigmoid", "relu"]
 
 
 @pytest.fixture
@@ -135,9 +135,10 @@ def test_pool_threads_where_no_helpers_spin(kernels, monkeypatch, tiny_pieces):
     assert np.array_equal(helped, pooled)
 
 
-@pytest.mark.parametrize("activation", ["silu", "gelu", "gelu_tanh"])
+@pytest.mark.parametrize("activation", ["silu", "gelu", "gelu_tanh", "sigmoid", "relu"])
 def test_fused_activation_is_the_ops_own(kernels, activation):
-    """conv2d(activation=f) has the bits of f applied to conv2d's output (llvm_math's)."""
+    """conv2d(activation=f) has the bits of f applied to conv2d's output: llvm_math's in
+    the kernel's epilogue, the op's own pass after it for the others."""
     x, w, b, kw = _inputs(1)
     fused = _conv(x, w, b, activation, **kw)
     plain = ember.conv2d(ember.tensor(x), ember.tensor(w), ember.tensor(b), **kw)

@@ -26,7 +26,8 @@ import itertools
 from typing import NamedTuple
 
 from .addresses import address
-from .llvm_conv import piece_table
+from .array_fast import apply_over
+from .llvm_conv import ACTIVATIONS, piece_table
 
 # a piece's weights and its rows of the input block (L2: 1.25-2 MiB a core on the Intel
 # hosts, 512 KiB-1 MiB on AMD)
@@ -46,14 +47,11 @@ def eligible(kernels, x, w, stride, padding, dilation, activation):
     position wide (a conv1d that array_conv runs with its axes swapped): its phase rows
     of one element each made the split and the pieces slower than im2col + OpenBLAS
     (Whisper base's 512 x 3000 stride-2 conv: 17.3-26.6 ms against 13.2-13.5)."""
-    from .llvm_conv import ACTIVATIONS
-
     ow = (x.shape[3] + 2 * padding[1] - w.shape[3]) // stride[1] + 1
     return (
         kernels is not None
         and x.dtype == w.dtype == "float32"
         and tuple(dilation) == (1, 1)
-        and (activation is None or activation in ACTIVATIONS)
         and ow > 1
     )
 
@@ -85,7 +83,16 @@ def conv2d(xp, kernels, x, w, bias, stride, padding, groups, activation, threads
         kernels.split_phases(g.phases, x, src, threads[1], share)
     scratch = xp.empty(max(1, threads[0] * g.per_thread), x.dtype)
     arrays = tuple(address(a) for a in (src, g.koff, wmat, shift, scratch, out))
-    kernels.run_pieces(activation, g.table, arrays, threads[0], share)
+    fused = activation is None or activation in ACTIVATIONS
+    kernels.run_pieces(activation if fused else None, g.table, arrays, threads[0], share)
+    if not fused:
+        # an activation the kernel does not build (YOLO's class scores' sigmoid): the op's
+        # own pass over the output, its bits those of the op on the convolution's result
+        # (the three class convolutions of a yolov8n forward, 80 channels at 80^2, 40^2
+        # and 20^2, took ~4 ms through im2col with numba's sigmoid)
+        flat = out.reshape(-1)
+        with xp.errstate(all="ignore"):
+            apply_over(xp, activation, flat, [xp.empty_like(flat) for _ in range(2)])
     return out
 
 
