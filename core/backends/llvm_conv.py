@@ -183,13 +183,13 @@ def _ir_module(triple, lanes, rows, vectors, team):
 
 def _add_phases(module, split):
     """``ember_conv_phases``, a pieces function: each piece's channels, phase by phase
-    and row by row (a source row's phases one after another, while it is in cache):
+    and row by row (a phase's columns inside the input found once, not a row):
     zeros where the row or column lies in the padding, the input (every sw-th column)
     between; zeros in the slack after the rows. Strides 1 and 2 have loops of their own
     (a constant stride, which LLVM vectorizes)."""
     from llvmlite import ir
 
-    from .llvm_ir import I64, loop, no_alias
+    from .llvm_ir import I64, loop, no_alias, splat
 
     f32 = ir.FloatType()
     pf = f32.as_pointer()
@@ -237,7 +237,18 @@ def _add_phases(module, split):
             whole = b.select(b.icmp_signed(">", whole, I64(0)), whole, I64(0))
             end = b.add(j0, whole)
             loop(b, j0, end, vector, "jv", step=VECTOR_LANES)
-            copy(b, read, line, end, j1, I64(step))
+            if step == 1:  # the rest in one masked vector (YOLO's 20-80 wide rows: most)
+                lanes = ir.Constant(ir.VectorType(I64, VECTOR_LANES), list(range(VECTOR_LANES)))
+                left = splat(b, b.sub(j1, end), ir.VectorType(I64, VECTOR_LANES))
+                mask = b.icmp_signed("<", lanes, left)
+                masked_load, masked_store = _masked(module, vec)
+                at = b.bitcast(b.gep(read, [end]), vec.as_pointer())
+                zero = ir.Constant(vec, [0.0] * VECTOR_LANES)
+                v = b.call(masked_load, [at, ir.IntType(32)(4), mask, zero])
+                to = b.bitcast(b.gep(line, [end]), vec.as_pointer())
+                b.call(masked_store, [v, to, ir.IntType(32)(4), mask])
+            else:
+                copy(b, read, line, end, j1, I64(step))
 
         def copy_row(b, read, line, j0, j1):
             """line[j] = read[j * sw] for j in [j0, j1)"""
@@ -254,32 +265,36 @@ def _add_phases(module, split):
             src = b.gep(x, [b.add(x_at, b.mul(c, b.mul(h, width)))])
             first = b.gep(block, [b.add(b_at, b.mul(c, plane))])
 
-            def phase_row(b, ra):
+            def phase(b, ra, ca):
+                """phase (ra, ca) of the channel: its columns inside the input found once,
+                then row by row"""
+                dst = b.gep(first, [b.mul(b.add(b.mul(ra, sw), ca), phase_stride)])
+                left = b.sub(ca, pw)  # the input column of the phase's column 0
+                j0, j1 = _inside(b, left, sw, wide, width)
+
                 def row(b, q):
                     top = b.add(b.sub(ra, ph), b.mul(q, sh))
                     inside = b.and_(b.icmp_signed(">=", top, I64(0)), b.icmp_signed("<", top, h))
-
-                    def column_phase(b, ca):
-                        dst = b.gep(first, [b.mul(b.add(b.mul(ra, sw), ca), phase_stride)])
-                        line = b.gep(dst, [b.mul(q, wide)])
-                        left = b.sub(ca, pw)  # the input column of the phase's column 0
-                        j0, j1 = _inside(b, left, sw, wide, width)
-                        with b.if_else(inside) as (then, otherwise):
-                            with then:
-                                zeros(b, line, I64(0), j0)
-                                read = b.gep(src, [b.add(b.mul(top, width), left)])
-                                copy_row(b, read, line, j0, j1)
-                                zeros(b, line, j1, wide)
-                            with otherwise:
-                                zeros(b, line, I64(0), wide)
-                        with b.if_then(b.icmp_signed("==", q, b.sub(rows, I64(1)))):
-                            zeros(b, dst, b.mul(rows, wide), plane)  # the slack
-
-                    loop(b, I64(0), sw, column_phase, "ca")
+                    line = b.gep(dst, [b.mul(q, wide)])
+                    with b.if_else(inside) as (then, otherwise):
+                        with then:
+                            zeros(b, line, I64(0), j0)
+                            read = b.gep(src, [b.add(b.mul(top, width), left)])
+                            copy_row(b, read, line, j0, j1)
+                            zeros(b, line, j1, wide)
+                        with otherwise:
+                            zeros(b, line, I64(0), wide)
 
                 loop(b, I64(0), rows, row, "q")
+                zeros(b, dst, b.mul(rows, wide), plane)  # the slack
 
-            loop(b, I64(0), sh, phase_row, "ra")
+            loop(
+                b,
+                I64(0),
+                sh,
+                lambda b, ra: loop(b, I64(0), sw, lambda b, ca: phase(b, ra, ca), "ca"),
+                "ra",
+            )
 
         loop(b, c0, c1, channel, "c")
 
@@ -376,6 +391,27 @@ def _add_team(module, name, kernel, split):
     llvm_spin.add_pieces(module, name, [pf, pi, pf, pf, pf, pf], piece, split)
 
 
+def _masked(module, vec):
+    """LLVM's masked load and store of f32 vectors of type `vec` (declared once a
+    module): ``load(ptr, align, mask, passthru)``, ``store(value, ptr, align, mask)``."""
+    from llvmlite import ir
+
+    mask_t = ir.VectorType(ir.IntType(1), vec.count)
+    i32 = ir.IntType(32)
+    suffix = f"v{vec.count}f32.p0"
+    load = module.globals.get(f"llvm.masked.load.{suffix}") or ir.Function(
+        module,
+        ir.FunctionType(vec, [vec.as_pointer(), i32, mask_t, vec]),
+        f"llvm.masked.load.{suffix}",
+    )
+    store = module.globals.get(f"llvm.masked.store.{suffix}") or ir.Function(
+        module,
+        ir.FunctionType(ir.VoidType(), [vec, vec.as_pointer(), i32, mask_t]),
+        f"llvm.masked.store.{suffix}",
+    )
+    return load, store
+
+
 def _lane_numbers(first, lanes):
     """The i64 vector first, first + 1, ... (a tail's lanes, compared with its length)"""
     from llvmlite import ir
@@ -394,7 +430,6 @@ def _add_kernel(module, name, act, vec, tile_rows, vectors):
     f32, i32 = ir.FloatType(), ir.IntType(32)
     lanes = vec.count
     pf, pi = f32.as_pointer(), I64.as_pointer()
-    mask_t = ir.VectorType(ir.IntType(1), lanes)
     fn = ir.Function(
         module,
         ir.FunctionType(ir.VoidType(), [pf, pi, I64, pf, I64, I64, pf, I64, pf, I64, I64, pf]),
@@ -404,17 +439,7 @@ def _add_kernel(module, name, act, vec, tile_rows, vectors):
     no_alias(out)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     fma = intrinsic(module, f"llvm.fmuladd.v{lanes}f32", vec, 3)
-    suffix = f"v{lanes}f32.p0"
-    masked_load = module.globals.get(f"llvm.masked.load.{suffix}") or ir.Function(
-        module,
-        ir.FunctionType(vec, [vec.as_pointer(), i32, mask_t, vec]),
-        f"llvm.masked.load.{suffix}",
-    )
-    masked_store = module.globals.get(f"llvm.masked.store.{suffix}") or ir.Function(
-        module,
-        ir.FunctionType(ir.VoidType(), [vec, vec.as_pointer(), i32, mask_t]),
-        f"llvm.masked.store.{suffix}",
-    )
+    masked_load, masked_store = _masked(module, vec)
     zero = ir.Constant(vec, [0.0] * lanes)
     chunk = vectors * lanes
     last_row = b.sub(rows, I64(1))
