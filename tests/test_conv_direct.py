@@ -233,3 +233,51 @@ def test_never_imports_numba(kernels):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["True", "False"]
+
+
+SAME_CASES = [  # stride 1, output the input's size: read in place, the padding masked off
+    ((2, 8, 13, 11), (6, 8, 3, 3), (1, 1)),
+    ((1, 5, 11, 13), (9, 5, 5, 5), (2, 2)),
+    ((3, 16, 20, 20), (40, 16, 3, 3), (1, 1)),
+    ((1, 3, 7, 2), (4, 3, 3, 3), (1, 1)),  # rows of 2: a vector's lanes span 8 rows
+    ((1, 4, 3, 17), (5, 4, 3, 1), (1, 0)),  # taps down a column only
+    ((1, 4, 6, 5), (6, 2, 3, 3), (1, 1)),  # groups=2
+]
+
+
+@pytest.mark.parametrize("case", range(len(SAME_CASES)))
+def test_same_padding_masked_has_the_phase_blocks_bits(kernels, case, monkeypatch, tiny_pieces):
+    """The padding's taps masked off as the input is read in place, or read as zeros
+    from a zero-bordered copy: the same sums, so the same bits; and the masked way ran
+    (the kernel's "same" words were set) where the CPU has it."""
+    xshape, wshape, padding = SAME_CASES[case]
+    rng = np.random.default_rng(case)
+    x = rng.standard_normal(xshape).astype(np.float32)
+    w = rng.standard_normal(wshape).astype(np.float32)
+    b = rng.standard_normal(wshape[0]).astype(np.float32)
+    groups = xshape[1] // wshape[1]
+    masked = _conv(x, w, b, "silu", padding=padding, groups=groups)
+    headers = [
+        g.table[2 + 8] for g in _planned(monkeypatch, lambda: _conv(x, w, b, "silu", padding=padding, groups=groups))
+    ]
+    monkeypatch.setattr(array_conv_direct, "SAME", False)
+    blocked = _conv(x, w, b, "silu", padding=padding, groups=groups)
+    assert np.array_equal(masked, blocked)
+    np.testing.assert_allclose(masked, _torch(x, w, b, "silu", padding=padding, groups=groups),
+                               rtol=2e-6, atol=1e-4)  # fmt: skip
+    assert headers and all(taps == (wshape[2] * wshape[3] if kernels.same else 0) for taps in headers)
+
+
+def _planned(monkeypatch, run):
+    """The geometries (array_conv_direct._geometry) that run() planned."""
+    plans = []
+    real = array_conv_direct._geometry
+
+    def planning(*args):
+        plans.append(real(*args))
+        return plans[-1]
+
+    monkeypatch.setattr(array_conv_direct, "_geometry", planning)
+    run()
+    monkeypatch.setattr(array_conv_direct, "_geometry", real)
+    return plans

@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 from .addresses import address
 from .array_fast import apply_over
-from .llvm_conv import ACTIVATIONS, piece_table
+from .llvm_conv import ACTIVATIONS, SAME_TAPS, piece_table
 
 # a piece's weights and its rows of the input block (L2: 1.25-2 MiB a core on the Intel
 # hosts, 512 KiB-1 MiB on AMD)
@@ -36,6 +36,10 @@ PIECE_INPUT_BYTES = 384 << 10
 # a piece computes at least this many positions (where the map has them), so the kernel's
 # tiles of 48 run full
 MIN_PIECE_POSITIONS = 192
+# A stride-1 convolution whose output is its input's size reads the input where it lies,
+# its padding's taps masked off by the kernel ("same"), on CPUs whose kernel masks
+# cheaply (llvm_conv: AVX-512): no phase block, no copy of the output columns
+SAME = True
 # bytes of the phase block a piece of its split writes
 PHASE_PIECE_BYTES = 64 << 10
 # pieces per thread where the map has them, so a thread that gets its core late takes fewer
@@ -72,7 +76,7 @@ def conv2d(xp, kernels, x, w, bias, stride, padding, groups, activation, threads
     threads = (threads_for(out.size * cg * kh * kw), threads_for(x.size))
     sizes = (PIECE_WEIGHT_BYTES, PIECE_INPUT_BYTES, MIN_PIECE_POSITIONS, PHASE_PIECE_BYTES)
     g = _geometry(x.shape, w.shape, (sh, sw), (ph, pw), groups, kernels.rows, kernels.chunk,
-                  threads, sizes)  # fmt: skip
+                  threads, sizes, SAME and kernels.same)  # fmt: skip
     wmat = xp.ascontiguousarray(w).reshape(o, -1)
     shift = xp.zeros(o, x.dtype) if bias is None else xp.ascontiguousarray(bias, dtype=x.dtype)
     x = xp.ascontiguousarray(x)
@@ -107,7 +111,7 @@ class _Geometry(NamedTuple):
 
 
 @functools.lru_cache(maxsize=512)
-def _geometry(xshape, wshape, stride, padding, groups, tile_rows, chunk, threads, sizes):
+def _geometry(xshape, wshape, stride, padding, groups, tile_rows, chunk, threads, sizes, same_size):
     """The pieces, offsets and scratch of a convolution of these shapes on (threads for
     its products, for its phase split), with the piece sizes `sizes` (the module's, as
     a key): a model's layers come back every forward, planned once."""
@@ -120,11 +124,22 @@ def _geometry(xshape, wshape, stride, padding, groups, tile_rows, chunk, threads
     oh = (h + 2 * ph - kh) // sh + 1
     ow = (width + 2 * pw - kw) // sw + 1
     og, k = o // groups, cg * kh * kw
-    phases, block = None, None
-    if kh == kw == sh == sw == 1 and not (ph or pw):
+    phases, block, same = None, None, (0, 0, 0, 0, 0)
+    pointwise = kh == kw == sh == sw == 1 and not (ph or pw)
+    if pointwise:
         wide, plane, image = ow, h * width, c * h * width
         koff = np.arange(cg, dtype=np.int64) * plane
         copy = 0
+    elif same_size and (sh, sw) == (1, 1) and (oh, ow) == (h, width) and kh * kw <= SAME_TAPS:
+        # the input read where it lies, the padding's taps masked off by the kernel
+        wide, plane, image = width, h * width, c * h * width
+        dy = np.arange(kh, dtype=np.int64)[:, None] - ph
+        dx = np.arange(kw, dtype=np.int64)[None, :] - pw
+        tap = (dy * width + dx).reshape(1, -1)
+        koff = np.ascontiguousarray(
+            (np.arange(cg, dtype=np.int64)[:, None] * plane + tap).reshape(-1)
+        )
+        copy, same = 0, (kh * kw, kw, h, ph, pw)
     else:
         wide = ow + (kw - 1) // sw  # a phase row: the output's columns, the kernel's reach
         rows = oh + (kh - 1) // sh
@@ -134,7 +149,7 @@ def _geometry(xshape, wshape, stride, padding, groups, tile_rows, chunk, threads
         phases = _phase_table(xshape, stride, padding, rows, wide, plane, phase_bytes)
         koff = tap_offsets(np, cg, (kh, kw), stride, wide, c * plane, plane)
         copy = 1
-    row_bytes = cg * sh * sw * wide * 4  # the block's bytes an output row reads
+    row_bytes = cg * (1 if phases is None else sh * sw) * wide * 4  # an output row reads
     pieces = []
     for i, gi in itertools.product(range(n), range(groups)):
         x_at = i * image + gi * cg * plane
@@ -147,10 +162,10 @@ def _geometry(xshape, wshape, stride, padding, groups, tile_rows, chunk, threads
     # streams from L2 for every tile of rows: yolov8n 93.6 -> 90.2 ms, yolov8s 222 ->
     # 215, median of 10 and 6 interleaved; panels for k x k ones too, whose taps share
     # cache lines, took 100.9 and 255.6); else the largest piece's rows of wide positions
-    panel = 0 if copy else k * chunk
+    panel = k * chunk if pointwise else 0
     largest = max((r1 - r0) * (y1 - y0) * wide for _, _, y0, y1, r0, r1 in pieces)
     per_thread = panel + (largest if copy else 0)
-    header = (k, k, per_thread, oh * ow, wide, ow, copy, panel)
+    header = (k, k, per_thread, oh * ow, wide, ow, copy, panel, *same)
     table = piece_table(pieces, header)
     return _Geometry(koff, table, per_thread, block, phases)
 

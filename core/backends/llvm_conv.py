@@ -5,13 +5,17 @@ read straight from the input where they lie, no column matrix built:
     out[r * ldo + j] = act(bias[r] + sum over t < k of w[r * ldw + t] * x[koff[t] + j])
 
 for rows r < rows and positions j < p. ``koff[t]`` is where tap t (an input channel and a
-kernel offset) starts in x: array_conv lays a band of the input out so that every tap of
-every output position is one such offset (array_conv's _direct). A 1 x 1 convolution's
-taps are the input's channel planes; a k x k one's the channel planes of a zero-bordered
-copy whose rows are as wide as the output's plus the kernel's reach, the positions
-j running over that width (the extra columns of each row are computed and dropped); a
-strided one's the same over the input's phases (rows and columns split by their
-remainder modulo the stride).
+kernel offset) starts in x, the same for every position (array_conv_direct lays the
+input out so). A 1 x 1 convolution's taps are the input's channel planes. A stride-1
+one whose output is its input's size ("same") reads the input in place, its taps at
+``c * H * W + (dy - ph) * W + dx - pw``, each lane of a tap's load masked off where
+the tap falls in the padding (the masks made once a chunk of positions, from each
+lane's row and column; AVX-512 only, where a masked load costs a plain one): no copy
+of the input, and out written in place. Any other reads the channel planes of a
+zero-bordered copy, split by row and column remainder modulo the stride (its phases),
+whose rows are as wide as the output's plus the kernel's reach, the positions j
+running over that width (the extra columns of each row computed into a thread's
+scratch and dropped as the rest is copied out).
 
 The micro-kernel keeps ROWS output channels x VECTORS vectors of positions in registers
 (8 x 3 x 16 on AVX-512, 24 of its 32 registers; 6 x 2 x 8 on AVX2), loads the vectors
@@ -40,6 +44,8 @@ import numpy as np
 from . import llvm_spin
 from .addresses import address
 
+# taps a channel of a "same" call at most (a 7 x 7 kernel's)
+SAME_TAPS = 49
 # weights of one group of output channels: a group's rows are re-read for every chunk of
 # positions, from L2 (Ice Lake: 1.25 MiB; AMD Zen 2-4: 512 KiB-1 MiB)
 GROUP_BYTES = 192 << 10
@@ -47,14 +53,16 @@ GROUP_BYTES = 192 << 10
 ACTIVATIONS = ("none", "silu", "gelu", "gelu_tanh")
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
-# (x, koff, k, w, ldw, rows, bias, p, out, ldo, group, panel)
-_ARGS = (_P, _P, _I, _P, _I, _I, _P, _I, _P, _I, _I, _P)
+# (x, koff, k, w, ldw, rows, bias, p, out, ldo, group, panel, same)
+_ARGS = (_P, _P, _I, _P, _I, _I, _P, _I, _P, _I, _I, _P, _P)
 # a team's table: the pieces taken, their count, then k, ldw, a thread's scratch floats,
 # out's row stride, the positions of a row (wide) and of out's rows (ow), whether to copy
 # (wide positions computed into the thread's scratch, the first ow of each copied to
 # out; else the kernel writes out itself), the floats of a thread's panel (0: the
-# kernel reads x where it lies); then each piece's words
-HEADER = 10
+# kernel reads x where it lies), and for a "same" convolution the taps a channel (0:
+# not one), the kernel's width, the map's height, the padding (rows, columns); then
+# each piece's words
+HEADER = 15
 # a piece: x's and out's offsets (elements), output rows [y0, y1), channels [r0, r1)
 PIECE_WORDS = 6
 # f32 lanes of the phase split's vector copies (LLVM splits them where the CPU's are narrower)
@@ -93,14 +101,18 @@ def build():
         params=(lanes, rows, vectors, team),
         sources=(sys.modules[__package__ + ".llvm_math"], llvm_spin),
     )
-    return ConvKernels(engine, rows, lanes * vectors, team)
+    return ConvKernels(engine, rows, lanes, vectors, team)
 
 
 class ConvKernels:
-    def __init__(self, engine, rows, chunk, team):
+    def __init__(self, engine, rows, lanes, vectors, team):
         self._engine = engine  # owns the machine code
         self.rows = rows  # output channels a tile
-        self.chunk = chunk  # positions a tile
+        self.chunk = lanes * vectors  # positions a tile
+        # "same" convolutions (the padding masked off as the taps are read): where a
+        # masked load costs a plain one (AVX-512's mask registers; AVX2's masked moves
+        # take a vector register of the 16 the tile needs)
+        self.same = lanes == 16
         addr = engine.get_function_address
         self._fns = {
             act: ctypes.CFUNCTYPE(None, *_ARGS)(addr(f"ember_conv_{act}")) for act in ACTIVATIONS
@@ -134,27 +146,32 @@ class ConvKernels:
         at = address(table)
         share(lambda t: run(t, t + 1, at, *arrays), threads)
 
-    def run(self, activation, x, koff, k, w, ldw, rows, bias, p, out, ldo, panel=None):
+    def run(self, activation, x, koff, k, w, ldw, rows, bias, p, out, ldo, panel=None, same=None):
         """The module's sum for `rows` output channels and p positions. x, w, bias and
         out are addresses (ints: a band's part of an array), koff an int64 array of k
         offsets; activation None or one of ACTIVATIONS. The caller sees that every
         x[koff[t] + j] (j < p) lies in x's array and out's rows in out's."""
         group = max(self.rows, GROUP_BYTES // (4 * ldw) // self.rows * self.rows)
         self._fns[activation or "none"](
-            x, address(koff), k, w, ldw, rows, bias, p, out, ldo, group, panel
-        )
+            x, address(koff), k, w, ldw, rows, bias, p, out, ldo, group, panel,
+            address(_NOT_SAME if same is None else same),
+        )  # fmt: skip
 
 
 def piece_table(pieces, header):
     """The int64 table of a convolution's pieces (x offset, out offset, y0, y1, r0, r1)
     with its header (k, ldw, scratch floats a thread, ldo, wide, ow, copy, panel floats:
-    the first of a thread's scratch, or 0), for run_pieces; or of a phase split's pieces
+    the first of a thread's scratch, or 0, then taps a channel, kw, the map's height,
+    ph, pw of a "same" convolution, else zeros), for run_pieces; or of a phase split's pieces
     (x offset, block offset, c0, c1: an image's channels) with its header (H, W, sh, sw,
     ph, pw, rows, wide, plane, C), for split_phases."""
     words = [0, len(pieces), *header]
     for piece in pieces:
         words += piece
     return np.array(words, np.int64)
+
+
+_NOT_SAME = np.zeros(7, np.int64)  # a kernel call's "same" words when it is not one
 
 
 def _pieces_functions(engine, name, pointers, split):
@@ -351,6 +368,7 @@ def _add_team(module, name, kernel, split):
         k, ldw, per_thread, ldo, wide, ow, copy, panel_floats = (
             b.load(b.gep(table, [I64(2 + i)])) for i in range(8)
         )
+        taps, kw, height, ph, pw = (b.load(b.gep(table, [I64(10 + i)])) for i in range(5))
         at = b.add(I64(HEADER), b.mul(p, I64(PIECE_WORDS)))
         x_at, o_at, y0, y1, r0, r1 = (
             b.load(b.gep(table, [b.add(at, I64(i))])) for i in range(PIECE_WORDS)
@@ -367,9 +385,16 @@ def _add_team(module, name, kernel, split):
         copying = b.icmp_signed("!=", copy, I64(0))
         dst = b.select(copying, mine, at_out)
         ld = b.select(copying, positions, ldo)
+        # a "same" piece's words for the kernel: the header's, then its first row
+        with b.goto_block(b.function.entry_basic_block):  # once, not a piece
+            words = b.alloca(I64, 7)
+        for i, value in enumerate((taps, kw, wide, height, ph, pw, y0)):
+            b.store(value, b.gep(words, [I64(i)]))
+        same = words
         b.call(
             kernel,
-            [src, koff, k, weights, ldw, rows, b.gep(bias, [r0]), positions, dst, ld, rows, panel],
+            [src, koff, k, weights, ldw, rows, b.gep(bias, [r0]), positions, dst, ld, rows, panel]
+            + [same],
         )
         with b.if_then(copying):
 
@@ -389,6 +414,55 @@ def _add_team(module, name, kernel, split):
             loop(b, I64(0), rows, channel, "c")
 
     llvm_spin.add_pieces(module, name, [pf, pi, pf, pf, pf, pf], piece, split)
+
+
+def _same_masks(b, module, same, tap_masks, p0, p, vectors, lanes):
+    """Each tap's masks (i16 words, tap by tap, vector by vector) for the chunk of
+    positions p0 .. p0 + vectors * lanes of a "same" call: a lane is on where its
+    position is under p and the tap reads inside the map. A position q (counted from
+    the call's first output row y0) is row y0 + q // width, column q % width (the
+    quotient through f64, exact here, then put right by one step either way); tap
+    (dy, dx) reads row + dy - ph, column + dx - pw."""
+    from llvmlite import ir
+
+    from .llvm_ir import I64, intrinsic, loop, splat
+
+    taps, kw, width, height, ph, pw, y0 = (b.load(b.gep(same, [I64(i)])) for i in range(7))
+    kh = b.sdiv(taps, kw)
+    vec64, vecf = ir.VectorType(I64, lanes), ir.VectorType(ir.DoubleType(), lanes)
+    floor = intrinsic(module, f"llvm.floor.v{lanes}f64", vecf, 1)
+    i16 = ir.IntType(16)
+
+    def each(v):
+        return splat(b, v, vec64)
+
+    inverse = b.fdiv(ir.DoubleType()(1.0), b.sitofp(width, ir.DoubleType()))
+    for v in range(vectors):
+        q = b.add(each(b.add(p0, I64(v * lanes))), ir.Constant(vec64, list(range(lanes))))
+        n = b.fptosi(b.call(floor, [b.fmul(b.sitofp(q, vecf), splat(b, inverse, vecf))]), vec64)
+        r = b.sub(q, b.mul(n, each(width)))
+        low = b.icmp_signed("<", r, each(I64(0)))
+        n, r = b.select(low, b.sub(n, each(I64(1))), n), b.select(low, b.add(r, each(width)), r)
+        high = b.icmp_signed(">=", r, each(width))
+        n, r = b.select(high, b.add(n, each(I64(1))), n), b.select(high, b.sub(r, each(width)), r)
+        rows, real = b.add(n, each(y0)), b.icmp_signed("<", q, each(p))
+
+        def dy_loop(b, dy, rows=rows, cols=r, real=real, v=v):
+            yy = b.add(rows, each(b.sub(dy, ph)))
+            on_row = b.and_(real, b.icmp_signed(">=", yy, each(I64(0))))
+            on_row = b.and_(on_row, b.icmp_signed("<", yy, each(height)))
+
+            def dx_loop(b, dx):
+                xx = b.add(cols, each(b.sub(dx, pw)))
+                on = b.and_(on_row, b.icmp_signed(">=", xx, each(I64(0))))
+                on = b.and_(on, b.icmp_signed("<", xx, each(width)))
+                j = b.add(b.mul(dy, kw), dx)
+                at = b.gep(tap_masks, [b.add(b.mul(j, I64(vectors)), I64(v))])
+                b.store(b.bitcast(on, i16), at)
+
+            loop(b, I64(0), kw, dx_loop, "dx")
+
+        loop(b, I64(0), kh, dy_loop, "dy")
 
 
 def _masked(module, vec):
@@ -432,12 +506,23 @@ def _add_kernel(module, name, act, vec, tile_rows, vectors):
     pf, pi = f32.as_pointer(), I64.as_pointer()
     fn = ir.Function(
         module,
-        ir.FunctionType(ir.VoidType(), [pf, pi, I64, pf, I64, I64, pf, I64, pf, I64, I64, pf]),
+        ir.FunctionType(ir.VoidType(), [pf, pi, I64, pf, I64, I64, pf, I64, pf, I64, I64, pf, pi]),
         name,
     )
-    x, koff, k, w, ldw, rows, bias, p, out, ldo, group, panel = fn.args
+    x, koff, k, w, ldw, rows, bias, p, out, ldo, group, panel, same = fn.args
     no_alias(out)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
+    i16 = ir.IntType(16)
+    mask_t = ir.VectorType(ir.IntType(1), lanes)
+    # "same" (its first word not 0): a stride-1 convolution whose output is the input's
+    # size, read where it lies, the padding's taps masked off: its words are the taps a
+    # channel (T), the kernel's width, the map's width and height, the padding (rows,
+    # columns) and the call's first output row (see the module's note)
+    same_taps = b.load(same)
+    is_same = b.icmp_signed(">", same_taps, I64(0))
+    taps_per_channel = b.select(is_same, same_taps, I64(1))
+    # each tap's mask, vector by vector, for the current chunk (at most SAME_TAPS taps)
+    tap_masks = b.alloca(i16, SAME_TAPS * vectors)
     fma = intrinsic(module, f"llvm.fmuladd.v{lanes}f32", vec, 3)
     masked_load, masked_store = _masked(module, vec)
     zero = ir.Constant(vec, [0.0] * lanes)
@@ -447,9 +532,11 @@ def _add_kernel(module, name, act, vec, tile_rows, vectors):
     def vector_at(b, base, at):
         return b.bitcast(b.gep(base, [at]), vec.as_pointer())
 
-    def tile(b, r0, p0, masks, packed):
+    def tile(b, r0, p0, masks, mode):
         """rows r0 .. r0 + tile_rows (those under `rows`), positions p0 .. + chunk; the
-        taps read from x (koff), or, `packed`, from the chunk's panel"""
+        taps read from x (koff, mode "plain"), from the chunk's panel ("packed"), or
+        from x under each tap's masks for the chunk (tap_masks, "same")"""
+        packed = mode == "packed"
         # a tile past the last row reads the last row again (no branch in the sum) and
         # stores only its own rows
         w_rows = []
@@ -458,7 +545,9 @@ def _add_kernel(module, name, act, vec, tile_rows, vectors):
             row = b.select(b.icmp_signed("<", row, rows), row, last_row)
             w_rows.append(b.gep(w, [b.mul(row, ldw)]))
 
-        def tap(b, t, sums):
+        def tap(b, t, state):
+            sums = state[:-1]
+            j = state[-1]  # the tap's place in its channel ("same": its masks)
             if packed:
                 xt = b.gep(panel, [b.mul(t, I64(chunk))])
             else:
@@ -466,7 +555,10 @@ def _add_kernel(module, name, act, vec, tile_rows, vectors):
             xs = []
             for v in range(vectors):
                 ptr = vector_at(b, xt, I64(v * lanes))
-                if masks is None or packed:
+                if mode == "same":
+                    bits = b.load(b.gep(tap_masks, [b.add(b.mul(j, I64(vectors)), I64(v))]))
+                    xs.append(b.call(masked_load, [ptr, i32(4), b.bitcast(bits, mask_t), zero]))
+                elif masks is None or packed:
                     xs.append(b.load(ptr, align=4))
                 else:
                     xs.append(b.call(masked_load, [ptr, i32(4), masks[v], zero]))
@@ -476,9 +568,11 @@ def _add_kernel(module, name, act, vec, tile_rows, vectors):
                 new.extend(
                     b.call(fma, [weight, xs[v], sums[r * vectors + v]]) for v in range(vectors)
                 )
-            return tuple(new)
+            j = b.add(j, I64(1))
+            j = b.select(b.icmp_signed("==", j, taps_per_channel), I64(0), j)
+            return (*new, j)
 
-        sums = reduce(b, k, [zero] * (tile_rows * vectors), tap, "t")
+        *sums, _ = reduce(b, k, [zero] * (tile_rows * vectors) + [I64(0)], tap, "t")
         for r in range(tile_rows):
             row = b.add(r0, I64(r))
             with b.if_then(b.icmp_signed("<", row, rows)):
@@ -493,6 +587,9 @@ def _add_kernel(module, name, act, vec, tile_rows, vectors):
                         b.store(y, ptr, align=4)
                     else:
                         b.call(masked_store, [y, ptr, i32(4), masks[v]])
+
+    def tiles(b, g0, g1, p0, masks, mode):
+        loop(b, g0, g1, lambda b, r0: tile(b, r0, p0, masks, mode), "r", step=tile_rows)
 
     def over_group(b, g):
         g0 = b.mul(g, group)
@@ -518,11 +615,19 @@ def _add_kernel(module, name, act, vec, tile_rows, vectors):
                             b.store(value, vector_at(b, dst, at), align=4)
 
                     loop(b, I64(0), k, copy, "pack")
-                    loop(b, g0, g1, lambda b, r0: tile(b, r0, p0, masks, True), "r", step=tile_rows)
-                with direct:
-                    loop(
-                        b, g0, g1, lambda b, r0: tile(b, r0, p0, masks, False), "r", step=tile_rows
-                    )
+                    tiles(b, g0, g1, p0, masks, "packed")
+                with (
+                    direct,
+                    b.if_else(is_same) as (
+                        bordered,
+                        plain,
+                    ),
+                ):
+                    with bordered:
+                        _same_masks(b, module, same, tap_masks, p0, p, vectors, lanes)
+                        tiles(b, g0, g1, p0, masks, "same")
+                    with plain:
+                        tiles(b, g0, g1, p0, masks, "plain")
 
         loop(b, I64(0), whole, lambda b, p0: rows_of(b, p0, None), "p", step=chunk)
         with b.if_then(b.icmp_signed("<", whole, p)):  # the last positions, masked
