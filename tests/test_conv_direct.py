@@ -242,6 +242,11 @@ SAME_CASES = [  # stride 1, output the input's size: read in place, the padding 
     ((1, 3, 7, 2), (4, 3, 3, 3), (1, 1)),  # rows of 2: a vector's lanes span 8 rows
     ((1, 4, 3, 17), (5, 4, 3, 1), (1, 0)),  # taps down a column only
     ((1, 4, 6, 5), (6, 2, 3, 3), (1, 1)),  # groups=2
+    # strided: a zero-bordered phase block either way
+    ((2, 5, 16, 12), (7, 5, 3, 3), (1, 1), 2),  # YOLO's downsampling
+    ((1, 3, 17, 19), (9, 3, 3, 3), (1, 1), 2),  # odd sizes: the phases differ by a row
+    ((1, 4, 9, 10), (5, 4, 5, 5), (2, 2), 2),
+    ((1, 4, 12, 9), (5, 4, 3, 3), (1, 1), (2, 1)),
 ]
 
 
@@ -250,22 +255,20 @@ def test_same_padding_masked_has_the_phase_blocks_bits(kernels, case, monkeypatc
     """The padding's taps masked off as the input is read in place, or read as zeros
     from a zero-bordered copy: the same sums, so the same bits; and the masked way ran
     (the kernel's "same" words were set) where the CPU has it."""
-    xshape, wshape, padding = SAME_CASES[case]
+    xshape, wshape, padding, *stride = SAME_CASES[case]
     rng = np.random.default_rng(case)
     x = rng.standard_normal(xshape).astype(np.float32)
     w = rng.standard_normal(wshape).astype(np.float32)
     b = rng.standard_normal(wshape[0]).astype(np.float32)
-    groups = xshape[1] // wshape[1]
-    masked = _conv(x, w, b, "silu", padding=padding, groups=groups)
-    headers = [
-        g.table[2 + 8] for g in _planned(monkeypatch, lambda: _conv(x, w, b, "silu", padding=padding, groups=groups))
-    ]
+    kw = dict(padding=padding, groups=xshape[1] // wshape[1], stride=stride[0] if stride else 1)
+    masked = _conv(x, w, b, "silu", **kw)
+    headers = [g.table[2 + 8] for g in _planned(monkeypatch, lambda: _conv(x, w, b, "silu", **kw))]
     monkeypatch.setattr(array_conv_direct, "SAME", False)
-    blocked = _conv(x, w, b, "silu", padding=padding, groups=groups)
+    blocked = _conv(x, w, b, "silu", **kw)
     assert np.array_equal(masked, blocked)
-    np.testing.assert_allclose(masked, _torch(x, w, b, "silu", padding=padding, groups=groups),
-                               rtol=2e-6, atol=1e-4)  # fmt: skip
-    assert headers and all(taps == (wshape[2] * wshape[3] if kernels.same else 0) for taps in headers)
+    np.testing.assert_allclose(masked, _torch(x, w, b, "silu", **kw), rtol=2e-6, atol=1e-4)
+    masks = kernels.same and not stride
+    assert headers and all(taps == (wshape[2] * wshape[3] if masks else 0) for taps in headers)
 
 
 def _planned(monkeypatch, run):

@@ -44,8 +44,11 @@ import numpy as np
 from . import llvm_spin
 from .addresses import address
 
-# taps a channel of a "same" call at most (a 7 x 7 kernel's)
+# taps a channel of a masked call at most (a 7 x 7 kernel's)
 SAME_TAPS = 49
+# a masked call's words: the taps a channel (0: not masked), the map's width and height,
+# the call's first output row, the address of the taps' (row, column) offsets (int64)
+SAME_WORDS = 5
 # weights of one group of output channels: a group's rows are re-read for every chunk of
 # positions, from L2 (Ice Lake: 1.25 MiB; AMD Zen 2-4: 512 KiB-1 MiB)
 GROUP_BYTES = 192 << 10
@@ -59,10 +62,10 @@ _ARGS = (_P, _P, _I, _P, _I, _I, _P, _I, _P, _I, _I, _P, _P)
 # out's row stride, the positions of a row (wide) and of out's rows (ow), whether to copy
 # (wide positions computed into the thread's scratch, the first ow of each copied to
 # out; else the kernel writes out itself), the floats of a thread's panel (0: the
-# kernel reads x where it lies), and for a "same" convolution the taps a channel (0:
-# not one), the kernel's width, the map's height, the padding (rows, columns); then
+# kernel reads x where it lies), and for a masked convolution the taps a channel (0:
+# not one), the map's height and the address of the taps' offsets (SAME_WORDS); then
 # each piece's words
-HEADER = 15
+HEADER = 13
 # a piece: x's and out's offsets (elements), output rows [y0, y1), channels [r0, r1)
 PIECE_WORDS = 6
 # f32 lanes of the phase split's vector copies (LLVM splits them where the CPU's are narrower)
@@ -161,8 +164,8 @@ class ConvKernels:
 def piece_table(pieces, header):
     """The int64 table of a convolution's pieces (x offset, out offset, y0, y1, r0, r1)
     with its header (k, ldw, scratch floats a thread, ldo, wide, ow, copy, panel floats:
-    the first of a thread's scratch, or 0, then taps a channel, kw, the map's height,
-    ph, pw of a "same" convolution, else zeros), for run_pieces; or of a phase split's pieces
+    the first of a thread's scratch, or 0, then the taps a channel, the map's height and
+    the taps' offsets' address of a masked convolution, else zeros), for run_pieces; or of a phase split's pieces
     (x offset, block offset, c0, c1: an image's channels) with its header (H, W, sh, sw,
     ph, pw, rows, wide, plane, C), for split_phases."""
     words = [0, len(pieces), *header]
@@ -171,7 +174,7 @@ def piece_table(pieces, header):
     return np.array(words, np.int64)
 
 
-_NOT_SAME = np.zeros(7, np.int64)  # a kernel call's "same" words when it is not one
+_NOT_SAME = np.zeros(SAME_WORDS, np.int64)  # a kernel call's "same" words when it is not one
 
 
 def _pieces_functions(engine, name, pointers, split):
@@ -368,7 +371,7 @@ def _add_team(module, name, kernel, split):
         k, ldw, per_thread, ldo, wide, ow, copy, panel_floats = (
             b.load(b.gep(table, [I64(2 + i)])) for i in range(8)
         )
-        taps, kw, height, ph, pw = (b.load(b.gep(table, [I64(10 + i)])) for i in range(5))
+        taps, height, offsets = (b.load(b.gep(table, [I64(10 + i)])) for i in range(3))
         at = b.add(I64(HEADER), b.mul(p, I64(PIECE_WORDS)))
         x_at, o_at, y0, y1, r0, r1 = (
             b.load(b.gep(table, [b.add(at, I64(i))])) for i in range(PIECE_WORDS)
@@ -385,12 +388,11 @@ def _add_team(module, name, kernel, split):
         copying = b.icmp_signed("!=", copy, I64(0))
         dst = b.select(copying, mine, at_out)
         ld = b.select(copying, positions, ldo)
-        # a "same" piece's words for the kernel: the header's, then its first row
+        # a masked piece's words for the kernel: the header's, its first row
         with b.goto_block(b.function.entry_basic_block):  # once, not a piece
-            words = b.alloca(I64, 7)
-        for i, value in enumerate((taps, kw, wide, height, ph, pw, y0)):
-            b.store(value, b.gep(words, [I64(i)]))
-        same = words
+            same = b.alloca(I64, SAME_WORDS)
+        for i, value in enumerate((taps, wide, height, y0, offsets)):
+            b.store(value, b.gep(same, [I64(i)]))
         b.call(
             kernel,
             [src, koff, k, weights, ldw, rows, b.gep(bias, [r0]), positions, dst, ld, rows, panel]
@@ -418,17 +420,17 @@ def _add_team(module, name, kernel, split):
 
 def _same_masks(b, module, same, tap_masks, p0, p, vectors, lanes):
     """Each tap's masks (i16 words, tap by tap, vector by vector) for the chunk of
-    positions p0 .. p0 + vectors * lanes of a "same" call: a lane is on where its
+    positions p0 .. p0 + vectors * lanes of a masked call: a lane is on where its
     position is under p and the tap reads inside the map. A position q (counted from
     the call's first output row y0) is row y0 + q // width, column q % width (the
-    quotient through f64, exact here, then put right by one step either way); tap
-    (dy, dx) reads row + dy - ph, column + dx - pw."""
+    quotient through f64, exact here, then put right by one step either way); tap j
+    reads that row + offsets[2j], that column + offsets[2j + 1]."""
     from llvmlite import ir
 
     from .llvm_ir import I64, intrinsic, loop, splat
 
-    taps, kw, width, height, ph, pw, y0 = (b.load(b.gep(same, [I64(i)])) for i in range(7))
-    kh = b.sdiv(taps, kw)
+    taps, width, height, y0, offsets = (b.load(b.gep(same, [I64(i)])) for i in range(SAME_WORDS))
+    offsets = b.inttoptr(offsets, I64.as_pointer())
     vec64, vecf = ir.VectorType(I64, lanes), ir.VectorType(ir.DoubleType(), lanes)
     floor = intrinsic(module, f"llvm.floor.v{lanes}f64", vecf, 1)
     i16 = ir.IntType(16)
@@ -447,22 +449,18 @@ def _same_masks(b, module, same, tap_masks, p0, p, vectors, lanes):
         n, r = b.select(high, b.add(n, each(I64(1))), n), b.select(high, b.sub(r, each(width)), r)
         rows, real = b.add(n, each(y0)), b.icmp_signed("<", q, each(p))
 
-        def dy_loop(b, dy, rows=rows, cols=r, real=real, v=v):
-            yy = b.add(rows, each(b.sub(dy, ph)))
-            on_row = b.and_(real, b.icmp_signed(">=", yy, each(I64(0))))
-            on_row = b.and_(on_row, b.icmp_signed("<", yy, each(height)))
+        def tap(b, j, rows=rows, cols=r, real=real, v=v):
+            dy = b.load(b.gep(offsets, [b.mul(j, I64(2))]))
+            dx = b.load(b.gep(offsets, [b.add(b.mul(j, I64(2)), I64(1))]))
+            yy, xx = b.add(rows, each(dy)), b.add(cols, each(dx))
+            on = b.and_(real, b.icmp_signed(">=", yy, each(I64(0))))
+            on = b.and_(on, b.icmp_signed("<", yy, each(height)))
+            on = b.and_(on, b.icmp_signed(">=", xx, each(I64(0))))
+            on = b.and_(on, b.icmp_signed("<", xx, each(width)))
+            at = b.gep(tap_masks, [b.add(b.mul(j, I64(vectors)), I64(v))])
+            b.store(b.bitcast(on, i16), at)
 
-            def dx_loop(b, dx):
-                xx = b.add(cols, each(b.sub(dx, pw)))
-                on = b.and_(on_row, b.icmp_signed(">=", xx, each(I64(0))))
-                on = b.and_(on, b.icmp_signed("<", xx, each(width)))
-                j = b.add(b.mul(dy, kw), dx)
-                at = b.gep(tap_masks, [b.add(b.mul(j, I64(vectors)), I64(v))])
-                b.store(b.bitcast(on, i16), at)
-
-            loop(b, I64(0), kw, dx_loop, "dx")
-
-        loop(b, I64(0), kh, dy_loop, "dy")
+        loop(b, I64(0), taps, tap, "masks")
 
 
 def _masked(module, vec):
@@ -514,10 +512,8 @@ def _add_kernel(module, name, act, vec, tile_rows, vectors):
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     i16 = ir.IntType(16)
     mask_t = ir.VectorType(ir.IntType(1), lanes)
-    # "same" (its first word not 0): a stride-1 convolution whose output is the input's
-    # size, read where it lies, the padding's taps masked off: its words are the taps a
-    # channel (T), the kernel's width, the map's width and height, the padding (rows,
-    # columns) and the call's first output row (see the module's note)
+    # "same" (its first word not 0, SAME_WORDS): the input (or its phases) read where
+    # it lies, each tap's lanes that fall outside the map masked off
     same_taps = b.load(same)
     is_same = b.icmp_signed(">", same_taps, I64(0))
     taps_per_channel = b.select(is_same, same_taps, I64(1))
