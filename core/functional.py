@@ -126,45 +126,8 @@ def _windows(x, kh, kw, stride, dilation, op):
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, activation=None):
     """PyTorch's F.conv2d, then `activation` (one of LINEAR_ACTIVATIONS, or None) applied
     by Backend.conv2d while the output is made (numpy: band by band, in cache)."""
-    op = "conv2d"
-    _check_rank(op, x, 4)
-    _check_rank(op, weight, 4)
-    x._check_same(op, weight)
-    n, c, _, _ = x.shape
-    o, cg, kh, kw = weight.shape
-    stride = _int_pair(stride, op, "stride", 1)
-    dilation = _int_pair(dilation, op, "dilation", 1)
-    ph, pw = _int_pair(padding, op, "padding", 0)
-    groups = _at_least(groups, op, "groups", 1)
-    if c != cg * groups or o % groups:
-        raise ShapeMismatch(
-            f"{op}: input {fmt_shape(x.shape)} and weight {fmt_shape(weight.shape)} do not agree "
-            f"with groups={groups} (need in_channels {c} = {cg} x groups, out_channels {o} "
-            f"divisible by groups)",
-            op=op,
-            shapes=(x.shape, weight.shape),
-        )
-    oh, ow = (
-        (size + 2 * p - d * (k - 1) - 1) // s + 1
-        for size, p, d, k, s in zip(x.shape[2:], (ph, pw), dilation, (kh, kw), stride, strict=True)
-    )
-    if oh <= 0 or ow <= 0:
-        raise ShapeMismatch(
-            f"{op}: kernel {kh}x{kw} (dilation {dilation[0]}x{dilation[1]}) larger than the "
-            f"padded input {fmt_shape((n, c, x.shape[2] + 2 * ph, x.shape[3] + 2 * pw))}",
-            op=op,
-            shapes=(x.shape,),
-        )
-    if bias is not None:
-        x._check_same(op, bias)
-        bias = bias.reshape(o)
-    if activation is not None:
-        if activation not in LINEAR_ACTIVATIONS:
-            raise ValueError(
-                f"conv2d: unknown activation {activation!r}; known: "
-                f"{', '.join(sorted(LINEAR_ACTIVATIONS))}"
-            )
-        x._require_kind(activation, UNARY[activation].kinds)
+    args = _conv2d_args("conv2d", x, weight, bias, stride, padding, dilation, groups, activation)
+    shape, (bias, stride, padding, dilation, groups) = args
     storage = x.backend.conv2d(
         x.storage,
         x.layout,
@@ -174,12 +137,95 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, acti
         None if bias is None else bias.layout,
         x.dtype,
         stride,
-        (ph, pw),
+        padding,
         dilation,
         groups,
         activation,
     )
-    return x._new(storage, (n, o, oh, ow))
+    return x._new(storage, shape)
+
+
+def conv2d_cat(xs, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, activation=None):
+    """conv2d(cat(xs, 1), ...) without necessarily making the concatenation: a backend
+    may read each part where it lies (numpy: a 1 x 1 convolution, YOLO's C2f and SPPF
+    ends, whose concatenations were ~11 ms of copies in a yolov8s forward)."""
+    op = "conv2d_cat"
+    xs = list(xs)
+    if not xs:
+        raise ValueError(f"{op}: expects a non-empty list of tensors")
+    first = xs[0]
+    for t in xs:
+        _check_rank(op, t, 4)
+        first._check_same(op, t)
+        if (t.shape[0],) + t.shape[2:] != (first.shape[0],) + first.shape[2:]:
+            raise ShapeMismatch(
+                f"{op}: shapes {' '.join(fmt_shape(t.shape) for t in xs)} differ outside dim 1",
+                op=op,
+                shapes=[t.shape for t in xs],
+            )
+    joined = (first.shape[0], sum(t.shape[1] for t in xs), *first.shape[2:])
+    args = _conv2d_args(op, first, weight, bias, stride, padding, dilation, groups, activation,
+                        joined)  # fmt: skip
+    shape, (bias, stride, padding, dilation, groups) = args
+    storage = first.backend.conv2d_cat(
+        [(t.storage, t.layout) for t in xs],
+        weight.storage,
+        weight.layout,
+        None if bias is None else bias.storage,
+        None if bias is None else bias.layout,
+        first.dtype,
+        stride,
+        padding,
+        dilation,
+        groups,
+        activation,
+    )
+    return first._new(storage, shape)
+
+
+def _conv2d_args(op, x, weight, bias, stride, padding, dilation, groups, activation, xshape=None):
+    """conv2d's arguments checked against x (of shape xshape, x's own where None) and
+    weight: (the output's shape, (bias as (O,), stride, padding, dilation, groups))."""
+    _check_rank(op, x, 4)
+    _check_rank(op, weight, 4)
+    x._check_same(op, weight)
+    xshape = x.shape if xshape is None else xshape
+    n, c, _, _ = xshape
+    o, cg, kh, kw = weight.shape
+    stride = _int_pair(stride, op, "stride", 1)
+    dilation = _int_pair(dilation, op, "dilation", 1)
+    ph, pw = _int_pair(padding, op, "padding", 0)
+    groups = _at_least(groups, op, "groups", 1)
+    if c != cg * groups or o % groups:
+        raise ShapeMismatch(
+            f"{op}: input {fmt_shape(xshape)} and weight {fmt_shape(weight.shape)} do not agree "
+            f"with groups={groups} (need in_channels {c} = {cg} x groups, out_channels {o} "
+            f"divisible by groups)",
+            op=op,
+            shapes=(xshape, weight.shape),
+        )
+    oh, ow = (
+        (size + 2 * p - d * (k - 1) - 1) // s + 1
+        for size, p, d, k, s in zip(xshape[2:], (ph, pw), dilation, (kh, kw), stride, strict=True)
+    )
+    if oh <= 0 or ow <= 0:
+        raise ShapeMismatch(
+            f"{op}: kernel {kh}x{kw} (dilation {dilation[0]}x{dilation[1]}) larger than the "
+            f"padded input {fmt_shape((n, c, xshape[2] + 2 * ph, xshape[3] + 2 * pw))}",
+            op=op,
+            shapes=(xshape,),
+        )
+    if bias is not None:
+        x._check_same(op, bias)
+        bias = bias.reshape(o)
+    if activation is not None:
+        if activation not in LINEAR_ACTIVATIONS:
+            raise ValueError(
+                f"{op}: unknown activation {activation!r}; known: "
+                f"{', '.join(sorted(LINEAR_ACTIVATIONS))}"
+            )
+        x._require_kind(activation, UNARY[activation].kinds)
+    return (n, o, oh, ow), (bias, stride, (ph, pw), dilation, groups)
 
 
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -718,6 +764,7 @@ __all__ = [
     "pad",
     "conv1d",
     "conv2d",
+    "conv2d_cat",
     "conv_transpose1d",
     "conv_transpose2d",
     "max_pool2d",

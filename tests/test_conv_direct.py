@@ -284,3 +284,23 @@ def _planned(monkeypatch, run):
     run()
     monkeypatch.setattr(array_conv_direct, "_geometry", real)
     return plans
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_conv2d_cat_reads_the_parts_where_they_lie(kernels, batch, monkeypatch, tiny_pieces):
+    """A 1 x 1 convolution of a channel concatenation, each part read in place (a split's
+    views among them): the bits of conv2d over the joined array, and no join made."""
+    rng = np.random.default_rng(batch)
+    whole = rng.standard_normal((batch, 12, 7, 9)).astype(np.float32)
+    extra = rng.standard_normal((batch, 5, 7, 9)).astype(np.float32)
+    w = rng.standard_normal((10, 17, 1, 1)).astype(np.float32)
+    b = rng.standard_normal(10).astype(np.float32)
+    t = ember.tensor(whole)
+    parts = [*t.split(4, 1), ember.tensor(extra)]  # views of one array, then another array
+    joined = np.concatenate([whole, extra], 1)
+    calls = []
+    real = array_conv_direct.conv2d_cat
+    monkeypatch.setattr(array_conv_direct, "conv2d_cat", lambda *a: calls.append(1) or real(*a))
+    got = ember.conv2d_cat(parts, ember.tensor(w), ember.tensor(b), activation="silu").numpy()
+    want = _conv(joined, w, b, "silu")
+    assert calls and np.array_equal(got, want)

@@ -197,3 +197,38 @@ def test_max_pool2d_propagates_nan_as_torch(device):
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     assert np.isnan(want).sum() == 9
     np.testing.assert_array_equal(got[~np.isnan(got)], want[~np.isnan(want)])
+
+
+CONV2D_CAT = [  # (part shapes, weight shape, kwargs): the parts joined along channels
+    ([(2, 3, 5, 6), (2, 1, 5, 6), (2, 4, 5, 6)], (5, 8, 1, 1), {}),  # C2f's end
+    ([(1, 2, 6, 5), (1, 2, 6, 5)], (3, 4, 3, 3), dict(padding=1, stride=2)),  # the default
+    ([(1, 4, 4, 4)], (2, 4, 1, 1), dict(activation="silu")),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CONV2D_CAT)))
+def test_conv2d_cat(device, case):
+    """conv2d of the parts' channel concatenation, whether or not the backend makes it."""
+    shapes, wshape, kw = CONV2D_CAT[case]
+    rng = rng_for("conv2d_cat", case)
+    parts = [sample(s, "f32", rng) for s in shapes]
+    wn, bn = sample(wshape, "f32", rng), sample((wshape[0],), "f32", rng)
+    got = ember.conv2d_cat([on_device(p, "f32", device) for p in parts], on_device(wn, "f32", device),
+                           on_device(bn, "f32", device), **kw)  # fmt: skip
+    act = kw.pop("activation", None)
+    want = _ref("conv2d", np.concatenate(parts, 1), wn, bn, **kw)
+    if act == "silu":
+        want = want / (1 + np.exp(-want))
+    check(got, want, "f32", *TOL["f32"])
+
+
+def test_conv2d_cat_refuses_parts_that_do_not_join(device):
+    a = on_device(np.zeros((1, 2, 4, 4), np.float32), "f32", device)
+    b = on_device(np.zeros((1, 2, 4, 5), np.float32), "f32", device)
+    w = on_device(np.zeros((3, 4, 1, 1), np.float32), "f32", device)
+    with pytest.raises(ember.ShapeMismatch, match="differ outside dim 1"):
+        ember.conv2d_cat([a, b], w)
+    with pytest.raises(ember.ShapeMismatch, match=r"in_channels 2 = 4"):
+        ember.conv2d_cat([a], w)
+    with pytest.raises(ValueError, match="non-empty"):
+        ember.conv2d_cat([], w)

@@ -21,6 +21,7 @@ from . import (
     llvm_norm,
 )
 from .array_conv import conv2d as banded_conv2d
+from .array_conv import conv2d_cat as banded_conv2d_cat
 from .array_copy import contiguous_copy
 from .array_fast import UNARY_INPLACE
 from .array_qmatmul import qmatmul_rows
@@ -599,6 +600,29 @@ class ArrayBackend(Backend):
             activation,
         )
         return self.store(y, dtype)
+
+    def conv2d_cat(
+        self, parts, w, lw, bias, lbias, dtype, stride, padding, dilation, groups, activation=None
+    ):
+        """numpy f32: a 1 x 1 convolution of the concatenation reads each part where it
+        lies (array_conv.conv2d_cat); otherwise the contract's default."""
+        if self._is_numpy and dtype is dt.f32:
+            y = banded_conv2d_cat(
+                self.xp,
+                [self.load(s, layout, dtype) for s, layout in parts],
+                self.load(w, lw, dtype),
+                None if bias is None else self.load(bias, lbias, dtype),
+                stride,
+                padding,
+                dilation,
+                groups,
+                activation,
+            )
+            if y is not None:
+                return self.store(y, dtype)
+        return super().conv2d_cat(
+            parts, w, lw, bias, lbias, dtype, stride, padding, dilation, groups, activation
+        )
 
     # --- quantized weights --------------------------------------------------------------------
     def place_quantized(self, weight):

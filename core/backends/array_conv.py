@@ -149,6 +149,18 @@ def _share(fn, threads):
     run_rows(lambda start, stop: [fn(t) for t in range(start, stop)], threads, 1, pieces=threads)
 
 
+def conv2d_cat(xp, xs, w, bias, stride, padding, dilation, groups, activation=None):
+    """conv2d of the channel concatenation of xs (arrays (N, C_j, H, W)) by llvm_conv's
+    kernel reading each part where it lies (array_conv_direct.conv2d_cat), or None where
+    that path does not take it (then the caller makes the concatenation)."""
+    direct = llvm_conv.kernels() if DIRECT and _is_numpy(xp) else None
+    if direct is None or not array_conv_direct.takes_parts(
+        xs, w, stride, padding, dilation, groups
+    ):
+        return None
+    return array_conv_direct.conv2d_cat(xp, direct, xs, w, bias, activation, _threads_for, _share)
+
+
 def conv2d(xp, x, w, bias, stride, padding, dilation, groups, activation=None):
     """x (N, C, H, W), w (O, C/groups, KH, KW), bias (O,) or None, arrays of one float
     dtype; activation a unary op name or None; the (N, O, OH, OW) result as a new

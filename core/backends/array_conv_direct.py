@@ -77,11 +77,9 @@ def conv2d(xp, kernels, x, w, bias, stride, padding, groups, activation, threads
     if out.size == 0:
         return out
     threads = (threads_for(out.size * cg * kh * kw), threads_for(x.size))
-    sizes = (PIECE_WEIGHT_BYTES, PIECE_INPUT_BYTES, MIN_PIECE_POSITIONS, PHASE_PIECE_BYTES)
     g = _geometry(x.shape, w.shape, (sh, sw), (ph, pw), groups, kernels.rows, kernels.chunk,
-                  threads, sizes, SAME and kernels.same)  # fmt: skip
-    wmat = xp.ascontiguousarray(w).reshape(o, -1)
-    shift = xp.zeros(o, x.dtype) if bias is None else xp.ascontiguousarray(bias, dtype=x.dtype)
+                  threads, _sizes(), SAME and kernels.same)  # fmt: skip
+    wmat, shift = _weights(xp, w, bias)
     x = xp.ascontiguousarray(x)
     if g.phases is None:  # a 1 x 1 convolution reads the input where it lies
         src = x
@@ -90,17 +88,81 @@ def conv2d(xp, kernels, x, w, bias, stride, padding, groups, activation, threads
         kernels.split_phases(g.phases, x, src, threads[1], share)
     scratch = xp.empty(max(1, threads[0] * g.per_thread), x.dtype)
     arrays = tuple(address(a) for a in (src, g.koff, wmat, shift, scratch, out))
-    fused = activation is None or activation in ACTIVATIONS
-    kernels.run_pieces(activation if fused else None, g.table, arrays, threads[0], share)
-    if not fused:
-        # an activation the kernel does not build (YOLO's class scores' sigmoid): the op's
-        # own pass over the output, its bits those of the op on the convolution's result
-        # (the three class convolutions of a yolov8n forward, 80 channels at 80^2, 40^2
-        # and 20^2, took ~4 ms through im2col with numba's sigmoid)
-        flat = out.reshape(-1)
-        with xp.errstate(all="ignore"):
-            apply_over(xp, activation, flat, [xp.empty_like(flat) for _ in range(2)])
+    kernels.run_pieces(_fused(activation), g.table, arrays, threads[0], share)
+    _activate_after(xp, activation, out)
     return out
+
+
+def takes_parts(xs, w, stride, padding, dilation, groups):
+    """Whether conv2d_cat takes a convolution of the concatenation of xs: a 1 x 1 one of
+    stride 1 without padding (YOLO's C2f and SPPF ends), float32."""
+    return (
+        tuple(w.shape[2:]) == (1, 1)
+        and tuple(stride) == tuple(dilation) == (1, 1)
+        and tuple(padding) == (0, 0)
+        and groups == 1
+        and all(x.dtype == w.dtype == "float32" for x in xs)
+    )
+
+
+def conv2d_cat(xp, kernels, xs, w, bias, activation, threads_for, share):
+    """The 1 x 1 convolution (takes_parts) of the channel concatenation of xs (arrays
+    (N, C_j, H, W)), each part read where it lies: a tap's offset (koff) may point into
+    any part, counted from the first part's image (an image at a time: the parts' images
+    lie apart by their own channel counts). The same sums as conv2d's over the joined
+    array, so the same bits."""
+    n, _, h, width = xs[0].shape
+    c, o = sum(x.shape[1] for x in xs), w.shape[0]
+    out = xp.empty((n, o, h, width), xs[0].dtype)
+    if out.size == 0:
+        return out
+    xs = [xp.ascontiguousarray(x) for x in xs]
+    plane, item = h * width, out.itemsize
+    threads = (threads_for(out.size * c), 1)
+    g = _geometry((1, c, h, width), tuple(w.shape), (1, 1), (0, 0), 1, kernels.rows,
+                  kernels.chunk, threads, _sizes(), False)  # fmt: skip
+    wmat, shift = _weights(xp, w, bias)
+    scratch = xp.empty(max(1, threads[0] * g.per_thread), out.dtype)
+    for i in range(n):
+        starts = [address(x) + i * x.shape[1] * plane * item for x in xs]
+        koff = xp.concatenate(
+            [(at - starts[0]) // item + xp.arange(x.shape[1], dtype=xp.int64) * plane
+             for at, x in zip(starts, xs, strict=True)]
+        )  # fmt: skip
+        image = address(out) + i * o * plane * item
+        arrays = (starts[0], address(koff), address(wmat), address(shift), address(scratch), image)
+        kernels.run_pieces(_fused(activation), g.table, arrays, threads[0], share)
+    _activate_after(xp, activation, out)
+    return out
+
+
+def _sizes():
+    """The piece sizes, a key of _geometry's (tests change them)."""
+    return (PIECE_WEIGHT_BYTES, PIECE_INPUT_BYTES, MIN_PIECE_POSITIONS, PHASE_PIECE_BYTES)
+
+
+def _weights(xp, w, bias):
+    """w as (O, k) rows and the bias (zeros where None), contiguous float32."""
+    o = w.shape[0]
+    wmat = xp.ascontiguousarray(w).reshape(o, -1)
+    return wmat, xp.zeros(o, w.dtype) if bias is None else xp.ascontiguousarray(bias, dtype=w.dtype)
+
+
+def _fused(activation):
+    """The activation the kernel applies: the conv's own where it builds it, else none."""
+    return activation if activation is None or activation in ACTIVATIONS else None
+
+
+def _activate_after(xp, activation, out):
+    """An activation the kernel does not build (YOLO's class scores' sigmoid): the op's
+    own pass over the output, its bits those of the op on the convolution's result (the
+    three class convolutions of a yolov8n forward, 80 channels at 80^2, 40^2 and 20^2,
+    took ~4 ms through im2col with numba's sigmoid)."""
+    if _fused(activation) == activation:
+        return
+    flat = out.reshape(-1)
+    with xp.errstate(all="ignore"):
+        apply_over(xp, activation, flat, [xp.empty_like(flat) for _ in range(2)])
 
 
 class _Geometry(NamedTuple):

@@ -255,6 +255,38 @@ class Backend:
             self, x, lx, w, lw, bias, lbias, dtype, stride, padding, dilation, groups, activation
         )
 
+    def conv2d_cat(
+        self,
+        parts: list[tuple[Storage, Layout]],
+        w: Storage,
+        lw: Layout,
+        bias: Storage | None,
+        lbias: Layout | None,
+        dtype: DType,
+        stride: tuple[int, int],
+        padding: tuple[int, int],
+        dilation: tuple[int, int],
+        groups: int,
+        activation: str | None = None,
+    ) -> Storage:
+        """conv2d of the channel concatenation of `parts` ((storage, layout) of (N, C_j,
+        H, W) each): the default makes the concatenation, then runs conv2d; a backend
+        may read the parts where they lie (numpy: llvm_conv's 1 x 1 kernel). Validated
+        by functional.conv2d_cat."""
+        n, _, h, width = parts[0][1].shape
+        shape = (n, sum(layout.shape[1] for _, layout in parts), h, width)
+        joined, at = self.empty(shape, dtype), 0
+        out_layout = Layout(shape)
+        for storage, layout in parts:
+            c = layout.shape[1]
+            if c:
+                self.copy_into(joined, out_layout.narrow(1, at, c), storage, layout, dtype)
+            at += c
+        return self.conv2d(
+            joined, out_layout, w, lw, bias, lbias, dtype, stride, padding, dilation, groups,
+            activation,
+        )  # fmt: skip
+
     def rope(
         self,
         storage: Storage,

@@ -73,6 +73,14 @@ class ConvBnSilu:
         act = "silu" if self.act else None
         return F.conv2d(x, self.weight, self.bias, stride=self.s, padding=self.p, activation=act)
 
+    def over(self, parts):
+        """The conv of the parts' channel concatenation, made only where the backend
+        needs it (numpy reads a 1 x 1 conv's parts where they lie)."""
+        act = "silu" if self.act else None
+        return F.conv2d_cat(
+            parts, self.weight, self.bias, stride=self.s, padding=self.p, activation=act
+        )
+
 
 class _Bottleneck:
     def __init__(self, w, prefix, c, shortcut, device):
@@ -96,7 +104,7 @@ class C2f:
         y = list(self.cv1(x).split(self.c, 1))
         for block in self.m:
             y.append(block(y[-1]))
-        return self.cv2(cat(y, 1))
+        return self.cv2.over(y)
 
 
 class SPPF:
@@ -113,7 +121,7 @@ class SPPF:
             # maxima, -inf padding either way), 2(k - 1) elementwise maxima for (k^2 - 1)
             rows = F.max_pool2d(y[-1], (1, k), 1, (0, p))
             y.append(F.max_pool2d(rows, (k, 1), 1, (p, 0)))
-        return self.cv2(cat(y, 1))
+        return self.cv2.over(y)
 
 
 class _Plain1x1:
