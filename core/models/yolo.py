@@ -93,6 +93,20 @@ class _Bottleneck:
         return x + y if self.add else y
 
 
+class _Joined(tuple):
+    """A Concat layer's inputs, to be joined along channels by whoever needs them joined
+    (_joined); a C2f reads them as they are."""
+
+
+def _parts(x):
+    return tuple(x) if isinstance(x, _Joined) else (x,)
+
+
+def _joined(x):
+    """x, its parts' channel concatenation where it is a _Joined"""
+    return cat(list(x), 1) if isinstance(x, _Joined) else x
+
+
 class C2f:
     def __init__(self, w, prefix, c1, c2, n, shortcut, device):
         self.c = c2 // 2
@@ -101,7 +115,10 @@ class C2f:
         self.m = [_Bottleneck(w, f"{prefix}.m.{i}", self.c, shortcut, device) for i in range(n)]
 
     def __call__(self, x):
-        y = list(self.cv1(x).split(self.c, 1))
+        """x a tensor, or a Concat layer's parts (_Joined): its 1 x 1 cv1 reads them
+        where they lie (F.conv2d_cat), no concatenation made"""
+        first = self.cv1.over(x) if isinstance(x, _Joined) else self.cv1(x)
+        y = list(first.split(self.c, 1))
         for block in self.m:
             y.append(block(y[-1]))
         return self.cv2.over(y)
@@ -276,7 +293,7 @@ class YoloDetector:
         if layer.kind == "nn.Upsample":
             return lambda x, s=a["scale"]: F.upsample_nearest2d(x, scale_factor=s)
         if layer.kind == "Concat":
-            return lambda xs: cat(xs, 1)
+            return lambda xs: _Joined(p for x in xs for p in _parts(x))
         if layer.kind == "Pose":
             return Pose(w, p, layer.c_in, a["nc"], a["reg_max"], a["strides"], a["kpt_shape"], dev)
         return Detect(w, p, layer.c_in, a["nc"], a["reg_max"], a["strides"], dev)
@@ -299,10 +316,15 @@ class YoloDetector:
         saved, prev = {-1: x}, x
         for layer, module in zip(self.config.layers, self.layers, strict=True):
             srcs = [saved.get(j, prev) for j in layer.source]
-            prev = module(srcs if layer.kind in ("Concat", *yolo_config.HEADS) else srcs[0])
+            if layer.kind == "Concat":
+                prev = module(srcs)
+            elif layer.kind in yolo_config.HEADS:
+                prev = module([_joined(s) for s in srcs])
+            else:  # a C2f takes a concatenation as its parts (its first conv is 1 x 1)
+                prev = module(srcs[0] if layer.kind == "C2f" else _joined(srcs[0]))
             if layer.index in self._kept:
                 saved[layer.index] = prev
-        return prev
+        return _joined(prev)
 
     __call__ = forward
 
