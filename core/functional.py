@@ -129,19 +129,9 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, acti
     args = _conv2d_args("conv2d", x, weight, bias, stride, padding, dilation, groups, activation)
     shape, (bias, stride, padding, dilation, groups) = args
     storage = x.backend.conv2d(
-        x.storage,
-        x.layout,
-        weight.storage,
-        weight.layout,
-        None if bias is None else bias.storage,
-        None if bias is None else bias.layout,
-        x.dtype,
-        stride,
-        padding,
-        dilation,
-        groups,
+        x.storage, x.layout, *_weights(weight, bias), x.dtype, stride, padding, dilation, groups,
         activation,
-    )
+    )  # fmt: skip
     return x._new(storage, shape)
 
 
@@ -168,19 +158,17 @@ def conv2d_cat(xs, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
                         joined)  # fmt: skip
     shape, (bias, stride, padding, dilation, groups) = args
     storage = first.backend.conv2d_cat(
-        [(t.storage, t.layout) for t in xs],
-        weight.storage,
-        weight.layout,
-        None if bias is None else bias.storage,
-        None if bias is None else bias.layout,
-        first.dtype,
-        stride,
-        padding,
-        dilation,
-        groups,
-        activation,
-    )
+        [(t.storage, t.layout) for t in xs], *_weights(weight, bias), first.dtype, stride,
+        padding, dilation, groups, activation,
+    )  # fmt: skip
     return first._new(storage, shape)
+
+
+def _weights(weight, bias):
+    """A convolution's weight and bias as the backend takes them: storages and layouts."""
+    if bias is None:
+        return weight.storage, weight.layout, None, None
+    return weight.storage, weight.layout, bias.storage, bias.layout
 
 
 def _conv2d_args(op, x, weight, bias, stride, padding, dilation, groups, activation, xshape=None):

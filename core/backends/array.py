@@ -589,16 +589,9 @@ class ArrayBackend(Backend):
                 x, lx, w, lw, bias, lbias, dtype, stride, padding, dilation, groups, activation
             )
         y = banded_conv2d(
-            self.xp,
-            self.load(x, lx, dtype),
-            self.load(w, lw, dtype),
-            None if bias is None else self.load(bias, lbias, dtype),
-            stride,
-            padding,
-            dilation,
-            groups,
-            activation,
-        )
+            self.xp, self.load(x, lx, dtype), *self._conv_weights(w, lw, bias, lbias, dtype),
+            stride, padding, dilation, groups, activation,
+        )  # fmt: skip
         return self.store(y, dtype)
 
     def conv2d_cat(
@@ -608,21 +601,19 @@ class ArrayBackend(Backend):
         lies (array_conv.conv2d_cat); otherwise the contract's default."""
         if self._is_numpy and dtype is dt.f32:
             y = banded_conv2d_cat(
-                self.xp,
-                [self.load(s, layout, dtype) for s, layout in parts],
-                self.load(w, lw, dtype),
-                None if bias is None else self.load(bias, lbias, dtype),
-                stride,
-                padding,
-                dilation,
-                groups,
-                activation,
-            )
+                self.xp, [self.load(s, layout, dtype) for s, layout in parts],
+                *self._conv_weights(w, lw, bias, lbias, dtype), stride, padding, dilation,
+                groups, activation,
+            )  # fmt: skip
             if y is not None:
                 return self.store(y, dtype)
         return super().conv2d_cat(
             parts, w, lw, bias, lbias, dtype, stride, padding, dilation, groups, activation
         )
+
+    def _conv_weights(self, w, lw, bias, lbias, dtype):
+        """A convolution's weight and bias (or None) as arrays in their compute dtype."""
+        return self.load(w, lw, dtype), None if bias is None else self.load(bias, lbias, dtype)
 
     # --- quantized weights --------------------------------------------------------------------
     def place_quantized(self, weight):
