@@ -304,3 +304,28 @@ def test_conv2d_cat_reads_the_parts_where_they_lie(kernels, batch, monkeypatch, 
     got = ember.conv2d_cat(parts, ember.tensor(w), ember.tensor(b), activation="silu").numpy()
     want = _conv(joined, w, b, "silu")
     assert calls and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_the_avx2_tile_on_any_host(kernels, monkeypatch, masked):
+    """The 8-lane module (llvm_conv.tile_of's AVX2 tile, 6 x 2 vectors) built and run on
+    this host: CI's hosts differ (AVX-512 one day, AVX2 the next), and each must build
+    the other's IR (an 8-lane mask word once failed to build). `masked`: its masked reads
+    too, which AVX2 hosts leave off."""
+    from ember.backends import llvm_build, llvm_math, llvm_spin
+
+    lanes, rows, vectors = llvm_conv.tile_of({"avx2": True})
+    engine = llvm_build.compile_kernels(
+        llvm_conv,
+        lambda triple: llvm_conv._ir_module(triple, lanes, rows, vectors, True),
+        params=(lanes, rows, vectors, True),
+        sources=(llvm_math, llvm_spin),
+    )
+    narrow = llvm_conv.ConvKernels(engine, rows, lanes, vectors, True)
+    narrow.same = masked
+    monkeypatch.setattr(llvm_conv, "kernels", lambda: narrow)
+    for case in (0, 1, 2, 11):
+        x, w, b, kw = _inputs(case)
+        got = _conv(x, w, b, "silu", **kw)
+        scale = np.abs(x).max() * np.abs(w).sum(axis=(1, 2, 3)).max() + np.abs(b).max()
+        np.testing.assert_allclose(got, _torch(x, w, b, "silu", **kw), rtol=2e-6, atol=2e-6 * scale)

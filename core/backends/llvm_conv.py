@@ -419,7 +419,7 @@ def _add_team(module, name, kernel, split):
 
 
 def _same_masks(b, module, same, tap_masks, p0, p, vectors, lanes):
-    """Each tap's masks (i16 words, tap by tap, vector by vector) for the chunk of
+    """Each tap's masks (words of `lanes` bits, tap by tap, vector by vector) for the chunk of
     positions p0 .. p0 + vectors * lanes of a masked call: a lane is on where its
     position is under p and the tap reads inside the map. A position q (counted from
     the call's first output row y0) is row y0 + q // width, column q % width (the
@@ -433,7 +433,7 @@ def _same_masks(b, module, same, tap_masks, p0, p, vectors, lanes):
     offsets = b.inttoptr(offsets, I64.as_pointer())
     vec64, vecf = ir.VectorType(I64, lanes), ir.VectorType(ir.DoubleType(), lanes)
     floor = intrinsic(module, f"llvm.floor.v{lanes}f64", vecf, 1)
-    i16 = ir.IntType(16)
+    word = ir.IntType(lanes)  # a vector's mask as one integer
 
     def each(v):
         return splat(b, v, vec64)
@@ -458,7 +458,7 @@ def _same_masks(b, module, same, tap_masks, p0, p, vectors, lanes):
             on = b.and_(on, b.icmp_signed(">=", xx, each(I64(0))))
             on = b.and_(on, b.icmp_signed("<", xx, each(width)))
             at = b.gep(tap_masks, [b.add(b.mul(j, I64(vectors)), I64(v))])
-            b.store(b.bitcast(on, i16), at)
+            b.store(b.bitcast(on, word), at)
 
         loop(b, I64(0), taps, tap, "masks")
 
@@ -510,7 +510,7 @@ def _add_kernel(module, name, act, vec, tile_rows, vectors):
     x, koff, k, w, ldw, rows, bias, p, out, ldo, group, panel, same = fn.args
     no_alias(out)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    i16 = ir.IntType(16)
+    word = ir.IntType(lanes)  # a vector's mask as one integer
     mask_t = ir.VectorType(ir.IntType(1), lanes)
     # "same" (its first word not 0, SAME_WORDS): the input (or its phases) read where
     # it lies, each tap's lanes that fall outside the map masked off
@@ -518,7 +518,7 @@ def _add_kernel(module, name, act, vec, tile_rows, vectors):
     is_same = b.icmp_signed(">", same_taps, I64(0))
     taps_per_channel = b.select(is_same, same_taps, I64(1))
     # each tap's mask, vector by vector, for the current chunk (at most SAME_TAPS taps)
-    tap_masks = b.alloca(i16, SAME_TAPS * vectors)
+    tap_masks = b.alloca(word, SAME_TAPS * vectors)
     fma = intrinsic(module, f"llvm.fmuladd.v{lanes}f32", vec, 3)
     masked_load, masked_store = _masked(module, vec)
     zero = ir.Constant(vec, [0.0] * lanes)
