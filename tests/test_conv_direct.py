@@ -216,6 +216,29 @@ def test_one_position_rows_take_im2col(kernels, taken):
     assert not taken
 
 
+def test_built_at_the_first_convolution_it_takes_and_only_then(kernels):
+    """llvm_conv is a kernel group of its own (llvm_build.GROUPS: ~3.4 s to build cold):
+    a conv1d (Whisper's, left to im2col) does not build it, and it builds in a process
+    where no other kernel was asked for first."""
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np, ember\n"
+        "from ember.backends import llvm_build\n"
+        "x = ember.tensor(np.ones((1, 8, 1, 30), np.float32))\n"
+        "w = ember.tensor(np.ones((4, 8, 1, 3), np.float32))\n"
+        "ember.conv2d(x, w, padding=(0, 1), activation='gelu')\n"
+        "print(llvm_build.is_built('llvm_conv'))\n"
+        "x = ember.tensor(np.ones((1, 8, 5, 30), np.float32))\n"
+        "w = ember.tensor(np.ones((4, 8, 3, 3), np.float32))\n"
+        "y = ember.conv2d(x, w, padding=1).numpy()\n"
+        "print(llvm_build.is_built('llvm_conv'), y[0, 0, 2, 2])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True", "72.0"], out.stderr
+
+
 def test_never_imports_numba(kernels):
     """The direct path's epilogue is compiled with it: a SiLU convolution (YOLO's every
     one) no longer imports numba (~1 s of CPU and ~120 MB of a cold start)."""

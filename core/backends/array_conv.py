@@ -153,10 +153,14 @@ def conv2d_cat(xp, xs, w, bias, stride, padding, dilation, groups, activation=No
     """conv2d of the channel concatenation of xs (arrays (N, C_j, H, W)) by llvm_conv's
     kernel reading each part where it lies (array_conv_direct.conv2d_cat), or None where
     that path does not take it (then the caller makes the concatenation)."""
-    direct = llvm_conv.kernels() if DIRECT and _is_numpy(xp) else None
-    if direct is None or not array_conv_direct.takes_parts(
-        xs, w, stride, padding, dilation, groups
+    if not (
+        DIRECT
+        and _is_numpy(xp)
+        and array_conv_direct.takes_parts(xs, w, stride, padding, dilation, groups)
     ):
+        return None  # fmt: skip
+    direct = llvm_conv.kernels()
+    if direct is None:
         return None
     return array_conv_direct.conv2d_cat(xp, direct, xs, w, bias, activation, _threads_for, _share)
 
@@ -186,8 +190,10 @@ def conv2d(xp, x, w, bias, stride, padding, dilation, groups, activation=None):
             activation,
         )
         return out.reshape(out.shape[0], out.shape[1], 1, out.shape[2])
-    direct = llvm_conv.kernels() if DIRECT and _is_numpy(xp) else None
-    if array_conv_direct.eligible(direct, x, w, stride, padding, dilation, activation):
+    direct = None
+    if DIRECT and _is_numpy(xp) and array_conv_direct.eligible(x, w, stride, padding, dilation):
+        direct = llvm_conv.kernels()  # built at the first convolution it takes
+    if direct is not None:
         return array_conv_direct.conv2d(
             xp, direct, x, w, bias, stride, padding, groups, activation, _threads_for, _share
         )

@@ -49,18 +49,14 @@ PHASE_PIECE_BYTES = 64 << 10
 PIECES_PER_THREAD = 4
 
 
-def eligible(kernels, x, w, stride, padding, dilation, activation):
-    """Whether the kernels take this convolution. Not one whose output rows are one
+def eligible(x, w, stride, padding, dilation):
+    """Whether the kernels take this convolution (asked before they are built: a model
+    with no such convolution never builds them). Not one whose output rows are one
     position wide (a conv1d that array_conv runs with its axes swapped): its phase rows
     of one element each made the split and the pieces slower than im2col + OpenBLAS
     (Whisper base's 512 x 3000 stride-2 conv: 17.3-26.6 ms against 13.2-13.5)."""
     ow = (x.shape[3] + 2 * padding[1] - w.shape[3]) // stride[1] + 1
-    return (
-        kernels is not None
-        and x.dtype == w.dtype == "float32"
-        and tuple(dilation) == (1, 1)
-        and ow > 1
-    )
+    return x.dtype == w.dtype == "float32" and tuple(dilation) == (1, 1) and ow > 1
 
 
 def conv2d(xp, kernels, x, w, bias, stride, padding, groups, activation, threads_for, share):

@@ -52,8 +52,10 @@ SAME_WORDS = 5
 # weights of one group of output channels: a group's rows are re-read for every chunk of
 # positions, from L2 (Ice Lake: 1.25 MiB; AMD Zen 2-4: 512 KiB-1 MiB)
 GROUP_BYTES = 192 << 10
-# what the epilogue applies (llvm_math's maps), "none" for the bias alone
-ACTIVATIONS = ("none", "silu", "gelu", "gelu_tanh")
+# what the epilogue applies (llvm_math's maps), "none" for the bias alone; any other
+# activation is array_conv_direct's pass after (each kind is a kernel of its own: a
+# build's time and code grow with them)
+ACTIVATIONS = ("none", "silu", "gelu")
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 # (x, koff, k, w, ldw, rows, bias, p, out, ldo, group, panel, same)
@@ -93,7 +95,7 @@ def tile_of(features):
 
 
 def build():
-    from . import llvm_build
+    from . import llvm_build, llvm_math
 
     triple, _, _, features = llvm_build.host()
     lanes, rows, vectors = tile_of(features)
@@ -102,7 +104,7 @@ def build():
         sys.modules[__name__],
         lambda triple: _ir_module(triple, lanes, rows, vectors, team),
         params=(lanes, rows, vectors, team),
-        sources=(sys.modules[__package__ + ".llvm_math"], llvm_spin),
+        sources=(llvm_math, llvm_spin),
     )
     return ConvKernels(engine, rows, lanes, vectors, team)
 
