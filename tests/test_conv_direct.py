@@ -191,9 +191,10 @@ def test_phase_block_against_numpy(kernels, tiny_pieces, shape, stride, padding,
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
     rows = 6
     plane = rows * wide + 3
-    got = array_conv_direct.phase_block(
-        np, kernels, x, stride, padding, rows, wide, plane, 3, array_conv._share
-    )
+    got = np.empty((n, sh * sw, c, plane), np.float32)
+    table = array_conv_direct._phase_table(x.shape, stride, padding, rows, wide, plane,
+                                           array_conv_direct.PHASE_PIECE_BYTES)  # fmt: skip
+    kernels.split_phases(table, x, got, 3, array_conv._share)
     padded = np.zeros((n, c, h + 2 * ph + rows * sh, width + 2 * pw + wide * sw), np.float32)
     padded[:, :, ph : ph + h, pw : pw + width] = x
     for a in range(sh):

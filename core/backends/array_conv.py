@@ -40,8 +40,8 @@ and ran scalar there, 2.2 ns an element (0.64 on contiguous rows); the vector pa
 F(2x2, 3x3) path for stride-1 3x3 convolutions, numba transforms around BLAS GEMMs,
 ran at ~84 GFLOP/s equivalent on two cores; llvm_conv's direct kernel runs them at
 ~186, and took over every install that had numba: the Winograd path was removed.)
-With llvmlite but an activation llvm_conv does not fuse (the YOLO class scores'
-sigmoid), a convolution still comes here, its epilogue numba's where installed.
+With llvmlite only a conv1d (an output one position wide: array_conv_direct.eligible)
+still comes here.
 
 Stride-2 3x3 convolutions stay im2col: their tap copies are 10-30% of a band's time
 (the GEMM the rest), and splitting a band's input into its four even/odd phases first,
@@ -65,7 +65,7 @@ BAND_BYTES = 1 << 20
 # is not streamed through the cache once per handful of columns.
 MIN_BAND_COLUMNS = 512
 # float32 convolutions through llvm_conv's compiled kernel where it is built
-# (array_conv_direct); False keeps the im2col and Winograd paths (their tests set it)
+# (array_conv_direct); False keeps the im2col path (its tests set it)
 DIRECT = True
 
 # the activations the numba epilogue takes (array_conv_jit.CODES has the others too, for
@@ -97,7 +97,7 @@ def _band_edges(oh, rows):
     return [oh * j // count for j in range(count + 1)]
 
 
-def zero_bordered(xp, src, top, rows, left, cols):
+def _zero_bordered(xp, src, top, rows, left, cols):
     """src (C, H, W)'s rows [top, top + rows) and columns [left, left + cols) as a new
     (C, rows, cols) array, zeros where they fall outside src (a convolution's padding):
     the part inside copied once, each border zeroed once."""
@@ -125,7 +125,7 @@ def _band_columns(xp, src, r0, r1, ow, kernel, stride, padding, dilation):
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
     rows = (r1 - 1 - r0) * sh + (kh - 1) * dh + 1
     cols = (ow - 1) * sw + (kw - 1) * dw + 1
-    block = zero_bordered(xp, src, r0 * sh - ph, rows, -pw, cols)
+    block = _zero_bordered(xp, src, r0 * sh - ph, rows, -pw, cols)
     c = src.shape[0]
     s0, s1, s2 = block.strides
     taps = xp.ndarray(
@@ -158,7 +158,7 @@ def conv2d_cat(xp, xs, w, bias, stride, padding, dilation, groups, activation=No
         and _is_numpy(xp)
         and array_conv_direct.takes_parts(xs, w, stride, padding, dilation, groups)
     ):
-        return None  # fmt: skip
+        return None
     direct = llvm_conv.kernels()
     if direct is None:
         return None

@@ -7,6 +7,8 @@ The kernel needs every tap of every output position at one offset from the posit
 
 - a 1 x 1 stride-1 convolution without padding reads the input's channel planes where
   they lie and writes the output's rows in place;
+- a stride-1 one whose output is its input's size does too, on AVX-512 (SAME), each
+  tap's lanes that fall in the padding masked off by the kernel;
 - any other reads a phase block of the input: zero-bordered, split by row and column
   remainder modulo the stride (one phase for stride 1), each phase's rows as wide as the
   output's plus the kernel's reach over the stride. An output position (y, x) is then
@@ -307,20 +309,6 @@ def tap_offsets(xp, cg, kernel, stride, wide, phase_stride, plane):
     return xp.ascontiguousarray((channel + tap.reshape(1, -1)).reshape(-1))
 
 
-def phase_block(xp, kernels, x, stride, padding, rows, wide, plane, threads, share):
-    """(N, sh * sw, C, plane): phase (a, b)'s channel c holds at row q, column j (q <
-    rows, j < wide) the input at row -ph + a + q * sh, column -pw + b + j * sw, 0 where
-    that lies outside the input (the padding), and 0 in the slack after the rows; built
-    by llvm_conv's phase split in pieces of an image's channels."""
-    n, c = x.shape[:2]
-    (sh, sw) = stride
-    x = xp.ascontiguousarray(x)
-    block = xp.empty((n, sh * sw, c, plane), x.dtype)
-    table = _phase_table(x.shape, stride, padding, rows, wide, plane, PHASE_PIECE_BYTES)
-    kernels.split_phases(table, x, block, threads, share)
-    return block
-
-
 def _phase_table(xshape, stride, padding, rows, wide, plane, piece_bytes):
     """The phase split's pieces table (llvm_conv.piece_table): an image's channels,
     about piece_bytes of the block a piece."""
@@ -334,10 +322,3 @@ def _phase_table(xshape, stride, padding, rows, wide, plane, piece_bytes):
         for c0 in range(0, c, per)
     ]
     return piece_table(pieces, (h, width, sh, sw, ph, pw, rows, wide, plane, c))
-
-
-def _inside(first, step, count, size):
-    """[q0, q1): the q < count whose first + q * step lies in [0, size)"""
-    q0 = min(count, max(0, -(first // step)))  # the first q with first + q * step >= 0
-    q1 = max(q0, min(count, -(-(size - first) // step)))
-    return q0, q1

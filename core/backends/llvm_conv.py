@@ -22,9 +22,9 @@ The micro-kernel keeps ROWS output channels x VECTORS vectors of positions in re
 of x once a tap and broadcasts each channel's weight from w where it lies (packing w
 into the tile's order ran no faster: 95-125 against 102-126 GFLOP/s, one core), the
 bias and activation applied as the tile is stored (the activation is llvm_math's, so
-the bits Tensor.silu gives). Output channels go in groups of about GROUP_BYTES of
-weights, each group's channels taken position chunk by chunk: both the group's weights
-and a chunk's taps stay in a core's L2 cache.
+the bits Tensor.silu gives). A call takes its positions chunk by chunk, each chunk
+through every tile of its rows; array_conv_direct cuts the work into pieces whose
+weights and taps stay in a core's L2 cache.
 
 Why: the band-by-band im2col + OpenBLAS GEMM ran YOLOv8n's convolutions at 45-60
 GFLOP/s on two cores (a copy of the columns, a GEMM, a pass for the bias and SiLU a
@@ -49,17 +49,14 @@ SAME_TAPS = 49
 # a masked call's words: the taps a channel (0: not masked), the map's width and height,
 # the call's first output row, the address of the taps' (row, column) offsets (int64)
 SAME_WORDS = 5
-# weights of one group of output channels: a group's rows are re-read for every chunk of
-# positions, from L2 (Ice Lake: 1.25 MiB; AMD Zen 2-4: 512 KiB-1 MiB)
-GROUP_BYTES = 192 << 10
 # what the epilogue applies (llvm_math's maps), "none" for the bias alone; any other
 # activation is array_conv_direct's pass after (each kind is a kernel of its own: a
 # build's time and code grow with them)
 ACTIVATIONS = ("none", "silu", "gelu")
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
-# (x, koff, k, w, ldw, rows, bias, p, out, ldo, group, panel, same)
-_ARGS = (_P, _P, _I, _P, _I, _I, _P, _I, _P, _I, _I, _P, _P)
+# (x, koff, k, w, ldw, rows, bias, p, out, ldo, panel, same)
+_ARGS = (_P, _P, _I, _P, _I, _I, _P, _I, _P, _I, _P, _P)
 # a team's table: the pieces taken, their count, then k, ldw, a thread's scratch floats,
 # out's row stride, the positions of a row (wide) and of out's rows (ow), whether to copy
 # (wide positions computed into the thread's scratch, the first ow of each copied to
@@ -128,8 +125,10 @@ class ConvKernels:
         self._phases = _pieces_functions(engine, "ember_conv_phases", 2, team)
 
     def split_phases(self, table, x, block, threads, share):
-        """The phase block of x (array_conv_direct.phase_block's layout) by the pieces of
-        `table` (phase_table's), on `threads` threads as run_pieces shares them."""
+        """The phase block of x into `block` (N, sh * sw, C, plane) by the pieces of
+        `table` (piece_table's): phase (a, b)'s channel c holds at row q, column j the
+        input at row a - ph + q * sh, column b - pw + j * sw (0 outside the input, and
+        0 in the slack after the rows), on `threads` threads as run_pieces shares them."""
         self._team(self._phases, table, (address(x), address(block)), threads, share)
 
     def run_pieces(self, activation, table, arrays, threads, share):
@@ -156,9 +155,8 @@ class ConvKernels:
         out are addresses (ints: a band's part of an array), koff an int64 array of k
         offsets; activation None or one of ACTIVATIONS. The caller sees that every
         x[koff[t] + j] (j < p) lies in x's array and out's rows in out's."""
-        group = max(self.rows, GROUP_BYTES // (4 * ldw) // self.rows * self.rows)
         self._fns[activation or "none"](
-            x, address(koff), k, w, ldw, rows, bias, p, out, ldo, group, panel,
+            x, address(koff), k, w, ldw, rows, bias, p, out, ldo, panel,
             address(_NOT_SAME if same is None else same),
         )  # fmt: skip
 
@@ -167,9 +165,9 @@ def piece_table(pieces, header):
     """The int64 table of a convolution's pieces (x offset, out offset, y0, y1, r0, r1)
     with its header (k, ldw, scratch floats a thread, ldo, wide, ow, copy, panel floats:
     the first of a thread's scratch, or 0, then the taps a channel, the map's height and
-    the taps' offsets' address of a masked convolution, else zeros), for run_pieces; or of a phase split's pieces
-    (x offset, block offset, c0, c1: an image's channels) with its header (H, W, sh, sw,
-    ph, pw, rows, wide, plane, C), for split_phases."""
+    the taps' offsets' address of a masked convolution, else zeros), for run_pieces; or
+    of a phase split's pieces (x offset, block offset, c0, c1: an image's channels) with
+    its header (H, W, sh, sw, ph, pw, rows, wide, plane, C), for split_phases."""
     words = [0, len(pieces), *header]
     for piece in pieces:
         words += piece
@@ -324,8 +322,7 @@ def _add_phases(module, split):
 
 
 def _inside(b, first, step, count, size):
-    """[q0, q1): the q < count whose first + q * step lies in [0, size) (IR of
-    array_conv_direct._inside)"""
+    """[q0, q1): the q < count whose first + q * step lies in [0, size)"""
     from .llvm_ir import I64
 
     def clamp(v, lo, hi):
@@ -397,8 +394,7 @@ def _add_team(module, name, kernel, split):
             b.store(value, b.gep(same, [I64(i)]))
         b.call(
             kernel,
-            [src, koff, k, weights, ldw, rows, b.gep(bias, [r0]), positions, dst, ld, rows, panel]
-            + [same],
+            [src, koff, k, weights, ldw, rows, b.gep(bias, [r0]), positions, dst, ld, panel, same],
         )
         with b.if_then(copying):
 
@@ -506,19 +502,18 @@ def _add_kernel(module, name, act, vec, tile_rows, vectors):
     pf, pi = f32.as_pointer(), I64.as_pointer()
     fn = ir.Function(
         module,
-        ir.FunctionType(ir.VoidType(), [pf, pi, I64, pf, I64, I64, pf, I64, pf, I64, I64, pf, pi]),
+        ir.FunctionType(ir.VoidType(), [pf, pi, I64, pf, I64, I64, pf, I64, pf, I64, pf, pi]),
         name,
     )
-    x, koff, k, w, ldw, rows, bias, p, out, ldo, group, panel, same = fn.args
+    x, koff, k, w, ldw, rows, bias, p, out, ldo, panel, same = fn.args
     no_alias(out)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     word = ir.IntType(lanes)  # a vector's mask as one integer
     mask_t = ir.VectorType(ir.IntType(1), lanes)
-    # "same" (its first word not 0, SAME_WORDS): the input (or its phases) read where
-    # it lies, each tap's lanes that fall outside the map masked off
+    # "same" (its first word not 0, SAME_WORDS): the input read where it lies, each
+    # tap's lanes that fall outside the map masked off
     same_taps = b.load(same)
     is_same = b.icmp_signed(">", same_taps, I64(0))
-    taps_per_channel = b.select(is_same, same_taps, I64(1))
     # each tap's mask, vector by vector, for the current chunk (at most SAME_TAPS taps)
     tap_masks = b.alloca(word, SAME_TAPS * vectors)
     fma = intrinsic(module, f"llvm.fmuladd.v{lanes}f32", vec, 3)
@@ -543,9 +538,11 @@ def _add_kernel(module, name, act, vec, tile_rows, vectors):
             row = b.select(b.icmp_signed("<", row, rows), row, last_row)
             w_rows.append(b.gep(w, [b.mul(row, ldw)]))
 
+        same_mode = mode == "same"
+
         def tap(b, t, state):
-            sums = state[:-1]
-            j = state[-1]  # the tap's place in its channel ("same": its masks)
+            # "same" carries the tap's place in its channel (its masks) after the sums
+            sums, j = (state[:-1], state[-1]) if same_mode else (state, None)
             if packed:
                 xt = b.gep(panel, [b.mul(t, I64(chunk))])
             else:
@@ -553,7 +550,7 @@ def _add_kernel(module, name, act, vec, tile_rows, vectors):
             xs = []
             for v in range(vectors):
                 ptr = vector_at(b, xt, I64(v * lanes))
-                if mode == "same":
+                if same_mode:
                     bits = b.load(b.gep(tap_masks, [b.add(b.mul(j, I64(vectors)), I64(v))]))
                     xs.append(b.call(masked_load, [ptr, i32(4), b.bitcast(bits, mask_t), zero]))
                 elif masks is None or packed:
@@ -566,11 +563,14 @@ def _add_kernel(module, name, act, vec, tile_rows, vectors):
                 new.extend(
                     b.call(fma, [weight, xs[v], sums[r * vectors + v]]) for v in range(vectors)
                 )
+            if not same_mode:
+                return tuple(new)
             j = b.add(j, I64(1))
-            j = b.select(b.icmp_signed("==", j, taps_per_channel), I64(0), j)
+            j = b.select(b.icmp_signed("==", j, same_taps), I64(0), j)
             return (*new, j)
 
-        *sums, _ = reduce(b, k, [zero] * (tile_rows * vectors) + [I64(0)], tap, "t")
+        start = [zero] * (tile_rows * vectors) + ([I64(0)] if same_mode else [])
+        sums = reduce(b, k, start, tap, "t")[: tile_rows * vectors]
         for r in range(tile_rows):
             row = b.add(r0, I64(r))
             with b.if_then(b.icmp_signed("<", row, rows)):
@@ -586,13 +586,12 @@ def _add_kernel(module, name, act, vec, tile_rows, vectors):
                     else:
                         b.call(masked_store, [y, ptr, i32(4), masks[v]])
 
-    def tiles(b, g0, g1, p0, masks, mode):
-        loop(b, g0, g1, lambda b, r0: tile(b, r0, p0, masks, mode), "r", step=tile_rows)
+    def tiles(b, p0, masks, mode):
+        loop(b, I64(0), rows, lambda b, r0: tile(b, r0, p0, masks, mode), "r", step=tile_rows)
 
-    def over_group(b, g):
-        g0 = b.mul(g, group)
-        g1 = b.add(g0, group)
-        g1 = b.select(b.icmp_signed("<", g1, rows), g1, rows)
+    def over_chunks(b):
+        """every chunk of positions, each through all the tiles of rows (a piece's
+        weights and a chunk's taps stay in L2: array_conv_direct sizes the pieces)"""
         whole = b.mul(b.sdiv(p, I64(chunk)), I64(chunk))
 
         def rows_of(b, p0, masks):
@@ -613,19 +612,13 @@ def _add_kernel(module, name, act, vec, tile_rows, vectors):
                             b.store(value, vector_at(b, dst, at), align=4)
 
                     loop(b, I64(0), k, copy, "pack")
-                    tiles(b, g0, g1, p0, masks, "packed")
-                with (
-                    direct,
-                    b.if_else(is_same) as (
-                        bordered,
-                        plain,
-                    ),
-                ):
-                    with bordered:
+                    tiles(b, p0, masks, "packed")
+                with direct, b.if_else(is_same) as (masked_reads, plain):
+                    with masked_reads:
                         _same_masks(b, module, same, tap_masks, p0, p, vectors, lanes)
-                        tiles(b, g0, g1, p0, masks, "same")
+                        tiles(b, p0, masks, "same")
                     with plain:
-                        tiles(b, g0, g1, p0, masks, "plain")
+                        tiles(b, p0, masks, "plain")
 
         loop(b, I64(0), whole, lambda b, p0: rows_of(b, p0, None), "p", step=chunk)
         with b.if_then(b.icmp_signed("<", whole, p)):  # the last positions, masked
@@ -635,6 +628,6 @@ def _add_kernel(module, name, act, vec, tile_rows, vectors):
             ]
             rows_of(b, whole, masks)
 
-    loop(b, I64(0), b.sdiv(b.add(rows, b.sub(group, I64(1))), group), over_group, "g")
+    over_chunks(b)
     b.ret_void()
     return fn
